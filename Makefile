@@ -1,0 +1,110 @@
+# Chamber's make targets are its interface: make tools, make test, make demo, make lint.
+SHELL := /bin/bash
+BIN := $(CURDIR)/bin
+GO ?= go
+
+# Version stamped into the control-plane binaries. Kueue refuses an API server that
+# reports v0.0.0-master, so the build must say which release it is.
+KUBE_VERSION := v1.36.3
+KUBE_VERSION_PKGS := k8s.io/component-base/version k8s.io/client-go/pkg/version
+KUBE_LDFLAGS := $(foreach p,$(KUBE_VERSION_PKGS),-X $(p).gitVersion=$(KUBE_VERSION) -X $(p).gitMajor=1 -X $(p).gitMinor=36 -X $(p).gitTreeState=clean -X $(p).buildDate=2026-01-01T00:00:00Z)
+
+KUBE_BINS := $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler $(BIN)/kubectl
+TOOLS := $(KUBE_BINS) $(BIN)/etcd $(BIN)/kwok $(BIN)/kwok-stages.yaml $(BIN)/kueue \
+	$(BIN)/kueue-manifests/webhooks.yaml $(BIN)/controller-gen $(BIN)/helm \
+	$(BIN)/prometheus $(BIN)/promtool $(BIN)/staticcheck
+
+# go test's own limit; the integration suites start real control planes.
+TEST_TIMEOUT ?= 30m
+
+.PHONY: all
+all: build
+
+.PHONY: build
+build: ## Compile every package.
+	$(GO) build ./...
+
+.PHONY: test
+test: tools ## Unit and integration tests (builds the tools first when missing).
+	$(GO) test -timeout $(TEST_TIMEOUT) ./...
+
+.PHONY: lint
+lint: $(BIN)/staticcheck ## gofmt, go vet and staticcheck.
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
+		if [ -n "$$unformatted" ]; then echo "gofmt needed on:"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet ./...
+	$(BIN)/staticcheck ./...
+
+.PHONY: demo
+demo: tools ## A local control plane with simulated GPU nodes and Kueue.
+	$(GO) run ./cmd/chamber demo
+
+.PHONY: clean
+clean: ## Remove the built tools.
+	rm -rf $(BIN)
+
+.PHONY: tools
+tools: $(TOOLS) ## Build every pinned tool into bin/ (incremental).
+	@echo "tools: all up to date in $(BIN)"
+
+# Each tool is built from a module of its own under tools/, so their dependency graphs
+# never meet Chamber's. A binary is rebuilt only when its tools module changes.
+$(KUBE_BINS) &: tools/kubernetes/go.mod tools/kubernetes/go.sum
+	@echo "tools: building kube-apiserver, kube-controller-manager, kube-scheduler, kubectl $(KUBE_VERSION) (cold: about 10 minutes)"
+	@cd tools/kubernetes && $(GO) build -trimpath -ldflags '$(KUBE_LDFLAGS)' -o $(BIN)/ \
+		k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+		k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
+	@touch $(KUBE_BINS)
+
+$(BIN)/etcd: tools/etcd/go.mod tools/etcd/go.sum
+	@echo "tools: building etcd"
+	@cd tools/etcd && $(GO) build -trimpath -o $@ go.etcd.io/etcd/server/v3
+
+$(BIN)/kwok: tools/kwok/go.mod tools/kwok/go.sum
+	@echo "tools: building kwok"
+	@cd tools/kwok && $(GO) build -trimpath -o $@ sigs.k8s.io/kwok/cmd/kwok
+
+$(BIN)/controller-gen: tools/controller-gen/go.mod tools/controller-gen/go.sum
+	@echo "tools: building controller-gen"
+	@cd tools/controller-gen && $(GO) build -trimpath -o $@ sigs.k8s.io/controller-tools/cmd/controller-gen
+
+$(BIN)/helm: tools/helm/go.mod tools/helm/go.sum
+	@echo "tools: building helm"
+	@cd tools/helm && $(GO) build -trimpath -o $@ helm.sh/helm/v3/cmd/helm
+
+$(BIN)/prometheus $(BIN)/promtool &: tools/prometheus/go.mod tools/prometheus/go.sum
+	@echo "tools: building prometheus and promtool"
+	@cd tools/prometheus && $(GO) build -trimpath -o $(BIN)/ \
+		github.com/prometheus/prometheus/cmd/prometheus github.com/prometheus/prometheus/cmd/promtool
+	@touch $(BIN)/prometheus $(BIN)/promtool
+
+$(BIN)/staticcheck: tools/lint/go.mod tools/lint/go.sum
+	@echo "tools: building staticcheck"
+	@cd tools/lint && $(GO) build -trimpath -o $@ honnef.co/go/tools/cmd/staticcheck
+
+# Kueue is built from Chamber's own go.mod, so the controller the tests run is the
+# version Chamber compiles against.
+$(BIN)/kueue: go.mod go.sum
+	@echo "tools: building kueue"
+	@$(GO) build -trimpath -o $@ sigs.k8s.io/kueue/cmd/kueue
+
+# kwok's own Stage documents for node readiness, node heartbeats with leases and the
+# general pod lifecycle, taken from the pinned kwok module.
+KWOK_STAGES := kustomize/stage/node/fast/node-initialize.yaml \
+	kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
+	kustomize/stage/pod/general/pod-create.yaml kustomize/stage/pod/general/pod-ready.yaml \
+	kustomize/stage/pod/general/pod-complete.yaml kustomize/stage/pod/general/pod-delete.yaml \
+	kustomize/stage/pod/general/pod-init-container-running.yaml \
+	kustomize/stage/pod/general/pod-init-container-completed.yaml
+$(BIN)/kwok-stages.yaml: tools/kwok/go.mod tools/kwok/go.sum
+	@echo "tools: collecting kwok's stages"
+	@cd tools/kwok && $(GO) mod download sigs.k8s.io/kwok && dir=$$($(GO) list -m -f '{{.Dir}}' sigs.k8s.io/kwok) && \
+		for f in $(KWOK_STAGES); do echo "---"; cat "$$dir/$$f"; done > $@.tmp && mv $@.tmp $@
+
+# Kueue's CRDs and webhook configurations, from the Kueue module in go.mod.
+$(BIN)/kueue-manifests/webhooks.yaml: go.mod go.sum
+	@echo "tools: collecting Kueue's CRDs and webhook manifests"
+	@$(GO) mod download sigs.k8s.io/kueue && dir=$$($(GO) list -m -f '{{.Dir}}' sigs.k8s.io/kueue) && \
+		rm -rf $(BIN)/kueue-manifests && mkdir -p $(BIN)/kueue-manifests/crds && \
+		install -m 644 $$dir/config/components/crd/bases/*.yaml $(BIN)/kueue-manifests/crds/ && \
+		install -m 644 $$dir/config/components/webhook/manifests.yaml $@

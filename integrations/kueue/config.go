@@ -1,0 +1,42 @@
+// Package kueue holds what Chamber needs from Kueue: the manager configuration it
+// relies on, and (in later changes) the compilation of Teams and GPUPools into Kueue
+// objects.
+package kueue
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	configapi "sigs.k8s.io/kueue/apis/config/v1beta2"
+)
+
+// DefaultFrameworks are the job integrations Chamber enables in Kueue.
+var DefaultFrameworks = []string{"batch/job"}
+
+// Configuration returns the parts of Kueue's manager configuration that Chamber
+// relies on; the caller adds where Kueue serves (webhook, health, metrics).
+//
+// Fair sharing is on: ClusterQueue and Cohort fairSharing.weight (a Team's fair-share
+// weight) and the fair-sharing preemption strategies take effect only when Kueue's
+// own configuration has a fairSharing section.
+func Configuration(frameworks []string, featureGates map[string]bool) *configapi.Configuration {
+	if len(frameworks) == 0 {
+		frameworks = DefaultFrameworks
+	}
+	namespace := "kueue-system"
+	return &configapi.Configuration{
+		TypeMeta: metav1.TypeMeta{
+			APIVersion: configapi.SchemeGroupVersion.String(),
+			Kind:       "Configuration",
+		},
+		Namespace: &namespace,
+		Integrations: &configapi.Integrations{
+			Frameworks: frameworks,
+		},
+		FairSharing: &configapi.FairSharing{
+			PreemptionStrategies: []configapi.PreemptionStrategy{
+				configapi.LessThanOrEqualToFinalShare,
+				configapi.LessThanInitialShare,
+			},
+		},
+		FeatureGates: featureGates,
+	}
+}

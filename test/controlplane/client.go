@@ -1,0 +1,45 @@
+package controlplane
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	configv1alpha1 "k8s.io/component-base/config/v1alpha1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	configapi "sigs.k8s.io/kueue/apis/config/v1beta2"
+	kueuev1beta2 "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+)
+
+// Scheme knows the built-in types, CRDs and Kueue's API.
+var Scheme = runtime.NewScheme()
+
+func init() {
+	utilruntime.Must(clientgoscheme.AddToScheme(Scheme))
+	utilruntime.Must(apiextensionsv1.AddToScheme(Scheme))
+	utilruntime.Must(kueuev1beta2.AddToScheme(Scheme))
+}
+
+// Client returns a controller-runtime client for the control plane, with Scheme.
+func (cp *ControlPlane) Client() (client.Client, error) {
+	c, err := client.New(cp.Config, client.Options{Scheme: Scheme})
+	if err != nil {
+		return nil, fmt.Errorf("client for %s: %w", cp.Config.Host, err)
+	}
+	return c, nil
+}
+
+func leaderElectionOff() *configv1alpha1.LeaderElectionConfiguration {
+	return &configv1alpha1.LeaderElectionConfiguration{LeaderElect: ptr.To(false)}
+}
+
+// The kueue binary's own certificate management issues certificates for an in-cluster
+// Service name; on loopback the harness provides them instead.
+var configInternalCertManagementOff = configapi.InternalCertManagement{Enable: ptr.To(false)}
+
+func bufioReader(data []byte) *bufio.Reader { return bufio.NewReader(bytes.NewReader(data)) }

@@ -1,0 +1,593 @@
+// Package controlplane runs a real, local Kubernetes control plane for Chamber's
+// integration tests, the demo and the simulator: etcd and kube-apiserver on loopback
+// ports picked at run time, and optionally kube-controller-manager, kube-scheduler,
+// kwok (simulated nodes and pod lifecycles) and the real Kueue controller with its
+// webhooks served on loopback. Every binary comes from `make tools` (bin/).
+package controlplane
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// Options says which components to run.
+type Options struct {
+	// BinDir holds the binaries `make tools` builds. Default: $CHAMBER_BIN_DIR, else the
+	// bin/ folder of the repository that contains the working directory.
+	BinDir string
+	// ControllerManager runs kube-controller-manager (Jobs, service accounts, namespace
+	// and garbage collection, node lifecycle).
+	ControllerManager bool
+	// Scheduler runs kube-scheduler.
+	Scheduler bool
+	// Kwok runs kwok, which makes nodes annotated kwok.x-k8s.io/node=fake Ready and
+	// runs and completes the pods bound to them.
+	Kwok bool
+	// Kueue installs Kueue's CRDs and webhooks and runs the Kueue controller.
+	Kueue bool
+	// KueueFeatureGates overrides Kueue's feature gates.
+	KueueFeatureGates map[string]bool
+	// LogDir keeps the components' logs after Stop. Default: a folder inside the
+	// control plane's temporary directory, removed by Stop.
+	LogDir string
+	// Progress receives a line per component started and the start-up time.
+	// Default: os.Stderr.
+	Progress io.Writer
+}
+
+// Full runs every component: what an end-to-end test or the demo needs.
+func Full() Options {
+	return Options{ControllerManager: true, Scheduler: true, Kwok: true, Kueue: true}
+}
+
+// ControlPlane is a running local control plane.
+type ControlPlane struct {
+	// Config reaches the API server as a cluster admin.
+	Config *rest.Config
+	// Kubeconfig is the path of a kubeconfig file for kubectl and other clients.
+	Kubeconfig string
+	// Dir is the temporary directory holding the control plane's state.
+	Dir string
+
+	opts     Options
+	binDir   string
+	logDir   string
+	procs    []*process // in start order; stopped in reverse
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// dirPrefix names the temporary directories, so a later run can sweep the ones a
+// killed run left behind.
+const dirPrefix = "chamber-controlplane-"
+
+// Start runs the components opts asks for and returns once all of them are ready.
+// On error nothing is left running. Call Stop when done.
+func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
+	begin := time.Now()
+	if opts.Progress == nil {
+		opts.Progress = os.Stderr
+	}
+	binDir, err := findBinDir(opts.BinDir)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkBinaries(binDir, opts); err != nil {
+		return nil, err
+	}
+	sweepStaleDirs()
+	dir, err := os.MkdirTemp("", dirPrefix)
+	if err != nil {
+		return nil, fmt.Errorf("create control plane directory: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "pid"), []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	cp := &ControlPlane{Dir: dir, opts: opts, binDir: binDir, logDir: opts.LogDir}
+	if cp.logDir == "" {
+		cp.logDir = filepath.Join(dir, "logs")
+	}
+	if err := os.MkdirAll(cp.logDir, 0o755); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	track(cp)
+	if err := cp.start(ctx); err != nil {
+		_ = cp.Stop()
+		return nil, err
+	}
+	cp.progress("control plane ready in %s (kubeconfig %s)", time.Since(begin).Round(10*time.Millisecond), cp.Kubeconfig)
+	return cp, nil
+}
+
+func (cp *ControlPlane) start(ctx context.Context) error {
+	etcdURL, err := cp.startEtcd(ctx)
+	if err != nil {
+		return err
+	}
+	if err := cp.startAPIServer(ctx, etcdURL); err != nil {
+		return err
+	}
+	// The controller manager, scheduler and kwok only need the API server: start them
+	// together and then wait for each.
+	var waits []func() error
+	if cp.opts.ControllerManager {
+		w, err := cp.startControllerManager(ctx)
+		if err != nil {
+			return err
+		}
+		waits = append(waits, w)
+	}
+	if cp.opts.Scheduler {
+		w, err := cp.startScheduler(ctx)
+		if err != nil {
+			return err
+		}
+		waits = append(waits, w)
+	}
+	if cp.opts.Kwok {
+		w, err := cp.startKwok(ctx)
+		if err != nil {
+			return err
+		}
+		waits = append(waits, w)
+	}
+	for _, wait := range waits {
+		if err := wait(); err != nil {
+			return err
+		}
+	}
+	if cp.opts.Kueue {
+		if err := cp.startKueue(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Stop stops the components in reverse start order (Kueue first, etcd last) and
+// removes the temporary directory. It is safe to call more than once.
+func (cp *ControlPlane) Stop() error {
+	cp.stopOnce.Do(func() {
+		untrack(cp)
+		for i := len(cp.procs) - 1; i >= 0; i-- {
+			cp.procs[i].stop()
+		}
+		cp.stopErr = os.RemoveAll(cp.Dir)
+	})
+	return cp.stopErr
+}
+
+// BinDir is the folder of the binaries `make tools` built (kubectl among them).
+func (cp *ControlPlane) BinDir() string { return cp.binDir }
+
+// LogDir is where the components write their logs.
+func (cp *ControlPlane) LogDir() string { return cp.logDir }
+
+func (cp *ControlPlane) progress(format string, args ...any) {
+	fmt.Fprintf(cp.opts.Progress, "controlplane: "+format+"\n", args...)
+}
+
+func (cp *ControlPlane) run(name string, args ...string) (*process, error) {
+	p, err := startProcess(name, filepath.Join(cp.binDir, name), args, cp.logDir)
+	if err != nil {
+		return nil, err
+	}
+	cp.procs = append(cp.procs, p)
+	return p, nil
+}
+
+func (cp *ControlPlane) startEtcd(ctx context.Context) (string, error) {
+	begin := time.Now()
+	clientPort, err := freePort()
+	if err != nil {
+		return "", err
+	}
+	peerPort, err := freePort()
+	if err != nil {
+		return "", err
+	}
+	clientURL := "http://127.0.0.1:" + strconv.Itoa(clientPort)
+	peerURL := "http://127.0.0.1:" + strconv.Itoa(peerPort)
+	p, err := cp.run("etcd",
+		"--name=chamber",
+		"--data-dir="+filepath.Join(cp.Dir, "etcd"),
+		"--listen-client-urls="+clientURL,
+		"--advertise-client-urls="+clientURL,
+		"--listen-peer-urls="+peerURL,
+		"--initial-advertise-peer-urls="+peerURL,
+		"--initial-cluster=chamber="+peerURL,
+		// A throwaway test store: durability buys nothing and fsync costs seconds.
+		"--unsafe-no-fsync",
+		"--log-level=warn",
+	)
+	if err != nil {
+		return "", err
+	}
+	client := &http.Client{Timeout: time.Second}
+	err = waitReady(ctx, p, time.Minute, func() error {
+		return httpOK(client, clientURL+"/health", nil)
+	})
+	if err != nil {
+		return "", err
+	}
+	cp.progress("etcd ready in %s", time.Since(begin).Round(10*time.Millisecond))
+	return clientURL, nil
+}
+
+func (cp *ControlPlane) startAPIServer(ctx context.Context, etcdURL string) error {
+	begin := time.Now()
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	serving, err := writeServingCert(filepath.Join(cp.Dir, "apiserver"),
+		"kubernetes", "kubernetes.default", "kubernetes.default.svc")
+	if err != nil {
+		return err
+	}
+	saKey := filepath.Join(cp.Dir, "service-account.key")
+	if err := writeServiceAccountKey(saKey); err != nil {
+		return err
+	}
+	token, err := randomToken()
+	if err != nil {
+		return err
+	}
+	tokenFile := filepath.Join(cp.Dir, "tokens.csv")
+	if err := os.WriteFile(tokenFile, []byte(token+",chamber-admin,chamber-admin,system:masters\n"), 0o600); err != nil {
+		return err
+	}
+	p, err := cp.run("kube-apiserver",
+		"--etcd-servers="+etcdURL,
+		"--bind-address=127.0.0.1",
+		"--advertise-address=127.0.0.1",
+		"--secure-port="+strconv.Itoa(port),
+		"--tls-cert-file="+serving.CertFile,
+		"--tls-private-key-file="+serving.KeyFile,
+		"--cert-dir="+filepath.Join(cp.Dir, "apiserver"),
+		"--token-auth-file="+tokenFile,
+		"--authorization-mode=RBAC",
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file="+saKey,
+		"--service-account-signing-key-file="+saKey,
+		"--service-cluster-ip-range=10.96.0.0/16",
+		"--allow-privileged=true",
+		// Endpoints in 127.0.0.0/8 are rejected, so the kubernetes Service cannot point
+		// at a loopback API server; nothing here needs it.
+		"--endpoint-reconciler-type=none",
+		"--profiling=false",
+	)
+	if err != nil {
+		return err
+	}
+	cp.Config = &rest.Config{
+		Host:            "https://127.0.0.1:" + strconv.Itoa(port),
+		BearerToken:     token,
+		TLSClientConfig: rest.TLSClientConfig{CAData: serving.CertPEM},
+		QPS:             100,
+		Burst:           200,
+	}
+	httpClient, err := rest.HTTPClientFor(cp.Config)
+	if err != nil {
+		return err
+	}
+	httpClient.Timeout = 2 * time.Second
+	err = waitReady(ctx, p, 2*time.Minute, func() error {
+		return httpOK(httpClient, cp.Config.Host+"/readyz", nil)
+	})
+	if err != nil {
+		return err
+	}
+	cp.Kubeconfig = filepath.Join(cp.Dir, "kubeconfig")
+	if err := writeKubeconfig(cp.Kubeconfig, cp.Config); err != nil {
+		return err
+	}
+	cp.progress("kube-apiserver ready in %s at %s", time.Since(begin).Round(10*time.Millisecond), cp.Config.Host)
+	return nil
+}
+
+// controllerManagerControllers are the controllers a GPU batch cluster needs: Jobs and
+// their pods, service accounts and their tokens (pods are rejected without them),
+// namespace and garbage collection, and node lifecycle, which removes the not-ready
+// taint new nodes are born with (without it nothing schedules).
+var controllerManagerControllers = []string{
+	"job-controller", "cronjob-controller", "ttl-after-finished-controller",
+	"deployment-controller", "replicaset-controller", "statefulset-controller", "daemonset-controller",
+	"serviceaccount-controller", "serviceaccount-token-controller",
+	"namespace-controller", "garbage-collector-controller", "pod-garbage-collector-controller",
+	"node-lifecycle-controller",
+}
+
+func (cp *ControlPlane) startControllerManager(ctx context.Context) (func() error, error) {
+	begin := time.Now()
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	p, err := cp.run("kube-controller-manager",
+		"--kubeconfig="+cp.Kubeconfig,
+		"--authentication-kubeconfig="+cp.Kubeconfig,
+		"--authorization-kubeconfig="+cp.Kubeconfig,
+		"--leader-elect=false",
+		"--bind-address=127.0.0.1",
+		"--secure-port="+strconv.Itoa(port),
+		"--controllers="+strings.Join(controllerManagerControllers, ","),
+		"--service-account-private-key-file="+filepath.Join(cp.Dir, "service-account.key"),
+		"--root-ca-file="+filepath.Join(cp.Dir, "apiserver", "tls.crt"),
+		"--use-service-account-credentials=false",
+		"--profiling=false",
+	)
+	if err != nil {
+		return nil, err
+	}
+	return func() error {
+		if err := waitReady(ctx, p, time.Minute, healthz(port)); err != nil {
+			return err
+		}
+		cp.progress("kube-controller-manager ready in %s", time.Since(begin).Round(10*time.Millisecond))
+		return nil
+	}, nil
+}
+
+func (cp *ControlPlane) startScheduler(ctx context.Context) (func() error, error) {
+	begin := time.Now()
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	p, err := cp.run("kube-scheduler",
+		"--kubeconfig="+cp.Kubeconfig,
+		"--authentication-kubeconfig="+cp.Kubeconfig,
+		"--authorization-kubeconfig="+cp.Kubeconfig,
+		"--leader-elect=false",
+		"--bind-address=127.0.0.1",
+		"--secure-port="+strconv.Itoa(port),
+		"--profiling=false",
+	)
+	if err != nil {
+		return nil, err
+	}
+	return func() error {
+		if err := waitReady(ctx, p, time.Minute, healthz(port)); err != nil {
+			return err
+		}
+		cp.progress("kube-scheduler ready in %s", time.Since(begin).Round(10*time.Millisecond))
+		return nil
+	}, nil
+}
+
+func (cp *ControlPlane) startKwok(ctx context.Context) (func() error, error) {
+	begin := time.Now()
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	stages := filepath.Join(cp.binDir, "kwok-stages.yaml")
+	p, err := cp.run("kwok",
+		"--kubeconfig="+cp.Kubeconfig,
+		"--config="+stages,
+		"--manage-all-nodes=false",
+		"--manage-nodes-with-annotation-selector="+KwokNodeAnnotation+"=fake",
+		"--server-address=127.0.0.1:"+strconv.Itoa(port),
+		"--cidr=10.244.0.0/16",
+		"--node-ip=10.0.0.1",
+	)
+	if err != nil {
+		return nil, err
+	}
+	client := &http.Client{Timeout: time.Second}
+	return func() error {
+		// kwok has no readiness endpoint; its server answering means it is up.
+		err := waitReady(ctx, p, time.Minute, func() error {
+			resp, err := client.Get("http://127.0.0.1:" + strconv.Itoa(port) + "/healthz")
+			if err != nil {
+				return err
+			}
+			resp.Body.Close()
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		cp.progress("kwok ready in %s", time.Since(begin).Round(10*time.Millisecond))
+		return nil
+	}, nil
+}
+
+// waitReady polls check every 100ms until it succeeds, the process exits, the
+// timeout passes or ctx ends.
+func waitReady(ctx context.Context, p *process, timeout time.Duration, check func() error) error {
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		err := check()
+		if err == nil {
+			return nil
+		}
+		if p.exited() {
+			return p.failure(errExited)
+		}
+		if time.Now().After(deadline) {
+			return p.failure(fmt.Errorf("not ready after %s: %w", timeout, err))
+		}
+		select {
+		case <-ctx.Done():
+			return p.failure(ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+func httpOK(client *http.Client, url string, _ http.Header) error {
+	resp, err := client.Get(url)
+	if err != nil {
+		return err
+	}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s: %s", url, resp.Status, strings.TrimSpace(string(body)))
+	}
+	return nil
+}
+
+// healthz checks the /healthz of a component serving a self-signed certificate on
+// loopback (kube-controller-manager, kube-scheduler).
+func healthz(port int) func() error {
+	client := &http.Client{
+		Timeout:   time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}, //nolint:gosec // loopback health probe
+	}
+	url := "https://127.0.0.1:" + strconv.Itoa(port) + "/healthz"
+	return func() error { return httpOK(client, url, nil) }
+}
+
+// freePort asks the kernel for a free loopback port.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func writeKubeconfig(path string, cfg *rest.Config) error {
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["chamber"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos["chamber-admin"] = &clientcmdapi.AuthInfo{Token: cfg.BearerToken}
+	kc.Contexts["chamber"] = &clientcmdapi.Context{Cluster: "chamber", AuthInfo: "chamber-admin"}
+	kc.CurrentContext = "chamber"
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		return fmt.Errorf("write kubeconfig: %w", err)
+	}
+	return nil
+}
+
+// findBinDir resolves where `make tools` put the binaries.
+func findBinDir(dir string) (string, error) {
+	if dir == "" {
+		dir = os.Getenv("CHAMBER_BIN_DIR")
+	}
+	if dir != "" {
+		return filepath.Abs(dir)
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for d := wd; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			if _, err := os.Stat(filepath.Join(d, "tools")); err == nil {
+				return filepath.Join(d, "bin"), nil
+			}
+		}
+		if filepath.Dir(d) == d {
+			return "", fmt.Errorf("no Chamber repository above %s: set CHAMBER_BIN_DIR to the folder `make tools` builds", wd)
+		}
+	}
+}
+
+func checkBinaries(binDir string, opts Options) error {
+	need := []string{"etcd", "kube-apiserver"}
+	if opts.ControllerManager {
+		need = append(need, "kube-controller-manager")
+	}
+	if opts.Scheduler {
+		need = append(need, "kube-scheduler")
+	}
+	if opts.Kwok {
+		need = append(need, "kwok", "kwok-stages.yaml")
+	}
+	if opts.Kueue {
+		need = append(need, "kueue", filepath.Join("kueue-manifests", "webhooks.yaml"))
+	}
+	var missing []string
+	for _, name := range need {
+		if _, err := os.Stat(filepath.Join(binDir, name)); err != nil {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("missing in %s: %s: run `make tools`", binDir, strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+// sweepStaleDirs removes the directories of control planes whose process is gone
+// (a test binary killed with SIGKILL cannot clean up after itself; its components
+// die with it through their parent-death signal).
+func sweepStaleDirs() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), dirPrefix+"*"))
+	for _, d := range dirs {
+		data, err := os.ReadFile(filepath.Join(d, "pid"))
+		if err != nil {
+			continue
+		}
+		pid, err := strconv.Atoi(string(data))
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			_ = os.RemoveAll(d)
+		}
+	}
+}
+
+// Control planes still running, stopped on SIGINT or SIGTERM so that Ctrl-C on a test
+// or the demo leaves no process or directory behind.
+var (
+	liveMu     sync.Mutex
+	live       = map[*ControlPlane]struct{}{}
+	signalOnce sync.Once
+)
+
+func track(cp *ControlPlane) {
+	liveMu.Lock()
+	live[cp] = struct{}{}
+	liveMu.Unlock()
+	signalOnce.Do(func() {
+		ch := make(chan os.Signal, 1)
+		signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+		go func() {
+			sig := <-ch
+			fmt.Fprintf(os.Stderr, "controlplane: %s: stopping control planes\n", sig)
+			liveMu.Lock()
+			planes := make([]*ControlPlane, 0, len(live))
+			for cp := range live {
+				planes = append(planes, cp)
+			}
+			liveMu.Unlock()
+			for _, cp := range planes {
+				_ = cp.Stop()
+			}
+			os.Exit(130)
+		}()
+	})
+}
+
+func untrack(cp *ControlPlane) {
+	liveMu.Lock()
+	delete(live, cp)
+	liveMu.Unlock()
+}

@@ -1,0 +1,120 @@
+package controlplane
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"syscall"
+	"time"
+)
+
+// stopTimeout is how long a component gets to exit after SIGTERM before SIGKILL. A
+// kube-apiserver whose etcd is already gone has been seen ignoring SIGTERM.
+const stopTimeout = 10 * time.Second
+
+// process is one running control-plane component.
+type process struct {
+	name    string
+	logPath string
+	cmd     *exec.Cmd
+	done    chan struct{} // closed when the process has exited
+	err     error         // exit error, valid after done is closed
+}
+
+// startProcess runs binary with args, its output in logDir/<name>.log.
+//
+// The child gets its own process group, so a Ctrl-C in the terminal reaches only the
+// test (which then stops components in order), and SIGKILL as its parent-death signal,
+// so no component outlives a test binary that was killed outright. The parent-death
+// signal fires when the thread that forked the child exits, so the goroutine that
+// starts the child keeps its OS thread locked until the child is gone.
+func startProcess(name, binary string, args []string, logDir string) (*process, error) {
+	logPath := filepath.Join(logDir, name+".log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &process{
+		name:    name,
+		logPath: logPath,
+		done:    make(chan struct{}),
+	}
+	p.cmd = exec.Command(binary, args...)
+	p.cmd.Stdout = logFile
+	p.cmd.Stderr = logFile
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		defer logFile.Close()
+		if err := p.cmd.Start(); err != nil {
+			started <- err
+			close(p.done)
+			return
+		}
+		started <- nil
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	if err := <-started; err != nil {
+		return nil, fmt.Errorf("start %s (%s): %w", name, binary, err)
+	}
+	return p, nil
+}
+
+// exited reports whether the process has already stopped.
+func (p *process) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// stop sends SIGTERM, waits up to stopTimeout, then SIGKILLs the whole process group.
+func (p *process) stop() {
+	if p.exited() {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(stopTimeout):
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.done
+	}
+}
+
+// logTail returns the last lines of the process's log, for error messages.
+func (p *process) logTail() string {
+	data, err := os.ReadFile(p.logPath)
+	if err != nil {
+		return ""
+	}
+	const maxLines = 20
+	lines := bytes.Split(bytes.TrimRight(data, "\n"), []byte("\n"))
+	if len(lines) > maxLines {
+		lines = lines[len(lines)-maxLines:]
+	}
+	return string(bytes.Join(lines, []byte("\n")))
+}
+
+// failure describes why a component did not become ready, with its log tail.
+func (p *process) failure(err error) error {
+	state := "still running"
+	if p.exited() {
+		state = fmt.Sprintf("exited: %v", p.err)
+	}
+	return fmt.Errorf("%s did not become ready (%s): %w\n--- %s (last lines) ---\n%s",
+		p.name, state, err, p.logPath, p.logTail())
+}
+
+// errExited is returned by readiness polls when the component died while starting.
+var errExited = errors.New("process exited")
