@@ -8,6 +8,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	configv1alpha1 "k8s.io/component-base/config/v1alpha1"
 	"k8s.io/utils/ptr"
@@ -43,3 +44,7 @@ func leaderElectionOff() *configv1alpha1.LeaderElectionConfiguration {
 var configInternalCertManagementOff = configapi.InternalCertManagement{Enable: ptr.To(false)}
 
 func bufioReader(data []byte) *bufio.Reader { return bufio.NewReader(bytes.NewReader(data)) }
+
+func discoveryFor(cp *ControlPlane) (*discovery.DiscoveryClient, error) {
+	return discovery.NewDiscoveryClientForConfig(cp.Config)
+}
