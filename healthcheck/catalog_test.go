@@ -1,0 +1,137 @@
+package healthcheck
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestXIDCatalog(t *testing.T) {
+	// One row per catalogued XID; TestXIDCatalogIsCovered keeps the two in step.
+	tests := map[uint64]struct {
+		wantSeverity   Health
+		wantAction     Action
+		wantPersistent bool
+	}{
+		13:  {Healthy, ActionIgnore, false},
+		31:  {Healthy, ActionIgnore, false},
+		43:  {Healthy, ActionIgnore, false},
+		45:  {Healthy, ActionIgnore, false},
+		68:  {Healthy, ActionIgnore, false},
+		109: {Healthy, ActionIgnore, false},
+		137: {Healthy, ActionIgnore, false},
+		32:  {Degraded, ActionResetGPU, false},
+		38:  {Unhealthy, ActionRebootNode, true},
+		44:  {Unhealthy, ActionResetGPU, true},
+		54:  {Unhealthy, ActionDrainAndReplace, true},
+		61:  {Unhealthy, ActionResetGPU, true},
+		62:  {Unhealthy, ActionResetGPU, true},
+		69:  {Unhealthy, ActionResetGPU, true},
+		48:  {Unhealthy, ActionResetGPU, true},
+		63:  {Degraded, ActionResetGPU, false},
+		64:  {Unhealthy, ActionRebootNode, true},
+		92:  {Degraded, ActionResetGPU, false},
+		94:  {Degraded, ActionResetGPU, false},
+		95:  {Unhealthy, ActionResetGPU, true},
+		140: {Unhealthy, ActionResetGPU, true},
+		171: {Unhealthy, ActionResetGPU, true},
+		172: {Unhealthy, ActionResetGPU, true},
+		74:  {Unhealthy, ActionResetGPU, true},
+		79:  {Unhealthy, ActionRebootNode, true},
+		121: {Degraded, ActionResetGPU, false},
+		136: {Unhealthy, ActionResetGPU, true},
+		167: {Unhealthy, ActionRebootNode, true},
+		110: {Unhealthy, ActionResetGPU, true},
+		119: {Unhealthy, ActionResetGPU, true},
+		120: {Unhealthy, ActionResetGPU, true},
+		123: {Unhealthy, ActionResetGPU, true},
+		143: {Unhealthy, ActionRebootNode, true},
+		154: {Unhealthy, ActionResetGPU, true},
+		169: {Unhealthy, ActionResetGPU, true},
+	}
+	cfg := DefaultConfig()
+	for code, tc := range tests {
+		t.Run(string(XIDReason(code)), func(t *testing.T) {
+			x := LookupXID(code)
+			if !x.Known {
+				t.Fatalf("XID %d is not in the catalog", code)
+			}
+			got := struct {
+				Severity   Health
+				Action     Action
+				Persistent bool
+			}{x.Severity, x.Action, x.Persistent}
+			want := struct {
+				Severity   Health
+				Action     Action
+				Persistent bool
+			}{tc.wantSeverity, tc.wantAction, tc.wantPersistent}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("LookupXID(%d) (-want +got):\n%s", code, diff)
+			}
+			f, raises := ClassifyXID(code, cfg)
+			if wantRaises := tc.wantSeverity != Healthy; raises != wantRaises {
+				t.Fatalf("ClassifyXID(%d) raises = %v, want %v", code, raises, wantRaises)
+			}
+			if raises && (f.Reason != XIDReason(code) || f.Severity != tc.wantSeverity || f.Persistent != tc.wantPersistent) {
+				t.Errorf("ClassifyXID(%d) = %+v", code, f)
+			}
+		})
+	}
+}
+
+func TestXIDCatalogIsCovered(t *testing.T) {
+	// The application errors of the design never make a GPU unhealthy; the hardware
+	// codes it names always do.
+	for _, code := range []uint64{13, 31, 43, 45} {
+		if _, raises := ClassifyXID(code, DefaultConfig()); raises {
+			t.Errorf("application XID %d raises a fault", code)
+		}
+	}
+	for _, code := range []uint64{48, 64, 74, 79, 95, 119, 120} {
+		if x := LookupXID(code); x.Severity != Unhealthy {
+			t.Errorf("hardware XID %d has severity %s, want Unhealthy", code, x.Severity)
+		}
+	}
+	for _, code := range []uint64{63, 92, 94} {
+		if x := LookupXID(code); x.Severity != Degraded {
+			t.Errorf("XID %d has severity %s, want Degraded", code, x.Severity)
+		}
+	}
+	codes := map[uint64]bool{}
+	for _, x := range XIDCatalog() {
+		if codes[x.Code] {
+			t.Errorf("XID %d is in the catalog twice", x.Code)
+		}
+		codes[x.Code] = true
+		if x.Name == "" {
+			t.Errorf("XID %d has no name", x.Code)
+		}
+	}
+	if len(codes) != 35 {
+		t.Errorf("catalog has %d codes; update TestXIDCatalog with the new ones", len(codes))
+	}
+}
+
+func TestClassifyXIDUnknownAndIgnored(t *testing.T) {
+	tests := map[string]struct {
+		code         uint64
+		ignored      []uint64
+		wantRaises   bool
+		wantSeverity Health
+	}{
+		"unknown code is degraded, not unhealthy": {code: 999, wantRaises: true, wantSeverity: Degraded},
+		"ignored hardware code":                   {code: 74, ignored: []uint64{74}, wantRaises: false},
+		"ignore list does not touch others":       {code: 79, ignored: []uint64{74}, wantRaises: true, wantSeverity: Unhealthy},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.IgnoredXIDs = tc.ignored
+			f, raises := ClassifyXID(tc.code, cfg)
+			if raises != tc.wantRaises || f.Severity != tc.wantSeverity {
+				t.Errorf("ClassifyXID(%d) = %+v, %v; want severity %q, raises %v", tc.code, f, raises, tc.wantSeverity, tc.wantRaises)
+			}
+		})
+	}
+}
