@@ -35,6 +35,11 @@ lint: $(BIN)/staticcheck ## gofmt, go vet and staticcheck.
 	$(GO) vet ./...
 	$(BIN)/staticcheck ./...
 
+.PHONY: generate
+generate: $(BIN)/controller-gen ## Deepcopy code and CRDs (charts/chamber/crds) from api/.
+	$(BIN)/controller-gen object paths=./api/...
+	$(BIN)/controller-gen crd paths=./api/... output:crd:dir=charts/chamber/crds
+
 .PHONY: demo
 demo: tools ## A local control plane with simulated GPU nodes and Kueue.
 	$(GO) run ./cmd/chamber demo
