@@ -79,7 +79,9 @@ $(BIN)/helm: tools/helm/go.mod tools/helm/go.sum
 
 $(BIN)/prometheus $(BIN)/promtool &: tools/prometheus/go.mod tools/prometheus/go.sum
 	@echo "tools: building prometheus and promtool"
-	@cd tools/prometheus && $(GO) build -trimpath -o $(BIN)/ \
+	@# remove_all_sd drops the cloud service-discovery plugins (and their SDKs, most of
+	@# the build); Chamber's local Prometheus scrapes static loopback targets.
+	@cd tools/prometheus && $(GO) build -trimpath -tags remove_all_sd -o $(BIN)/ \
 		github.com/prometheus/prometheus/cmd/prometheus github.com/prometheus/prometheus/cmd/promtool
 	@touch $(BIN)/prometheus $(BIN)/promtool
 
