@@ -164,7 +164,3 @@ type GPUNodeList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []GPUNode `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&GPUNode{}, &GPUNodeList{})
-}
