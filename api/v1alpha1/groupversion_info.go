@@ -24,6 +24,8 @@ var (
 func addKnownTypes(s *runtime.Scheme) error {
 	s.AddKnownTypes(GroupVersion,
 		&GPUNode{}, &GPUNodeList{},
+		&GPUPool{}, &GPUPoolList{},
+		&Team{}, &TeamList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil

@@ -1,0 +1,129 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// DefaultProductLabel is the node label GPU feature discovery sets to the GPU model.
+const DefaultProductLabel = "nvidia.com/gpu.product"
+
+// GPUPool conditions.
+const (
+	// ConditionReady is True when the pool's Kueue objects are in place.
+	ConditionReady = "Ready"
+)
+
+// PriceKind says where a GPU-hour price comes from.
+// +kubebuilder:validation:Enum=OnDemand;Reserved;Amortized
+type PriceKind string
+
+// Price kinds.
+const (
+	PriceOnDemand  PriceKind = "OnDemand"
+	PriceReserved  PriceKind = "Reserved"
+	PriceAmortized PriceKind = "Amortized"
+)
+
+// GPUPoolSpec says which nodes form the pool and what their GPUs cost.
+// +kubebuilder:validation:XValidation:rule="!has(self.parent) || self.parent != ''",message="parent must name a GPUPool or be omitted"
+type GPUPoolSpec struct {
+	// NodeLabels select the pool's nodes: a node belongs to the pool when it has all of
+	// them. They also go into each of the pool's ResourceFlavors, so Kueue places the
+	// pool's workloads on the pool's nodes. Empty: every GPU node.
+	// +optional
+	NodeLabels map[string]string `json:"nodeLabels,omitempty"`
+	// ProductLabel is the node label holding the GPU model. Default
+	// nvidia.com/gpu.product (GPU feature discovery).
+	// +kubebuilder:default="nvidia.com/gpu.product"
+	// +optional
+	ProductLabel string `json:"productLabel,omitempty"`
+	// Parent names a parent GPUPool: the pool's Cohort gets the parent's Cohort as its
+	// parent, so unused capacity flows up the hierarchy.
+	// +optional
+	Parent string `json:"parent,omitempty"`
+	// Prices per GPU-hour of each model, for cost reporting and budgets.
+	// +listType=map
+	// +listMapKey=model
+	// +kubebuilder:validation:MaxItems=64
+	// +optional
+	Prices []GPUPrice `json:"prices,omitempty"`
+}
+
+// GPUPrice is the price of one GPU-hour of a model.
+type GPUPrice struct {
+	// Model is the GPU model as the product label shows it, e.g. NVIDIA-H100-80GB-HBM3.
+	// +kubebuilder:validation:MinLength=1
+	Model string `json:"model"`
+	// PerGPUHour is the price of one GPU for one hour, in the pool's currency, as a
+	// decimal string such as "2.49".
+	// +kubebuilder:validation:Pattern=`^[0-9]+(\.[0-9]+)?$`
+	PerGPUHour string `json:"perGPUHour"`
+	// Kind says whether it is an on-demand, reserved or amortized on-prem price.
+	// +kubebuilder:default=OnDemand
+	// +optional
+	Kind PriceKind `json:"kind,omitempty"`
+}
+
+// GPUPoolStatus is what the pool holds now.
+type GPUPoolStatus struct {
+	// Cohort is the Kueue Cohort of the pool.
+	// +optional
+	Cohort string `json:"cohort,omitempty"`
+	// Models are the GPU models found on the pool's nodes.
+	// +listType=map
+	// +listMapKey=model
+	// +optional
+	Models []PoolModel `json:"models,omitempty"`
+	// Teams are the Teams in the pool.
+	// +listType=set
+	// +optional
+	Teams []string `json:"teams,omitempty"`
+	// Conditions: Ready.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// PoolModel counts one GPU model in a pool.
+type PoolModel struct {
+	// Model as the product label shows it.
+	Model string `json:"model"`
+	// Flavor is the Kueue ResourceFlavor made for the model.
+	Flavor string `json:"flavor"`
+	// Nodes with this model.
+	Nodes int32 `json:"nodes"`
+	// Total is the GPUs the nodes have (capacity).
+	Total int64 `json:"total"`
+	// Allocatable is the GPUs the nodes offer to pods (schedulable nodes only).
+	Allocatable int64 `json:"allocatable"`
+	// Healthy is the allocatable GPUs that the node agent reports healthy, or all of
+	// them on nodes without an agent report.
+	Healthy int64 `json:"healthy"`
+}
+
+// GPUPool is a set of GPU nodes that teams share: one Kueue Cohort, and one
+// ResourceFlavor per GPU model found on its nodes.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=gpool
+// +kubebuilder:printcolumn:name="Cohort",type=string,JSONPath=`.status.cohort`
+// +kubebuilder:printcolumn:name="Models",type=string,JSONPath=`.status.models[*].model`
+// +kubebuilder:printcolumn:name="Teams",type=string,JSONPath=`.status.teams`,priority=1
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type GPUPool struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   GPUPoolSpec   `json:"spec,omitempty"`
+	Status GPUPoolStatus `json:"status,omitempty"`
+}
+
+// GPUPoolList is a list of GPUPools.
+// +kubebuilder:object:root=true
+type GPUPoolList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []GPUPool `json:"items"`
+}

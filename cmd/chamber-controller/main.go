@@ -1,0 +1,79 @@
+// Command chamber-controller runs Chamber's controllers: GPU pools and teams compiled
+// into Kueue objects, budgets, and (in later changes) inventory, admission, isolation.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+
+	chamber "chamber.dev/chamber/api/v1alpha1"
+	"chamber.dev/chamber/controllers"
+	chamberkueue "chamber.dev/chamber/integrations/kueue"
+)
+
+func main() {
+	var (
+		metricsAddr        = flag.String("metrics-bind-address", ":8080", "address of the Prometheus metrics endpoint; 0 turns it off")
+		probeAddr          = flag.String("health-probe-bind-address", ":8081", "address of /healthz and /readyz")
+		leaderElect        = flag.Bool("leader-elect", false, "elect a leader, for more than one replica")
+		priorityTiers      = flag.String("priority-tiers", "production=1000,standard=500,preemptible=100", "Kueue WorkloadPriorityClasses to create, name=value,...")
+		accountingInterval = flag.Duration("accounting-interval", controllers.DefaultConfig().AccountingInterval, "how often team spend is added up when nothing changes")
+	)
+	opts := zap.Options{}
+	opts.BindFlags(flag.CommandLine)
+	flag.Parse()
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
+	log := ctrl.Log.WithName("setup")
+
+	cfg := controllers.DefaultConfig()
+	tiers, err := chamberkueue.ParsePriorityTiers(*priorityTiers)
+	if err != nil {
+		fail("--priority-tiers: %v", err)
+	}
+	cfg.PriorityTiers = tiers
+	if *accountingInterval < time.Second {
+		fail("--accounting-interval must be at least 1s, got %s", *accountingInterval)
+	}
+	cfg.AccountingInterval = *accountingInterval
+
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(kueue.AddToScheme(scheme))
+	utilruntime.Must(chamber.AddToScheme(scheme))
+
+	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: *metricsAddr},
+		HealthProbeBindAddress: *probeAddr,
+		LeaderElection:         *leaderElect,
+		LeaderElectionID:       "chamber-controller.chamber.dev",
+	})
+	if err != nil {
+		fail("create manager: %v", err)
+	}
+	if name, err := controllers.Setup(mgr, cfg); err != nil {
+		fail("set up controller %s: %v", name, err)
+	}
+	utilruntime.Must(mgr.AddHealthzCheck("healthz", healthz.Ping))
+	utilruntime.Must(mgr.AddReadyzCheck("readyz", healthz.Ping))
+	log.Info("starting", "priorityTiers", *priorityTiers, "accountingInterval", cfg.AccountingInterval)
+	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+		fail("run manager: %v", err)
+	}
+}
+
+func fail(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "chamber-controller: "+format+"\n", args...)
+	os.Exit(1)
+}

@@ -1,0 +1,82 @@
+// Package controllers wires Chamber's controllers, one package each (pool, team, and
+// later inventory, admission, isolation, idlereclaim): Setup is the one list of what runs.
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"chamber.dev/chamber/controllers/pool"
+	"chamber.dev/chamber/controllers/team"
+	chamberkueue "chamber.dev/chamber/integrations/kueue"
+)
+
+// Config configures the controllers.
+type Config struct {
+	// PriorityTiers become Kueue WorkloadPriorityClasses.
+	PriorityTiers []chamberkueue.PriorityTier
+	// AccountingInterval is how often team spend is added up.
+	AccountingInterval time.Duration
+	// Clock is the time source; the real clock when nil.
+	Clock clock.Clock
+}
+
+// DefaultConfig is the controllers' configuration unless flags say otherwise.
+func DefaultConfig() Config {
+	return Config{PriorityTiers: chamberkueue.DefaultPriorityTiers, AccountingInterval: team.DefaultAccountingInterval}
+}
+
+// Setup registers every controller with the manager: this list is what runs. It
+// returns the name of the one that failed.
+func Setup(mgr ctrl.Manager, cfg Config) (string, error) {
+	if err := pool.Register(mgr); err != nil {
+		return "pool", err
+	}
+	if err := team.Register(mgr, team.Options{AccountingInterval: cfg.AccountingInterval, Clock: cfg.Clock}); err != nil {
+		return "team", err
+	}
+	if err := mgr.Add(priorityTiers{client: mgr.GetClient(), tiers: cfg.PriorityTiers}); err != nil {
+		return "priority-tiers", err
+	}
+	return "", nil
+}
+
+// priorityTiers creates the WorkloadPriorityClasses of the tiers at start-up, and
+// updates the value of the ones Chamber created.
+type priorityTiers struct {
+	client client.Client
+	tiers  []chamberkueue.PriorityTier
+}
+
+var _ manager.LeaderElectionRunnable = priorityTiers{}
+
+func (p priorityTiers) NeedLeaderElection() bool { return true }
+
+func (p priorityTiers) Start(ctx context.Context) error {
+	for _, t := range p.tiers {
+		want := chamberkueue.WorkloadPriorityClass(t)
+		have := want.DeepCopy()
+		err := p.client.Get(ctx, client.ObjectKeyFromObject(want), have)
+		switch {
+		case apierrors.IsNotFound(err):
+			if err := p.client.Create(ctx, want); err != nil && !apierrors.IsAlreadyExists(err) {
+				return fmt.Errorf("create priority tier %s: %w", t.Name, err)
+			}
+		case err != nil:
+			return fmt.Errorf("get priority tier %s: %w", t.Name, err)
+		case chamberkueue.Owned(have) && have.Value != want.Value:
+			have.Value = want.Value
+			if err := p.client.Update(ctx, have); err != nil {
+				return fmt.Errorf("update priority tier %s: %w", t.Name, err)
+			}
+		}
+	}
+	return nil
+}

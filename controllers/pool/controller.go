@@ -1,0 +1,231 @@
+// Package pool runs the GPUPool controller: it finds the GPU models on the pool's
+// nodes, makes one Kueue ResourceFlavor per model and one Cohort per pool, and
+// reports the pool's GPUs per model.
+package pool
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/labels"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+
+	chamber "chamber.dev/chamber/api/v1alpha1"
+	chamberkueue "chamber.dev/chamber/integrations/kueue"
+)
+
+// Controller reconciles GPUPools.
+type Controller struct {
+	client client.Client
+}
+
+// Register adds the controller to the manager.
+func Register(mgr ctrl.Manager) error {
+	c := &Controller{client: mgr.GetClient()}
+	allPools := handler.EnqueueRequestsFromMapFunc(c.allPools)
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("pool").
+		For(&chamber.GPUPool{}).
+		Owns(&kueue.ResourceFlavor{}).
+		Owns(&kueue.Cohort{}).
+		// Any node or agent report can change any pool's models and counts.
+		Watches(&corev1.Node{}, allPools).
+		Watches(&chamber.GPUNode{}, allPools).
+		Watches(&chamber.Team{}, handler.EnqueueRequestsFromMapFunc(teamPool)).
+		Complete(reconcile.AsReconciler(mgr.GetClient(), c))
+}
+
+func (c *Controller) allPools(ctx context.Context, _ client.Object) []reconcile.Request {
+	var pools chamber.GPUPoolList
+	if err := c.client.List(ctx, &pools); err != nil {
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(pools.Items))
+	for _, p := range pools.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKey{Name: p.Name}})
+	}
+	return reqs
+}
+
+func teamPool(_ context.Context, obj client.Object) []reconcile.Request {
+	return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: obj.(*chamber.Team).Spec.Pool}}}
+}
+
+// Reconcile brings the pool's Cohort and flavors in line with its nodes.
+func (c *Controller) Reconcile(ctx context.Context, pool *chamber.GPUPool) (reconcile.Result, error) {
+	var nodes corev1.NodeList
+	if err := c.client.List(ctx, &nodes, client.MatchingLabels(pool.Spec.NodeLabels)); err != nil {
+		return reconcile.Result{}, fmt.Errorf("list nodes of pool %s: %w", pool.Name, err)
+	}
+	var agents chamber.GPUNodeList
+	if err := c.client.List(ctx, &agents); err != nil {
+		return reconcile.Result{}, fmt.Errorf("list GPUNodes: %w", err)
+	}
+	unhealthy := map[string]int64{}
+	for _, gn := range agents.Items {
+		for _, g := range gn.Status.GPUs {
+			if g.Health == chamber.GPUUnhealthy {
+				unhealthy[gn.Name]++
+			}
+		}
+	}
+	models := CountModels(pool, nodes.Items, unhealthy)
+
+	var problems []string
+	if err := c.apply(ctx, pool, chamberkueue.Cohort(pool)); err != nil {
+		problems = append(problems, err.Error())
+	}
+	for _, m := range models {
+		if err := c.apply(ctx, pool, chamberkueue.ResourceFlavor(pool, m.Model)); err != nil {
+			problems = append(problems, err.Error())
+		}
+	}
+
+	var teams chamber.TeamList
+	if err := c.client.List(ctx, &teams); err != nil {
+		return reconcile.Result{}, fmt.Errorf("list teams: %w", err)
+	}
+	var teamNames []string
+	for _, t := range teams.Items {
+		if t.Spec.Pool == pool.Name {
+			teamNames = append(teamNames, t.Name)
+		}
+	}
+	sort.Strings(teamNames)
+
+	before := pool.Status.DeepCopy()
+	pool.Status.Cohort = pool.Name
+	pool.Status.Models = models
+	pool.Status.Teams = teamNames
+	cond := metav1.Condition{Type: chamber.ConditionReady, Status: metav1.ConditionTrue, Reason: "Reconciled",
+		Message: fmt.Sprintf("%d GPU models on the pool's nodes", len(models)), ObservedGeneration: pool.Generation}
+	if len(problems) > 0 {
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, "KueueObjectsNotApplied", strings.Join(problems, "; ")
+	}
+	apimeta.SetStatusCondition(&pool.Status.Conditions, cond)
+	if !equalStatus(before, &pool.Status) {
+		if err := c.client.Status().Update(ctx, pool); err != nil {
+			return reconcile.Result{}, fmt.Errorf("update status of pool %s: %w", pool.Name, err)
+		}
+	}
+	return reconcile.Result{}, nil
+}
+
+// apply creates obj or updates its spec, only where Chamber owns it.
+func (c *Controller) apply(ctx context.Context, pool *chamber.GPUPool, obj client.Object) error {
+	existing := obj.DeepCopyObject().(client.Object)
+	err := c.client.Get(ctx, client.ObjectKeyFromObject(obj), existing)
+	if apierrors.IsNotFound(err) {
+		if err := controllerutil.SetControllerReference(pool, obj, c.client.Scheme()); err != nil {
+			return err
+		}
+		if err := c.client.Create(ctx, obj); err != nil {
+			return fmt.Errorf("create %T %s: %w", obj, obj.GetName(), err)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("get %T %s: %w", obj, obj.GetName(), err)
+	}
+	if !chamberkueue.Owned(existing) {
+		return fmt.Errorf("%T %s exists and is not managed by Chamber: rename it or delete it", obj, obj.GetName())
+	}
+	changed := false
+	switch want := obj.(type) {
+	case *kueue.ResourceFlavor:
+		have := existing.(*kueue.ResourceFlavor)
+		if !mapsEqual(have.Spec.NodeLabels, want.Spec.NodeLabels) {
+			have.Spec.NodeLabels, changed = want.Spec.NodeLabels, true
+		}
+	case *kueue.Cohort:
+		have := existing.(*kueue.Cohort)
+		if have.Spec.ParentName != want.Spec.ParentName {
+			have.Spec.ParentName, changed = want.Spec.ParentName, true
+		}
+	}
+	if changed {
+		if err := c.client.Update(ctx, existing); err != nil {
+			return fmt.Errorf("update %T %s: %w", obj, obj.GetName(), err)
+		}
+	}
+	return nil
+}
+
+// CountModels groups the pool's GPU nodes by model. unhealthy counts the GPUs the
+// node agent reports Unhealthy, by node.
+func CountModels(pool *chamber.GPUPool, nodes []corev1.Node, unhealthy map[string]int64) []chamber.PoolModel {
+	productLabel := pool.Spec.ProductLabel
+	if productLabel == "" {
+		productLabel = chamber.DefaultProductLabel
+	}
+	selector := labels.SelectorFromSet(pool.Spec.NodeLabels)
+	byModel := map[string]*chamber.PoolModel{}
+	for _, n := range nodes {
+		model := n.Labels[productLabel]
+		capacity := n.Status.Capacity[chamberkueue.ResourceGPU]
+		if model == "" || capacity.Value() == 0 || !selector.Matches(labels.Set(n.Labels)) {
+			continue
+		}
+		m := byModel[model]
+		if m == nil {
+			m = &chamber.PoolModel{Model: model, Flavor: chamberkueue.FlavorName(pool.Name, model)}
+			byModel[model] = m
+		}
+		m.Nodes++
+		m.Total += capacity.Value()
+		if schedulable(&n) {
+			alloc := n.Status.Allocatable[chamberkueue.ResourceGPU]
+			m.Allocatable += alloc.Value()
+			m.Healthy += max(0, alloc.Value()-unhealthy[n.Name])
+		}
+	}
+	out := make([]chamber.PoolModel, 0, len(byModel))
+	for _, m := range byModel {
+		out = append(out, *m)
+	}
+	slices.SortFunc(out, func(a, b chamber.PoolModel) int { return strings.Compare(a.Model, b.Model) })
+	return out
+}
+
+// schedulable: cordoned nodes and nodes with a NoSchedule or NoExecute taint offer
+// no GPUs to new work.
+func schedulable(n *corev1.Node) bool {
+	if n.Spec.Unschedulable {
+		return false
+	}
+	for _, t := range n.Spec.Taints {
+		if t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute {
+			return false
+		}
+	}
+	return true
+}
+
+func mapsEqual(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if bv, ok := b[k]; !ok || bv != v {
+			return false
+		}
+	}
+	return true
+}
+
+func equalStatus(a, b *chamber.GPUPoolStatus) bool {
+	return equality.Semantic.DeepEqual(a, b)
+}

@@ -1,0 +1,405 @@
+// Package team runs the Team controller: a Team becomes a Kueue ClusterQueue in its
+// pool's Cohort and a LocalQueue in each of its namespaces; the controller accounts
+// the team's spend and enforces its budget.
+package team
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+
+	chamber "chamber.dev/chamber/api/v1alpha1"
+	chamberkueue "chamber.dev/chamber/integrations/kueue"
+)
+
+// Options configure the Team controller.
+type Options struct {
+	// AccountingInterval is how often spend is added up when nothing else happens.
+	AccountingInterval time.Duration
+	// AdmissionChecks are attached to every ClusterQueue Chamber creates.
+	AdmissionChecks []string
+	// Clock is the time source (a fake one in tests).
+	Clock clock.Clock
+}
+
+// DefaultAccountingInterval is the default of Options.AccountingInterval.
+const DefaultAccountingInterval = 30 * time.Second
+
+// Controller reconciles Teams.
+type Controller struct {
+	client   client.Client
+	recorder events.EventRecorder
+	opts     Options
+}
+
+// Register adds the controller to the manager.
+func Register(mgr ctrl.Manager, opts Options) error {
+	if opts.AccountingInterval <= 0 {
+		opts.AccountingInterval = DefaultAccountingInterval
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	c := &Controller{client: mgr.GetClient(), recorder: mgr.GetEventRecorder("chamber-team"), opts: opts}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("team").
+		For(&chamber.Team{}).
+		Owns(&kueue.ClusterQueue{}).
+		Owns(&kueue.LocalQueue{}).
+		Watches(&chamber.GPUPool{}, handler.EnqueueRequestsFromMapFunc(c.teamsOfPool)).
+		// A Team's ClusterQueue status (usage) drives its spend, adopted ones too.
+		Watches(&kueue.ClusterQueue{}, handler.EnqueueRequestsFromMapFunc(c.teamsOfClusterQueue)).
+		Complete(reconcile.AsReconciler(mgr.GetClient(), c))
+}
+
+func (c *Controller) teamsOfPool(ctx context.Context, obj client.Object) []reconcile.Request {
+	var teams chamber.TeamList
+	if err := c.client.List(ctx, &teams); err != nil {
+		return nil
+	}
+	var reqs []reconcile.Request
+	for _, t := range teams.Items {
+		if t.Spec.Pool == obj.GetName() {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKey{Name: t.Name}})
+		}
+	}
+	return reqs
+}
+
+func (c *Controller) teamsOfClusterQueue(ctx context.Context, obj client.Object) []reconcile.Request {
+	var teams chamber.TeamList
+	if err := c.client.List(ctx, &teams); err != nil {
+		return nil
+	}
+	var reqs []reconcile.Request
+	for _, t := range teams.Items {
+		if clusterQueueName(&t) == obj.GetName() {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKey{Name: t.Name}})
+		}
+	}
+	return reqs
+}
+
+func clusterQueueName(t *chamber.Team) string {
+	if t.Spec.ClusterQueue != "" {
+		return t.Spec.ClusterQueue
+	}
+	return t.Name
+}
+
+// Reconcile compiles the team into Kueue objects and updates its status and spend.
+func (c *Controller) Reconcile(ctx context.Context, team *chamber.Team) (reconcile.Result, error) {
+	before := team.Status.DeepCopy()
+	now := c.opts.Clock.Now()
+	requeue := reconcile.Result{RequeueAfter: c.opts.AccountingInterval}
+
+	ready := metav1.Condition{Type: chamber.ConditionReady, Status: metav1.ConditionTrue, Reason: "Reconciled", ObservedGeneration: team.Generation}
+	var pool chamber.GPUPool
+	poolErr := c.client.Get(ctx, client.ObjectKey{Name: team.Spec.Pool}, &pool)
+	switch {
+	case apierrors.IsNotFound(poolErr):
+		ready.Status, ready.Reason = metav1.ConditionFalse, chamber.ReasonPoolNotFound
+		ready.Message = fmt.Sprintf("GPUPool %q does not exist: create it or fix spec.pool", team.Spec.Pool)
+	case poolErr != nil:
+		return reconcile.Result{}, fmt.Errorf("get pool %s: %w", team.Spec.Pool, poolErr)
+	}
+
+	// Spend is accounted with the usage that held since the last accounting.
+	var prices map[string]float64
+	if poolErr == nil {
+		prices = pricesByFlavor(&pool)
+	}
+	account(team, prices, now)
+	exceeded, warning := budgetState(team)
+
+	var cq *kueue.ClusterQueue
+	if poolErr == nil {
+		var err error
+		cq, err = c.reconcileQueues(ctx, team, &pool, exceeded, &ready)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	team.Status.ClusterQueue = ""
+	if cq != nil {
+		team.Status.ClusterQueue = cq.Name
+		team.Status.Models = usage(cq, &pool, team)
+		team.Status.AdmittedWorkloads = cq.Status.AdmittedWorkloads
+		team.Status.PendingWorkloads = cq.Status.PendingWorkloads
+	}
+
+	apimeta.SetStatusCondition(&team.Status.Conditions, ready)
+	c.setBudgetConditions(team, exceeded, warning)
+	recordBudget(team)
+	if !equality.Semantic.DeepEqual(before, &team.Status) {
+		if err := c.client.Status().Update(ctx, team); err != nil {
+			return reconcile.Result{}, fmt.Errorf("update status of team %s: %w", team.Name, err)
+		}
+	}
+	return requeue, nil
+}
+
+// reconcileQueues makes or adopts the ClusterQueue and the LocalQueues. Problems the
+// user must fix go into the Ready condition; only API errors are returned.
+func (c *Controller) reconcileQueues(ctx context.Context, team *chamber.Team, pool *chamber.GPUPool, exceeded bool, ready *metav1.Condition) (*kueue.ClusterQueue, error) {
+	if team.Spec.ClusterQueue != "" {
+		var cq kueue.ClusterQueue
+		err := c.client.Get(ctx, client.ObjectKey{Name: team.Spec.ClusterQueue}, &cq)
+		if apierrors.IsNotFound(err) {
+			ready.Status, ready.Reason = metav1.ConditionFalse, chamber.ReasonAdoptedNotFound
+			ready.Message = fmt.Sprintf("ClusterQueue %q named in spec.clusterQueue does not exist", team.Spec.ClusterQueue)
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("get adopted ClusterQueue %s: %w", team.Spec.ClusterQueue, err)
+		}
+		ready.Message = fmt.Sprintf("adopted ClusterQueue %s (not modified by Chamber)", cq.Name)
+		return &cq, nil
+	}
+
+	models := make([]string, 0, len(pool.Status.Models))
+	for _, m := range pool.Status.Models {
+		models = append(models, m.Model)
+	}
+	hold := exceeded && team.Spec.Budget != nil && team.Spec.Budget.OnExceeded == chamber.BudgetHold
+	want, err := chamberkueue.ClusterQueue(team, pool, models, chamberkueue.ClusterQueueOptions{
+		StopBorrowing: exceeded, Hold: hold, AdmissionChecks: c.opts.AdmissionChecks,
+	})
+	if err != nil {
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, chamber.ReasonUnknownModel, err.Error()
+		return nil, nil
+	}
+
+	conflicts, err := c.namespaceConflicts(ctx, team)
+	if err != nil {
+		return nil, err
+	}
+	var namespaces []string
+	for _, ns := range team.Spec.Namespaces {
+		if _, taken := conflicts[ns]; !taken {
+			namespaces = append(namespaces, ns)
+		}
+	}
+	want.Spec.NamespaceSelector.MatchExpressions[0].Values = namespaces
+
+	cq, err := c.applyClusterQueue(ctx, team, want)
+	if err != nil {
+		return nil, err
+	}
+	if cq == nil {
+		ready.Status, ready.Reason = metav1.ConditionFalse, chamber.ReasonClusterQueueTaken
+		ready.Message = fmt.Sprintf("ClusterQueue %q exists and is not managed by Chamber: name it in spec.clusterQueue to adopt it, or rename the team", want.Name)
+		return nil, nil
+	}
+	missing, err := c.applyLocalQueues(ctx, team, namespaces)
+	if err != nil {
+		return nil, err
+	}
+
+	var msgs []string
+	if len(conflicts) > 0 {
+		var parts []string
+		for _, ns := range slices.Sorted(mapsKeys(conflicts)) {
+			parts = append(parts, fmt.Sprintf("namespace %s belongs to team %s", ns, conflicts[ns]))
+		}
+		ready.Status, ready.Reason = metav1.ConditionFalse, chamber.ReasonNamespaceConflict
+		msgs = append(msgs, strings.Join(parts, "; ")+": remove it from this team")
+	}
+	if len(missing) > 0 {
+		msgs = append(msgs, "namespaces not found (no LocalQueue yet): "+strings.Join(missing, ", "))
+	}
+	if len(msgs) == 0 {
+		msgs = append(msgs, fmt.Sprintf("ClusterQueue %s in cohort %s", cq.Name, pool.Name))
+	}
+	ready.Message = strings.Join(msgs, "; ")
+	return cq, nil
+}
+
+// namespaceConflicts maps each of the team's namespaces that an older team claims
+// to that team. The older claim wins, so adding a team never breaks another.
+func (c *Controller) namespaceConflicts(ctx context.Context, team *chamber.Team) (map[string]string, error) {
+	var teams chamber.TeamList
+	if err := c.client.List(ctx, &teams); err != nil {
+		return nil, fmt.Errorf("list teams: %w", err)
+	}
+	conflicts := map[string]string{}
+	for _, other := range teams.Items {
+		if other.Name == team.Name || !olderThan(&other, team) {
+			continue
+		}
+		for _, ns := range other.Spec.Namespaces {
+			if slices.Contains(team.Spec.Namespaces, ns) {
+				conflicts[ns] = other.Name
+			}
+		}
+	}
+	return conflicts, nil
+}
+
+func olderThan(a, b *chamber.Team) bool {
+	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+		return a.CreationTimestamp.Before(&b.CreationTimestamp)
+	}
+	return a.Name < b.Name
+}
+
+// applyClusterQueue creates the queue or updates its spec. It returns nil when a
+// queue of that name exists that Chamber does not own: Chamber never takes it over.
+func (c *Controller) applyClusterQueue(ctx context.Context, team *chamber.Team, want *kueue.ClusterQueue) (*kueue.ClusterQueue, error) {
+	var have kueue.ClusterQueue
+	err := c.client.Get(ctx, client.ObjectKeyFromObject(want), &have)
+	if apierrors.IsNotFound(err) {
+		if err := controllerutil.SetControllerReference(team, want, c.client.Scheme()); err != nil {
+			return nil, err
+		}
+		if err := c.client.Create(ctx, want); err != nil {
+			return nil, fmt.Errorf("create ClusterQueue %s: %w", want.Name, err)
+		}
+		return want, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get ClusterQueue %s: %w", want.Name, err)
+	}
+	if !chamberkueue.Owned(&have) {
+		return nil, nil
+	}
+	// Kueue defaults some fields; compare only what Chamber sets.
+	if specDiffers(&have.Spec, &want.Spec) {
+		have.Spec.CohortName = want.Spec.CohortName
+		have.Spec.NamespaceSelector = want.Spec.NamespaceSelector
+		have.Spec.ResourceGroups = want.Spec.ResourceGroups
+		have.Spec.Preemption = want.Spec.Preemption
+		have.Spec.FairSharing = want.Spec.FairSharing
+		have.Spec.StopPolicy = want.Spec.StopPolicy
+		have.Spec.AdmissionChecksStrategy = want.Spec.AdmissionChecksStrategy
+		if err := c.client.Update(ctx, &have); err != nil {
+			return nil, fmt.Errorf("update ClusterQueue %s: %w", want.Name, err)
+		}
+	}
+	return &have, nil
+}
+
+func specDiffers(have, want *kueue.ClusterQueueSpec) bool {
+	stop := func(p *kueue.StopPolicy) kueue.StopPolicy {
+		if p == nil {
+			return kueue.None
+		}
+		return *p
+	}
+	return have.CohortName != want.CohortName ||
+		!equality.Semantic.DeepEqual(have.NamespaceSelector, want.NamespaceSelector) ||
+		!equality.Semantic.DeepEqual(have.ResourceGroups, want.ResourceGroups) ||
+		!equality.Semantic.DeepEqual(have.Preemption, want.Preemption) ||
+		!equality.Semantic.DeepEqual(have.FairSharing, want.FairSharing) ||
+		!equality.Semantic.DeepEqual(have.AdmissionChecksStrategy, want.AdmissionChecksStrategy) ||
+		stop(have.StopPolicy) != stop(want.StopPolicy)
+}
+
+// applyLocalQueues makes a LocalQueue in each namespace that exists and deletes the
+// team's LocalQueues in namespaces it no longer lists. It returns the namespaces that
+// do not exist yet.
+func (c *Controller) applyLocalQueues(ctx context.Context, team *chamber.Team, namespaces []string) ([]string, error) {
+	var missing []string
+	for _, ns := range namespaces {
+		var namespace corev1.Namespace
+		if err := c.client.Get(ctx, client.ObjectKey{Name: ns}, &namespace); apierrors.IsNotFound(err) {
+			missing = append(missing, ns)
+			continue
+		} else if err != nil {
+			return nil, fmt.Errorf("get namespace %s: %w", ns, err)
+		}
+		lq := chamberkueue.LocalQueue(team, ns)
+		var have kueue.LocalQueue
+		err := c.client.Get(ctx, client.ObjectKeyFromObject(lq), &have)
+		switch {
+		case apierrors.IsNotFound(err):
+			if err := controllerutil.SetControllerReference(team, lq, c.client.Scheme()); err != nil {
+				return nil, err
+			}
+			if err := c.client.Create(ctx, lq); err != nil {
+				return nil, fmt.Errorf("create LocalQueue %s/%s: %w", ns, lq.Name, err)
+			}
+		case err != nil:
+			return nil, fmt.Errorf("get LocalQueue %s/%s: %w", ns, lq.Name, err)
+		}
+		// An existing queue of that name that Chamber does not own is left alone.
+	}
+	var owned kueue.LocalQueueList
+	if err := c.client.List(ctx, &owned, client.MatchingLabels{chamberkueue.LabelManagedBy: chamberkueue.ManagedBy, chamberkueue.LabelTeam: team.Name}); err != nil {
+		return nil, fmt.Errorf("list LocalQueues of team %s: %w", team.Name, err)
+	}
+	for i := range owned.Items {
+		lq := &owned.Items[i]
+		if !slices.Contains(namespaces, lq.Namespace) || lq.Name != chamberkueue.LocalQueue(team, lq.Namespace).Name {
+			if err := c.client.Delete(ctx, lq); client.IgnoreNotFound(err) != nil {
+				return nil, fmt.Errorf("delete LocalQueue %s/%s: %w", lq.Namespace, lq.Name, err)
+			}
+		}
+	}
+	return missing, nil
+}
+
+// usage reports quota and use per model from the ClusterQueue's status.
+func usage(cq *kueue.ClusterQueue, pool *chamber.GPUPool, team *chamber.Team) []chamber.TeamModelUsage {
+	quota := map[string]int64{}
+	for _, q := range team.Spec.Quotas {
+		quota[q.Model] = int64(q.GPUs)
+	}
+	byFlavor := map[string]string{}
+	for _, m := range pool.Status.Models {
+		byFlavor[m.Flavor] = m.Model
+	}
+	var out []chamber.TeamModelUsage
+	for _, fu := range cq.Status.FlavorsUsage {
+		for _, r := range fu.Resources {
+			if r.Name != chamberkueue.ResourceGPU {
+				continue
+			}
+			model := byFlavor[string(fu.Name)]
+			if model == "" {
+				model = string(fu.Name)
+			}
+			if r.Total.Value() == 0 && quota[model] == 0 {
+				continue
+			}
+			out = append(out, chamber.TeamModelUsage{
+				Model: model, Flavor: string(fu.Name), Quota: quota[model],
+				InUse: r.Total.Value(), Borrowed: r.Borrowed.Value(),
+			})
+		}
+	}
+	for _, q := range team.Spec.Quotas {
+		if !slices.ContainsFunc(out, func(u chamber.TeamModelUsage) bool { return u.Model == q.Model }) {
+			out = append(out, chamber.TeamModelUsage{Model: q.Model, Flavor: chamberkueue.FlavorName(pool.Name, q.Model), Quota: int64(q.GPUs)})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Model < out[j].Model })
+	return out
+}
+
+func mapsKeys(m map[string]string) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}

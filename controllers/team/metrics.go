@@ -1,0 +1,38 @@
+package team
+
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	chamber "chamber.dev/chamber/api/v1alpha1"
+)
+
+var (
+	budgetUsedRatio = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "chamber_team_budget_used_ratio",
+		Help: "Share of the team's budget spent in the current period (1 = all of it).",
+	}, []string{"team"})
+	periodGPUSeconds = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "chamber_team_period_gpu_seconds",
+		Help: "GPU-seconds the team's admitted workloads held in the current budget period.",
+	}, []string{"team"})
+	periodCost = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "chamber_team_period_cost",
+		Help: "Cost of the team's GPU use in the current budget period, in the pool's currency.",
+	}, []string{"team"})
+)
+
+func init() {
+	metrics.Registry.MustRegister(budgetUsedRatio, periodGPUSeconds, periodCost)
+}
+
+func recordBudget(team *chamber.Team) {
+	budgetUsedRatio.WithLabelValues(team.Name).Set(budgetUsed(team))
+	if s := team.Status.Spend; s != nil {
+		periodGPUSeconds.WithLabelValues(team.Name).Set(float64(s.GPUSeconds))
+		cost, _ := strconv.ParseFloat(s.Cost, 64)
+		periodCost.WithLabelValues(team.Name).Set(cost)
+	}
+}

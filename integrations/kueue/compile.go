@@ -1,0 +1,264 @@
+package kueue
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+
+	chamber "chamber.dev/chamber/api/v1alpha1"
+)
+
+// Labels on every object Chamber creates. Chamber changes or deletes only objects
+// that carry LabelManagedBy=ManagedBy.
+const (
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	ManagedBy      = "chamber"
+	LabelPool      = "chamber.dev/pool"
+	LabelTeam      = "chamber.dev/team"
+	LabelModel     = "chamber.dev/gpu-model"
+)
+
+// ResourceGPU is the resource NVIDIA's device plugin advertises.
+const ResourceGPU corev1.ResourceName = "nvidia.com/gpu"
+
+// Owned reports whether Chamber created the object.
+func Owned(obj metav1.Object) bool { return obj.GetLabels()[LabelManagedBy] == ManagedBy }
+
+var notDNS = regexp.MustCompile(`[^a-z0-9-]+`)
+
+// FlavorName is the ResourceFlavor of a GPU model in a pool, e.g. "main-nvidia-h100-80gb-hbm3".
+func FlavorName(pool, model string) string {
+	slug := strings.Trim(notDNS.ReplaceAllString(strings.ToLower(model), "-"), "-")
+	name := pool + "-" + slug
+	if len(name) > 253 {
+		name = strings.TrimRight(name[:253], "-")
+	}
+	return name
+}
+
+func labels(extra ...string) map[string]string {
+	l := map[string]string{LabelManagedBy: ManagedBy}
+	for i := 0; i+1 < len(extra); i += 2 {
+		l[extra[i]] = extra[i+1]
+	}
+	return l
+}
+
+// Cohort is the pool's Kueue Cohort; a parent pool's Cohort is its parent.
+func Cohort(pool *chamber.GPUPool) *kueue.Cohort {
+	return &kueue.Cohort{
+		ObjectMeta: metav1.ObjectMeta{Name: pool.Name, Labels: labels(LabelPool, pool.Name)},
+		Spec:       kueue.CohortSpec{ParentName: kueue.CohortReference(pool.Spec.Parent)},
+	}
+}
+
+// ResourceFlavor is the flavor of one GPU model of the pool: its node labels are the
+// model's product label and the pool's own labels, so Kueue's placement keeps the
+// pool's workloads on the pool's nodes of that model.
+func ResourceFlavor(pool *chamber.GPUPool, model string) *kueue.ResourceFlavor {
+	nodeLabels := map[string]string{productLabel(pool): model}
+	for k, v := range pool.Spec.NodeLabels {
+		nodeLabels[k] = v
+	}
+	return &kueue.ResourceFlavor{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:   FlavorName(pool.Name, model),
+			Labels: labels(LabelPool, pool.Name, LabelModel, notDNS.ReplaceAllString(model, "-")),
+		},
+		Spec: kueue.ResourceFlavorSpec{NodeLabels: nodeLabels},
+	}
+}
+
+func productLabel(pool *chamber.GPUPool) string {
+	if pool.Spec.ProductLabel != "" {
+		return pool.Spec.ProductLabel
+	}
+	return chamber.DefaultProductLabel
+}
+
+// Default preemption of a Team's ClusterQueue.
+const (
+	DefaultReclaimWithinCohort = kueue.PreemptionPolicyAny
+	DefaultWithinClusterQueue  = kueue.PreemptionPolicyLowerPriority
+)
+
+// ClusterQueueOptions are the parts of a team's ClusterQueue that come from outside
+// its spec.
+type ClusterQueueOptions struct {
+	// StopBorrowing sets every borrowing limit to zero (budget spent).
+	StopBorrowing bool
+	// Hold stops admission (Kueue's stopPolicy Hold: running work finishes).
+	Hold bool
+	// AdmissionChecks are attached to the queue.
+	AdmissionChecks []string
+}
+
+// ClusterQueue compiles a Team into its ClusterQueue in the pool's Cohort. poolModels
+// are the models found in the pool: each becomes a flavor, with the team's quota or
+// zero, so a team can borrow models it has no quota of. It fails on a quota for a
+// model the pool does not have.
+func ClusterQueue(team *chamber.Team, pool *chamber.GPUPool, poolModels []string, opts ClusterQueueOptions) (*kueue.ClusterQueue, error) {
+	var unknown []string
+	for _, q := range team.Spec.Quotas {
+		if !slices.Contains(poolModels, q.Model) {
+			unknown = append(unknown, q.Model)
+		}
+	}
+	if len(unknown) > 0 {
+		return nil, fmt.Errorf("pool %s has no GPUs of model %s (it has: %s)",
+			pool.Name, strings.Join(unknown, ", "), strings.Join(poolModels, ", "))
+	}
+	// The team's own models first, in its order: Kueue tries flavors in order.
+	models := make([]string, 0, len(poolModels))
+	for _, q := range team.Spec.Quotas {
+		models = append(models, q.Model)
+	}
+	for _, m := range poolModels {
+		if !slices.Contains(models, m) {
+			models = append(models, m)
+		}
+	}
+	var flavors []kueue.FlavorQuotas
+	for _, m := range models {
+		quota := kueue.ResourceQuota{Name: ResourceGPU, NominalQuota: *resource.NewQuantity(0, resource.DecimalSI)}
+		for _, q := range team.Spec.Quotas {
+			if q.Model != m {
+				continue
+			}
+			quota.NominalQuota = *resource.NewQuantity(int64(q.GPUs), resource.DecimalSI)
+			if q.BorrowingLimit != nil {
+				quota.BorrowingLimit = resource.NewQuantity(int64(*q.BorrowingLimit), resource.DecimalSI)
+			}
+			if q.LendingLimit != nil {
+				quota.LendingLimit = resource.NewQuantity(int64(*q.LendingLimit), resource.DecimalSI)
+			}
+		}
+		if opts.StopBorrowing {
+			quota.BorrowingLimit = resource.NewQuantity(0, resource.DecimalSI)
+		}
+		flavors = append(flavors, kueue.FlavorQuotas{
+			Name:      kueue.ResourceFlavorReference(FlavorName(pool.Name, m)),
+			Resources: []kueue.ResourceQuota{quota},
+		})
+	}
+
+	cq := &kueue.ClusterQueue{
+		ObjectMeta: metav1.ObjectMeta{Name: team.Name, Labels: labels(LabelPool, pool.Name, LabelTeam, team.Name)},
+		Spec: kueue.ClusterQueueSpec{
+			CohortName:        kueue.CohortReference(pool.Name),
+			NamespaceSelector: namespaceSelector(team.Spec.Namespaces),
+			QueueingStrategy:  kueue.BestEffortFIFO,
+			Preemption:        preemption(team.Spec.Preemption),
+			FlavorFungibility: &kueue.FlavorFungibility{
+				WhenCanBorrow:  kueue.MayStopSearch,
+				WhenCanPreempt: kueue.TryNextFlavor,
+			},
+		},
+	}
+	if len(flavors) > 0 {
+		cq.Spec.ResourceGroups = []kueue.ResourceGroup{{CoveredResources: []corev1.ResourceName{ResourceGPU}, Flavors: flavors}}
+	}
+	if team.Spec.FairShareWeight != nil {
+		cq.Spec.FairSharing = &kueue.FairSharing{Weight: resource.NewQuantity(int64(*team.Spec.FairShareWeight), resource.DecimalSI)}
+	}
+	if opts.Hold {
+		cq.Spec.StopPolicy = ptr.To(kueue.Hold)
+	}
+	for _, ac := range opts.AdmissionChecks {
+		if cq.Spec.AdmissionChecksStrategy == nil {
+			cq.Spec.AdmissionChecksStrategy = &kueue.AdmissionChecksStrategy{}
+		}
+		cq.Spec.AdmissionChecksStrategy.AdmissionChecks = append(cq.Spec.AdmissionChecksStrategy.AdmissionChecks,
+			kueue.AdmissionCheckStrategyRule{Name: kueue.AdmissionCheckReference(ac)})
+	}
+	return cq, nil
+}
+
+// namespaceSelector admits workloads from the team's namespaces only.
+func namespaceSelector(namespaces []string) *metav1.LabelSelector {
+	return &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+		Key:      corev1.LabelMetadataName,
+		Operator: metav1.LabelSelectorOpIn,
+		Values:   slices.Sorted(slices.Values(namespaces)),
+	}}}
+}
+
+func preemption(p *chamber.TeamPreemption) *kueue.ClusterQueuePreemption {
+	out := &kueue.ClusterQueuePreemption{
+		ReclaimWithinCohort: DefaultReclaimWithinCohort,
+		WithinClusterQueue:  DefaultWithinClusterQueue,
+		BorrowWithinCohort:  &kueue.BorrowWithinCohort{Policy: kueue.BorrowWithinCohortPolicyNever},
+	}
+	if p == nil {
+		return out
+	}
+	if p.ReclaimWithinCohort != "" {
+		out.ReclaimWithinCohort = kueue.PreemptionPolicy(p.ReclaimWithinCohort)
+	}
+	if p.WithinClusterQueue != "" {
+		out.WithinClusterQueue = kueue.PreemptionPolicy(p.WithinClusterQueue)
+	}
+	if p.BorrowWithinCohort != nil {
+		out.BorrowWithinCohort = &kueue.BorrowWithinCohort{
+			Policy:               kueue.BorrowWithinCohortPolicy(p.BorrowWithinCohort.Policy),
+			MaxPriorityThreshold: p.BorrowWithinCohort.MaxPriorityThreshold,
+		}
+	}
+	return out
+}
+
+// LocalQueue is the team's queue in one of its namespaces.
+func LocalQueue(team *chamber.Team, namespace string) *kueue.LocalQueue {
+	name := team.Spec.LocalQueueName
+	if name == "" {
+		name = "default"
+	}
+	return &kueue.LocalQueue{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: labels(LabelTeam, team.Name)},
+		Spec:       kueue.LocalQueueSpec{ClusterQueue: kueue.ClusterQueueReference(team.Name)},
+	}
+}
+
+// PriorityTier is a named workload priority.
+type PriorityTier struct {
+	Name  string
+	Value int32
+}
+
+// DefaultPriorityTiers are the tiers Chamber ships: jobs pick one with the
+// kueue.x-k8s.io/priority-class label.
+var DefaultPriorityTiers = []PriorityTier{
+	{Name: "production", Value: 1000},
+	{Name: "standard", Value: 500},
+	{Name: "preemptible", Value: 100},
+}
+
+// WorkloadPriorityClass is the Kueue priority class of a tier.
+func WorkloadPriorityClass(t PriorityTier) *kueue.WorkloadPriorityClass {
+	return &kueue.WorkloadPriorityClass{
+		ObjectMeta:  metav1.ObjectMeta{Name: t.Name, Labels: labels()},
+		Value:       t.Value,
+		Description: "Chamber priority tier " + t.Name,
+	}
+}
+
+// ParsePriorityTiers parses "production=1000,standard=500,preemptible=100".
+func ParsePriorityTiers(s string) ([]PriorityTier, error) {
+	var tiers []PriorityTier
+	for _, part := range strings.Split(s, ",") {
+		name, value, ok := strings.Cut(strings.TrimSpace(part), "=")
+		var v int32
+		if _, err := fmt.Sscanf(value, "%d", &v); !ok || err != nil || name == "" {
+			return nil, fmt.Errorf("priority tier %q: want name=value, e.g. production=1000", part)
+		}
+		tiers = append(tiers, PriorityTier{Name: name, Value: v})
+	}
+	return tiers, nil
+}
