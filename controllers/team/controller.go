@@ -12,8 +12,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
@@ -197,9 +197,14 @@ func (c *Controller) reconcileQueues(ctx context.Context, team *chamber.Team, po
 			namespaces = append(namespaces, ns)
 		}
 	}
-	want.Spec.NamespaceSelector.MatchExpressions[0].Values = namespaces
+	want.Spec.NamespaceSelector = chamberkueue.ClusterQueueNamespaceSelector(namespaces)
 
 	cq, err := c.applyClusterQueue(ctx, team, want)
+	if apierrors.IsInvalid(err) || apierrors.IsForbidden(err) {
+		// Kueue's webhook or the API server refused it: the user must change the Team.
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "ClusterQueueRejected", err.Error()
+		return nil, nil
+	}
 	if err != nil {
 		return nil, err
 	}

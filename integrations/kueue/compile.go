@@ -35,12 +35,20 @@ var notDNS = regexp.MustCompile(`[^a-z0-9-]+`)
 
 // FlavorName is the ResourceFlavor of a GPU model in a pool, e.g. "main-nvidia-h100-80gb-hbm3".
 func FlavorName(pool, model string) string {
-	slug := strings.Trim(notDNS.ReplaceAllString(strings.ToLower(model), "-"), "-")
-	name := pool + "-" + slug
+	name := pool + "-" + slug(model)
 	if len(name) > 253 {
 		name = strings.TrimRight(name[:253], "-")
 	}
 	return name
+}
+
+// slug turns a GPU model into a DNS label: "NVIDIA-H100-80GB-HBM3" -> "nvidia-h100-80gb-hbm3".
+func slug(model string) string {
+	s := strings.Trim(notDNS.ReplaceAllString(strings.ToLower(model), "-"), "-")
+	if len(s) > 63 {
+		s = strings.TrimRight(s[:63], "-")
+	}
+	return s
 }
 
 func labels(extra ...string) map[string]string {
@@ -70,7 +78,7 @@ func ResourceFlavor(pool *chamber.GPUPool, model string) *kueue.ResourceFlavor {
 	return &kueue.ResourceFlavor{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:   FlavorName(pool.Name, model),
-			Labels: labels(LabelPool, pool.Name, LabelModel, notDNS.ReplaceAllString(model, "-")),
+			Labels: labels(LabelPool, pool.Name, LabelModel, slug(model)),
 		},
 		Spec: kueue.ResourceFlavorSpec{NodeLabels: nodeLabels},
 	}
@@ -153,7 +161,7 @@ func ClusterQueue(team *chamber.Team, pool *chamber.GPUPool, poolModels []string
 		ObjectMeta: metav1.ObjectMeta{Name: team.Name, Labels: labels(LabelPool, pool.Name, LabelTeam, team.Name)},
 		Spec: kueue.ClusterQueueSpec{
 			CohortName:        kueue.CohortReference(pool.Name),
-			NamespaceSelector: namespaceSelector(team.Spec.Namespaces),
+			NamespaceSelector: ClusterQueueNamespaceSelector(team.Spec.Namespaces),
 			QueueingStrategy:  kueue.BestEffortFIFO,
 			Preemption:        preemption(team.Spec.Preemption),
 			FlavorFungibility: &kueue.FlavorFungibility{
@@ -181,8 +189,12 @@ func ClusterQueue(team *chamber.Team, pool *chamber.GPUPool, poolModels []string
 	return cq, nil
 }
 
-// namespaceSelector admits workloads from the team's namespaces only.
-func namespaceSelector(namespaces []string) *metav1.LabelSelector {
+// ClusterQueueNamespaceSelector admits workloads from the team's namespaces only; with
+// none, Kueue's nil selector admits from no namespace.
+func ClusterQueueNamespaceSelector(namespaces []string) *metav1.LabelSelector {
+	if len(namespaces) == 0 {
+		return nil
+	}
 	return &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
 		Key:      corev1.LabelMetadataName,
 		Operator: metav1.LabelSelectorOpIn,

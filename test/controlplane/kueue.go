@@ -43,7 +43,7 @@ func (cp *ControlPlane) startKueue(ctx context.Context) error {
 		return err
 	}
 	manifests := filepath.Join(cp.binDir, "kueue-manifests")
-	if err := installCRDs(ctx, c, filepath.Join(manifests, "crds")); err != nil {
+	if err := InstallCRDs(ctx, c, filepath.Join(manifests, "crds")); err != nil {
 		return err
 	}
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kueue-system"}}
@@ -111,8 +111,9 @@ func (cp *ControlPlane) startKueue(ctx context.Context) error {
 	return nil
 }
 
-// installCRDs creates every CRD in dir and waits until the API server serves them.
-func installCRDs(ctx context.Context, c client.Client, dir string) error {
+// InstallCRDs creates every CRD in dir (Kueue's, or Chamber's charts/chamber/crds)
+// and waits until the API server serves them.
+func InstallCRDs(ctx context.Context, c client.Client, dir string) error {
 	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
 	if err != nil || len(files) == 0 {
 		return fmt.Errorf("no CRDs in %s: run `make tools`", dir)

@@ -1,0 +1,163 @@
+package agent
+
+import (
+	"cmp"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"chamber.dev/chamber/healthcheck"
+)
+
+// NVMLReal selects the node's NVIDIA driver (go-nvml's nvml.New()) for --nvml.
+const NVMLReal = "real"
+
+// fakePrefix starts an --nvml value that selects healthcheck.NewFake's GPUs.
+const fakePrefix = "fake:"
+
+// Config is the agent's configuration; each field but Health is a flag of chamber-agent.
+type Config struct {
+	// NodeName is the Node this agent runs on and the name of its GPUNode (--node-name,
+	// default $NODE_NAME, which the DaemonSet sets from spec.nodeName).
+	NodeName string
+	// NVML is "real" or "fake:<model>" (--nvml).
+	NVML string
+	// PollInterval is how often NVML is polled (--poll-interval, default 10s).
+	PollInterval time.Duration
+	// HeartbeatInterval is the longest the GPUNode goes unwritten when nothing changes
+	// (--heartbeat-interval, default 30s): the steady-state write budget per node.
+	HeartbeatInterval time.Duration
+	// UtilizationWindow is the span the published utilization is averaged over
+	// (--utilization-window, default 5m).
+	UtilizationWindow time.Duration
+	// MetricsBindAddress serves /metrics, /healthz and /readyz (--metrics-bind-address,
+	// default ":9400", dcgm-exporter's port; "0" turns it off).
+	MetricsBindAddress string
+	// FaultInjectionAddress serves POST /inject in fake NVML mode
+	// (--fault-injection-address, default off). It must be a loopback address: anyone
+	// who reaches it can make the node's GPUs fail.
+	FaultInjectionAddress string
+	// PodResourcesSocket is the kubelet's pod-resources socket (--pod-resources-socket).
+	PodResourcesSocket string
+	// Health holds the health rules' thresholds. Its PollInterval is replaced by the
+	// agent's.
+	Health healthcheck.Config
+}
+
+// DefaultConfig returns the documented defaults. NodeName is left empty: AddFlags
+// defaults it to $NODE_NAME.
+func DefaultConfig() Config {
+	return Config{
+		NVML:               NVMLReal,
+		PollInterval:       10 * time.Second,
+		HeartbeatInterval:  30 * time.Second,
+		UtilizationWindow:  5 * time.Minute,
+		MetricsBindAddress: ":9400",
+		PodResourcesSocket: "/var/lib/kubelet/pod-resources/kubelet.sock",
+		Health:             healthcheck.DefaultConfig(),
+	}
+}
+
+// AddFlags registers the flags of chamber-agent on fs, with c's values as defaults.
+func (c *Config) AddFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.NodeName, "node-name", cmp.Or(c.NodeName, os.Getenv("NODE_NAME")),
+		"the Node this agent runs on, and the name of its GPUNode (default $NODE_NAME)")
+	fs.StringVar(&c.NVML, "nvml", c.NVML,
+		`"real" for the node's NVIDIA driver, or "fake:<model>" for simulated GPUs (models: `+strings.Join(healthcheck.FakeModels(), ", ")+")")
+	fs.DurationVar(&c.PollInterval, "poll-interval", c.PollInterval, "how often every GPU is read through NVML")
+	fs.DurationVar(&c.HeartbeatInterval, "heartbeat-interval", c.HeartbeatInterval,
+		"the longest the GPUNode status goes unwritten when nothing changes; at least --poll-interval")
+	fs.DurationVar(&c.UtilizationWindow, "utilization-window", c.UtilizationWindow,
+		"the span the GPUNode's utilization is averaged over; at least --poll-interval")
+	fs.StringVar(&c.MetricsBindAddress, "metrics-bind-address", c.MetricsBindAddress,
+		`address of /metrics, /healthz and /readyz; "0" turns them off`)
+	fs.StringVar(&c.FaultInjectionAddress, "fault-injection-address", c.FaultInjectionAddress,
+		"loopback address (e.g. 127.0.0.1:9401) of the fault-injection endpoint POST /inject; fake NVML only; empty turns it off")
+	fs.StringVar(&c.PodResourcesSocket, "pod-resources-socket", c.PodResourcesSocket,
+		"the kubelet's pod-resources socket, to tell which pod holds each GPU")
+}
+
+// Validate reports a bad configuration naming the flag to fix.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if c.NodeName == "" {
+		bad("--node-name is required (or set $NODE_NAME)")
+	} else if msgs := validation.IsDNS1123Subdomain(c.NodeName); len(msgs) > 0 {
+		bad("--node-name %q is not a valid node name: %s", c.NodeName, strings.Join(msgs, "; "))
+	}
+	if err := checkNVML(c.NVML); err != nil {
+		errs = append(errs, err)
+	}
+	if c.PollInterval <= 0 {
+		bad("--poll-interval must be positive, got %v", c.PollInterval)
+	}
+	if c.HeartbeatInterval < c.PollInterval || c.HeartbeatInterval <= 0 {
+		bad("--heartbeat-interval (%v) must be at least --poll-interval (%v)", c.HeartbeatInterval, c.PollInterval)
+	}
+	if c.UtilizationWindow < c.PollInterval || c.UtilizationWindow <= 0 {
+		bad("--utilization-window (%v) must be at least --poll-interval (%v)", c.UtilizationWindow, c.PollInterval)
+	}
+	if c.MetricsBindAddress != "" && c.MetricsBindAddress != "0" {
+		if _, _, err := net.SplitHostPort(c.MetricsBindAddress); err != nil {
+			bad("--metrics-bind-address %q: %v", c.MetricsBindAddress, err)
+		}
+	}
+	if c.FaultInjectionAddress != "" {
+		if !strings.HasPrefix(c.NVML, fakePrefix) {
+			bad("--fault-injection-address needs fake GPUs (--nvml=fake:<model>), got --nvml=%s", c.NVML)
+		}
+		if err := CheckLoopback(c.FaultInjectionAddress); err != nil {
+			bad("--fault-injection-address: %v", err)
+		}
+	}
+	if c.PodResourcesSocket == "" {
+		bad("--pod-resources-socket must not be empty")
+	}
+	if c.PollInterval > 0 {
+		if err := c.healthConfig().Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// healthConfig is Health with the agent's poll interval, which Monitor uses for its loop.
+func (c Config) healthConfig() healthcheck.Config {
+	h := c.Health
+	h.PollInterval = c.PollInterval
+	return h
+}
+
+func checkNVML(v string) error {
+	if v == NVMLReal {
+		return nil
+	}
+	if model, ok := strings.CutPrefix(v, fakePrefix); ok && slices.Contains(healthcheck.FakeModels(), model) {
+		return nil
+	}
+	return fmt.Errorf("--nvml %q: want %q or one of %s", v, NVMLReal, "fake:"+strings.Join(healthcheck.FakeModels(), ", fake:"))
+}
+
+// CheckLoopback accepts only host:port addresses whose host is a loopback IP or
+// "localhost": an empty host would listen on every interface.
+func CheckLoopback(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port: %w", addr, err)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("%q is not a loopback address; use 127.0.0.1:<port> or [::1]:<port>", addr)
+}

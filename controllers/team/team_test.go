@@ -1,0 +1,463 @@
+package team_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/onsi/gomega"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+	testingjob "sigs.k8s.io/kueue/pkg/util/testingjobs/job"
+
+	chamber "chamber.dev/chamber/api/v1alpha1"
+	"chamber.dev/chamber/controllers"
+	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/test/controlplane"
+)
+
+const (
+	h100 = "NVIDIA-H100-80GB-HBM3"
+	a100 = "NVIDIA-A100-SXM4-80GB"
+)
+
+var (
+	k8s   client.Client
+	clock = clocktesting.NewFakeClock(time.Date(2026, 11, 15, 12, 0, 0, 0, time.UTC))
+)
+
+// TestMain runs one control plane (with Kueue, kube-scheduler and kwok) and Chamber's
+// controllers in-process for all the tests of the package; each test uses a pool,
+// nodes, teams and namespaces of its own.
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if os.Getenv("CHAMBER_TEST_LOGS") != "" {
+		ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
+	}
+	cp, err := controlplane.Start(ctx, controlplane.Full())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer cp.Stop()
+
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(apiextensionsv1.AddToScheme(scheme))
+	utilruntime.Must(kueue.AddToScheme(scheme))
+	utilruntime.Must(chamber.AddToScheme(scheme))
+	c, err := client.New(cp.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := controlplane.InstallCRDs(ctx, c, filepath.Join("..", "..", "charts", "chamber", "crds")); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	cfg := controllers.DefaultConfig()
+	cfg.AccountingInterval = time.Second
+	cfg.Clock = clock
+	if name, err := controllers.Setup(mgr, cfg); err != nil {
+		fmt.Fprintf(os.Stderr, "setup %s: %v\n", name, err)
+		return 1
+	}
+	go func() {
+		if err := mgr.Start(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "manager:", err)
+		}
+	}()
+	k8s = c
+	return m.Run()
+}
+
+func newG(t *testing.T) *gomega.WithT {
+	g := gomega.NewWithT(t)
+	g.SetDefaultEventuallyTimeout(2 * time.Minute)
+	g.SetDefaultEventuallyPollingInterval(250 * time.Millisecond)
+	return g
+}
+
+// fixture creates a pool named name with nodes of 8 GPUs, labelled for it.
+func fixture(t *testing.T, name string, nodes map[string]string, prices ...chamber.GPUPrice) *chamber.GPUPool {
+	t.Helper()
+	ctx := context.Background()
+	pool := &chamber.GPUPool{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       chamber.GPUPoolSpec{NodeLabels: map[string]string{"chamber.dev/test-pool": name}, Prices: prices},
+	}
+	create(t, pool)
+	var gpuNodes []controlplane.GPUNode
+	for node, model := range nodes {
+		gpuNodes = append(gpuNodes, controlplane.GPUNode{Name: node, GPUs: 8, Product: model, Labels: pool.Spec.NodeLabels})
+	}
+	if err := controlplane.CreateGPUNodes(ctx, k8s, gpuNodes...); err != nil {
+		t.Fatal(err)
+	}
+	return pool
+}
+
+func create(t *testing.T, obj client.Object) {
+	t.Helper()
+	if err := k8s.Create(context.Background(), obj); err != nil {
+		t.Fatalf("create %T %s: %v", obj, obj.GetName(), err)
+	}
+}
+
+func namespace(t *testing.T, name string) {
+	create(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})
+}
+
+func newTeam(name, pool string, namespaces []string, quotas ...chamber.TeamQuota) *chamber.Team {
+	return &chamber.Team{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       chamber.TeamSpec{Pool: pool, Namespaces: namespaces, Quotas: quotas},
+	}
+}
+
+// submit creates a Job of one pod holding gpus GPUs for d, in the namespace's
+// default LocalQueue.
+func submit(t *testing.T, ns, name string, gpus int, d time.Duration, tier string) {
+	t.Helper()
+	w := testingjob.MakeJob(name, ns).Queue("default").Suspend(false).
+		RequestAndLimit(chamberkueue.ResourceGPU, fmt.Sprint(gpus)).
+		PodAnnotation("pod-complete.stage.kwok.x-k8s.io/delay", d.String()).
+		PodAnnotation("pod-complete.stage.kwok.x-k8s.io/jitter-delay", d.String())
+	if tier != "" {
+		w = w.WorkloadPriorityClass(tier)
+	}
+	create(t, w.Obj())
+}
+
+func workload(g gomega.Gomega, ns, job string) *kueue.Workload {
+	var list kueue.WorkloadList
+	g.Expect(k8s.List(context.Background(), &list, client.InNamespace(ns))).To(gomega.Succeed())
+	for i := range list.Items {
+		for _, ref := range list.Items[i].OwnerReferences {
+			if ref.Name == job {
+				return &list.Items[i]
+			}
+		}
+	}
+	g.Expect(fmt.Sprintf("workload of job %s/%s", ns, job)).To(gomega.BeEmpty())
+	return nil
+}
+
+func admitted(g gomega.Gomega, ns, job string) bool {
+	return apimeta.IsStatusConditionTrue(workload(g, ns, job).Status.Conditions, kueue.WorkloadAdmitted)
+}
+
+func complete(g gomega.Gomega, ns, job string) bool {
+	var j batchv1.Job
+	g.Expect(k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: job}, &j)).To(gomega.Succeed())
+	for _, c := range j.Status.Conditions {
+		if c.Type == batchv1.JobComplete && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+func getTeam(g gomega.Gomega, name string) *chamber.Team {
+	var team chamber.Team
+	g.Expect(k8s.Get(context.Background(), client.ObjectKey{Name: name}, &team)).To(gomega.Succeed())
+	return &team
+}
+
+func teamReady(g gomega.Gomega, name string) {
+	team := getTeam(g, name)
+	cond := apimeta.FindStatusCondition(team.Status.Conditions, chamber.ConditionReady)
+	g.Expect(cond).NotTo(gomega.BeNil())
+	g.Expect(cond.Status).To(gomega.Equal(metav1.ConditionTrue), cond.Message)
+}
+
+// Tests 1 and 2 of the issue: a team borrows an idle team's quota; when the owner
+// submits, Kueue preempts the borrowed work, the owner's jobs run, and the preempted
+// jobs are requeued and complete without anyone touching them.
+func TestBorrowThenReclaim(t *testing.T) {
+	g := newG(t)
+	fixture(t, "borrow", map[string]string{"borrow-1": h100, "borrow-2": h100})
+	namespace(t, "borrow-a")
+	namespace(t, "borrow-b")
+	create(t, newTeam("borrow-a", "borrow", []string{"borrow-a"}, chamber.TeamQuota{Model: h100, GPUs: 8}))
+	create(t, newTeam("borrow-b", "borrow", []string{"borrow-b"}, chamber.TeamQuota{Model: h100, GPUs: 8}))
+	g.Eventually(func(g gomega.Gomega) { teamReady(g, "borrow-a"); teamReady(g, "borrow-b") }).Should(gomega.Succeed())
+
+	aJobs := []string{"a-1", "a-2", "a-3", "a-4"}
+	for _, j := range aJobs {
+		submit(t, "borrow-a", j, 4, 40*time.Second, "")
+	}
+	g.Eventually(func(g gomega.Gomega) {
+		for _, j := range aJobs {
+			g.Expect(admitted(g, "borrow-a", j)).To(gomega.BeTrue(), "job %s", j)
+		}
+		team := getTeam(g, "borrow-a")
+		g.Expect(team.Status.Models).To(gomega.ContainElement(gomega.And(
+			gomega.HaveField("InUse", int64(16)), gomega.HaveField("Borrowed", int64(8)))))
+	}).Should(gomega.Succeed())
+
+	bJobs := []string{"b-1", "b-2"}
+	for _, j := range bJobs {
+		submit(t, "borrow-b", j, 4, 10*time.Second, "")
+	}
+	g.Eventually(func(g gomega.Gomega) {
+		for _, j := range bJobs {
+			g.Expect(admitted(g, "borrow-b", j)).To(gomega.BeTrue(), "job %s", j)
+		}
+	}).Should(gomega.Succeed())
+	preempted := 0
+	for _, j := range aJobs {
+		wl := workload(g, "borrow-a", j)
+		if apimeta.FindStatusCondition(wl.Status.Conditions, kueue.WorkloadPreempted) != nil {
+			preempted++
+		}
+	}
+	g.Expect(preempted).To(gomega.Equal(2), "A's borrowed workloads preempted")
+
+	// Everything completes: the preempted jobs resume by themselves.
+	g.Eventually(func(g gomega.Gomega) {
+		for _, j := range bJobs {
+			g.Expect(complete(g, "borrow-b", j)).To(gomega.BeTrue(), "job %s", j)
+		}
+		for _, j := range aJobs {
+			g.Expect(complete(g, "borrow-a", j)).To(gomega.BeTrue(), "job %s", j)
+		}
+	}, 4*time.Minute).Should(gomega.Succeed())
+}
+
+// Test 3: a production job preempts a preemptible job of the same team.
+func TestTierPreemption(t *testing.T) {
+	g := newG(t)
+	fixture(t, "tiers", map[string]string{"tiers-1": h100})
+	namespace(t, "tiers")
+	create(t, newTeam("tiers", "tiers", []string{"tiers"}, chamber.TeamQuota{Model: h100, GPUs: 8}))
+	g.Eventually(func(g gomega.Gomega) { teamReady(g, "tiers") }).Should(gomega.Succeed())
+
+	submit(t, "tiers", "batch", 8, 30*time.Second, "preemptible")
+	g.Eventually(func(g gomega.Gomega) { g.Expect(admitted(g, "tiers", "batch")).To(gomega.BeTrue()) }).Should(gomega.Succeed())
+	submit(t, "tiers", "serving", 8, 10*time.Second, "production")
+	g.Eventually(func(g gomega.Gomega) {
+		g.Expect(admitted(g, "tiers", "serving")).To(gomega.BeTrue())
+		wl := workload(g, "tiers", "batch")
+		g.Expect(apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadPreempted)).To(gomega.BeTrue())
+	}).Should(gomega.Succeed())
+	g.Eventually(func(g gomega.Gomega) {
+		g.Expect(complete(g, "tiers", "serving")).To(gomega.BeTrue())
+		g.Expect(complete(g, "tiers", "batch")).To(gomega.BeTrue())
+	}, 3*time.Minute).Should(gomega.Succeed())
+}
+
+// Test 4: a lending limit keeps part of a team's quota from being borrowed.
+func TestLendingLimit(t *testing.T) {
+	g := newG(t)
+	fixture(t, "lend", map[string]string{"lend-1": h100, "lend-2": h100})
+	namespace(t, "lend-owner")
+	namespace(t, "lend-borrower")
+	create(t, newTeam("lend-owner", "lend", []string{"lend-owner"}, chamber.TeamQuota{Model: h100, GPUs: 8, LendingLimit: ptr.To[int32](4)}))
+	create(t, newTeam("lend-borrower", "lend", []string{"lend-borrower"}, chamber.TeamQuota{Model: h100, GPUs: 8}))
+	g.Eventually(func(g gomega.Gomega) { teamReady(g, "lend-owner"); teamReady(g, "lend-borrower") }).Should(gomega.Succeed())
+
+	jobs := []string{"l-1", "l-2", "l-3", "l-4"}
+	for _, j := range jobs {
+		submit(t, "lend-borrower", j, 4, 2*time.Minute, "")
+	}
+	// 8 own + 4 lent: three jobs run, the fourth waits.
+	g.Eventually(func(g gomega.Gomega) {
+		n := 0
+		for _, j := range jobs {
+			if admitted(g, "lend-borrower", j) {
+				n++
+			}
+		}
+		g.Expect(n).To(gomega.Equal(3))
+		team := getTeam(g, "lend-borrower")
+		g.Expect(team.Status.Models).To(gomega.ContainElement(gomega.HaveField("Borrowed", int64(4))))
+		g.Expect(team.Status.PendingWorkloads).To(gomega.Equal(int32(1)))
+	}).Should(gomega.Succeed())
+	g.Consistently(func(g gomega.Gomega) {
+		g.Expect(getTeam(g, "lend-borrower").Status.AdmittedWorkloads).To(gomega.Equal(int32(3)))
+	}, 3*time.Second).Should(gomega.Succeed())
+}
+
+// Test 5: a team over budget gets no new admissions; its running job finishes.
+func TestBudgetHold(t *testing.T) {
+	g := newG(t)
+	fixture(t, "budget", map[string]string{"budget-1": h100}, chamber.GPUPrice{Model: h100, PerGPUHour: "2.50"})
+	namespace(t, "budget")
+	team := newTeam("budget", "budget", []string{"budget"}, chamber.TeamQuota{Model: h100, GPUs: 8})
+	team.Spec.Budget = &chamber.TeamBudget{GPUHours: ptr.To[int64](4), OnExceeded: chamber.BudgetHold}
+	create(t, team)
+	g.Eventually(func(g gomega.Gomega) { teamReady(g, "budget") }).Should(gomega.Succeed())
+
+	submit(t, "budget", "long", 4, 40*time.Second, "")
+	g.Eventually(func(g gomega.Gomega) {
+		g.Expect(admitted(g, "budget", "long")).To(gomega.BeTrue())
+		g.Expect(getTeam(g, "budget").Status.Models).To(gomega.ContainElement(gomega.HaveField("InUse", int64(4))))
+	}).Should(gomega.Succeed())
+
+	// An hour passes with 4 GPUs held: 4 GPU-hours, the whole budget.
+	clock.Step(time.Hour)
+	g.Eventually(func(g gomega.Gomega) {
+		team := getTeam(g, "budget")
+		g.Expect(apimeta.IsStatusConditionTrue(team.Status.Conditions, chamber.ConditionBudgetExceeded)).To(gomega.BeTrue())
+		g.Expect(team.Status.Spend.GPUSeconds).To(gomega.BeNumerically(">=", 4*3600))
+		g.Expect(team.Status.Spend.Cost).To(gomega.Equal("10.00"))
+		var cq kueue.ClusterQueue
+		g.Expect(k8s.Get(context.Background(), client.ObjectKey{Name: "budget"}, &cq)).To(gomega.Succeed())
+		g.Expect(cq.Spec.StopPolicy).To(gomega.HaveValue(gomega.Equal(kueue.Hold)))
+	}).Should(gomega.Succeed())
+
+	submit(t, "budget", "late", 4, 5*time.Second, "")
+	g.Eventually(func(g gomega.Gomega) { g.Expect(complete(g, "budget", "long")).To(gomega.BeTrue()) }).Should(gomega.Succeed())
+	g.Expect(admitted(g, "budget", "late")).To(gomega.BeFalse(), "a team over budget got a new admission")
+	g.Expect(workload(g, "budget", "long").Status.Conditions).NotTo(gomega.ContainElement(
+		gomega.HaveField("Type", kueue.WorkloadEvicted)), "running work was evicted")
+}
+
+// Test 6: a node with a new GPU model appears: a new flavor, and the pool counts it.
+func TestNewModelDiscovered(t *testing.T) {
+	g := newG(t)
+	pool := fixture(t, "discover", map[string]string{"discover-1": h100})
+	g.Eventually(func(g gomega.Gomega) {
+		var p chamber.GPUPool
+		g.Expect(k8s.Get(context.Background(), client.ObjectKey{Name: "discover"}, &p)).To(gomega.Succeed())
+		g.Expect(p.Status.Models).To(gomega.HaveLen(1))
+	}).Should(gomega.Succeed())
+
+	if err := controlplane.CreateGPUNodes(context.Background(), k8s,
+		controlplane.GPUNode{Name: "discover-2", GPUs: 8, Product: a100, Labels: pool.Spec.NodeLabels}); err != nil {
+		t.Fatal(err)
+	}
+	g.Eventually(func(g gomega.Gomega) {
+		var p chamber.GPUPool
+		g.Expect(k8s.Get(context.Background(), client.ObjectKey{Name: "discover"}, &p)).To(gomega.Succeed())
+		g.Expect(p.Status.Models).To(gomega.ContainElement(chamber.PoolModel{
+			Model: a100, Flavor: "discover-nvidia-a100-sxm4-80gb", Nodes: 1, Total: 8, Allocatable: 8, Healthy: 8,
+		}))
+		var rf kueue.ResourceFlavor
+		g.Expect(k8s.Get(context.Background(), client.ObjectKey{Name: "discover-nvidia-a100-sxm4-80gb"}, &rf)).To(gomega.Succeed())
+		g.Expect(rf.Spec.NodeLabels).To(gomega.HaveKeyWithValue(chamber.DefaultProductLabel, a100))
+	}).Should(gomega.Succeed())
+}
+
+// Test 7: invalid specs are rejected by the API server, or reported in status where
+// the schema cannot tell, with a message that says what to fix.
+func TestInvalidSpecs(t *testing.T) {
+	g := newG(t)
+	fixture(t, "invalid", map[string]string{"invalid-1": h100})
+	namespace(t, "invalid-shared")
+
+	rejected := map[string]struct {
+		team    *unstructured.Unstructured
+		wantMsg string
+	}{
+		"lending limit above quota": {
+			team:    teamObject("bad-lend", map[string]any{"model": h100, "gpus": 4, "lendingLimit": 6}),
+			wantMsg: "lendingLimit cannot exceed gpus",
+		},
+		"negative quota": {
+			team:    teamObject("bad-negative", map[string]any{"model": h100, "gpus": -1}),
+			wantMsg: "should be greater than or equal to 0",
+		},
+		"non-numeric quota": {
+			team:    teamObject("bad-text", map[string]any{"model": h100, "gpus": "eight"}),
+			wantMsg: "must be of type integer",
+		},
+		"budget without a limit": {
+			team: func() *unstructured.Unstructured {
+				u := teamObject("bad-budget", map[string]any{"model": h100, "gpus": 4})
+				_ = unstructured.SetNestedField(u.Object, map[string]any{"onExceeded": "Hold"}, "spec", "budget")
+				return u
+			}(),
+			wantMsg: "a budget needs cost, gpuHours or both",
+		},
+	}
+	for name, tc := range rejected {
+		t.Run(name, func(t *testing.T) {
+			err := k8s.Create(context.Background(), tc.team)
+			if err == nil || !strings.Contains(err.Error(), tc.wantMsg) {
+				t.Errorf("create: got error %v, want one containing %q", err, tc.wantMsg)
+			}
+		})
+	}
+
+	type reportCase struct {
+		team       *chamber.Team
+		wantReason string
+		wantMsg    string
+	}
+	reported := map[string]reportCase{
+		"missing pool": {
+			team:       newTeam("no-pool", "does-not-exist", nil, chamber.TeamQuota{Model: h100, GPUs: 1}),
+			wantReason: chamber.ReasonPoolNotFound,
+			wantMsg:    `GPUPool "does-not-exist" does not exist`,
+		},
+		"model the pool does not have": {
+			team:       newTeam("no-model", "invalid", nil, chamber.TeamQuota{Model: a100, GPUs: 1}),
+			wantReason: chamber.ReasonUnknownModel,
+			wantMsg:    "pool invalid has no GPUs of model " + a100,
+		},
+	}
+	create(t, newTeam("first-owner", "invalid", []string{"invalid-shared"}, chamber.TeamQuota{Model: h100, GPUs: 4}))
+	g.Eventually(func(g gomega.Gomega) { teamReady(g, "first-owner") }).Should(gomega.Succeed())
+	reported["namespace claimed by two teams"] = reportCase{
+		team:       newTeam("second-owner", "invalid", []string{"invalid-shared"}, chamber.TeamQuota{Model: h100, GPUs: 4}),
+		wantReason: chamber.ReasonNamespaceConflict,
+		wantMsg:    "namespace invalid-shared belongs to team first-owner",
+	}
+	for name, tc := range reported {
+		t.Run(name, func(t *testing.T) {
+			create(t, tc.team)
+			g := newG(t)
+			g.Eventually(func(g gomega.Gomega) {
+				cond := apimeta.FindStatusCondition(getTeam(g, tc.team.Name).Status.Conditions, chamber.ConditionReady)
+				g.Expect(cond).NotTo(gomega.BeNil())
+				g.Expect(cond.Status).To(gomega.Equal(metav1.ConditionFalse))
+				g.Expect(cond.Reason).To(gomega.Equal(tc.wantReason))
+				g.Expect(cond.Message).To(gomega.ContainSubstring(tc.wantMsg))
+			}).Should(gomega.Succeed())
+		})
+	}
+	// The first claim keeps its LocalQueue.
+	var lq kueue.LocalQueue
+	g.Expect(k8s.Get(context.Background(), client.ObjectKey{Namespace: "invalid-shared", Name: "default"}, &lq)).To(gomega.Succeed())
+	g.Expect(lq.Spec.ClusterQueue).To(gomega.Equal(kueue.ClusterQueueReference("first-owner")))
+}
+
+func teamObject(name string, quota map[string]any) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": chamber.GroupVersion.String(),
+		"kind":       "Team",
+		"metadata":   map[string]any{"name": name},
+		"spec":       map[string]any{"pool": "invalid", "quotas": []any{quota}},
+	}}
+	return u
+}
