@@ -203,6 +203,7 @@ func teamReady(g gomega.Gomega, name string) {
 // submits, Kueue preempts the borrowed work, the owner's jobs run, and the preempted
 // jobs are requeued and complete without anyone touching them.
 func TestBorrowThenReclaim(t *testing.T) {
+	t.Parallel()
 	g := newG(t)
 	fixture(t, "borrow", map[string]string{"borrow-1": h100, "borrow-2": h100})
 	namespace(t, "borrow-a")
@@ -255,6 +256,7 @@ func TestBorrowThenReclaim(t *testing.T) {
 
 // Test 3: a production job preempts a preemptible job of the same team.
 func TestTierPreemption(t *testing.T) {
+	t.Parallel()
 	g := newG(t)
 	fixture(t, "tiers", map[string]string{"tiers-1": h100})
 	namespace(t, "tiers")
@@ -277,6 +279,7 @@ func TestTierPreemption(t *testing.T) {
 
 // Test 4: a lending limit keeps part of a team's quota from being borrowed.
 func TestLendingLimit(t *testing.T) {
+	t.Parallel()
 	g := newG(t)
 	fixture(t, "lend", map[string]string{"lend-1": h100, "lend-2": h100})
 	namespace(t, "lend-owner")
@@ -309,6 +312,7 @@ func TestLendingLimit(t *testing.T) {
 
 // Test 5: a team over budget gets no new admissions; its running job finishes.
 func TestBudgetHold(t *testing.T) {
+	t.Parallel()
 	g := newG(t)
 	fixture(t, "budget", map[string]string{"budget-1": h100}, chamber.GPUPrice{Model: h100, PerGPUHour: "2.50"})
 	namespace(t, "budget")
@@ -344,6 +348,7 @@ func TestBudgetHold(t *testing.T) {
 
 // Test 6: a node with a new GPU model appears: a new flavor, and the pool counts it.
 func TestNewModelDiscovered(t *testing.T) {
+	t.Parallel()
 	g := newG(t)
 	pool := fixture(t, "discover", map[string]string{"discover-1": h100})
 	g.Eventually(func(g gomega.Gomega) {
@@ -371,6 +376,7 @@ func TestNewModelDiscovered(t *testing.T) {
 // Test 7: invalid specs are rejected by the API server, or reported in status where
 // the schema cannot tell, with a message that says what to fix.
 func TestInvalidSpecs(t *testing.T) {
+	t.Parallel()
 	g := newG(t)
 	fixture(t, "invalid", map[string]string{"invalid-1": h100})
 	namespace(t, "invalid-shared")
