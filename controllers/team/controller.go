@@ -70,28 +70,22 @@ func Register(mgr ctrl.Manager, opts Options) error {
 }
 
 func (c *Controller) teamsOfPool(ctx context.Context, obj client.Object) []reconcile.Request {
-	var teams chamber.TeamList
-	if err := c.client.List(ctx, &teams); err != nil {
-		return nil
-	}
-	var reqs []reconcile.Request
-	for _, t := range teams.Items {
-		if t.Spec.Pool == obj.GetName() {
-			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKey{Name: t.Name}})
-		}
-	}
-	return reqs
+	return c.teamsWhere(ctx, func(t *chamber.Team) bool { return t.Spec.Pool == obj.GetName() })
 }
 
 func (c *Controller) teamsOfClusterQueue(ctx context.Context, obj client.Object) []reconcile.Request {
+	return c.teamsWhere(ctx, func(t *chamber.Team) bool { return clusterQueueName(t) == obj.GetName() })
+}
+
+func (c *Controller) teamsWhere(ctx context.Context, match func(*chamber.Team) bool) []reconcile.Request {
 	var teams chamber.TeamList
 	if err := c.client.List(ctx, &teams); err != nil {
 		return nil
 	}
 	var reqs []reconcile.Request
-	for _, t := range teams.Items {
-		if clusterQueueName(&t) == obj.GetName() {
-			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKey{Name: t.Name}})
+	for i := range teams.Items {
+		if match(&teams.Items[i]) {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKey{Name: teams.Items[i].Name}})
 		}
 	}
 	return reqs
