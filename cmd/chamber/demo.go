@@ -7,32 +7,48 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
+	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	utiltestingapi "sigs.k8s.io/kueue/pkg/util/testing/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 	testingjob "sigs.k8s.io/kueue/pkg/util/testingjobs/job"
 
+	chamber "chamber.dev/chamber/api/v1alpha1"
+	"chamber.dev/chamber/controllers"
+	chamberkueue "chamber.dev/chamber/integrations/kueue"
 	"chamber.dev/chamber/test/controlplane"
 )
 
-// runDemo starts the local control plane with a few kwok GPU nodes and Kueue, submits
-// a handful of GPU Jobs through a Kueue queue, and runs until Ctrl-C.
+const demoModel = "NVIDIA-H100-80GB-HBM3"
+
+// runDemo starts the local control plane (kwok GPU nodes, kube-scheduler, Kueue) and
+// Chamber's controllers, describes a pool shared by two teams, and plays a contended
+// workload: one team borrows the other's idle GPUs, then the owner reclaims them and
+// the borrower's preempted jobs resume by themselves. It runs until Ctrl-C.
 func runDemo(args []string) error {
 	fs := flag.NewFlagSet("demo", flag.ExitOnError)
-	nodes := fs.Int("nodes", 4, "simulated GPU nodes")
-	gpusPerNode := fs.Int("gpus-per-node", 8, "GPUs on each node")
-	jobs := fs.Int("jobs", 6, "4-GPU Jobs to submit through Kueue")
+	nodes := fs.Int("nodes", 4, "simulated GPU nodes (8 H100 each), shared by two teams")
 	jobDuration := fs.Duration("job-duration", 45*time.Second, "how long each Job's pod runs")
+	metricsAddr := fs.String("metrics-bind-address", "127.0.0.1:8080", "where Chamber's controller serves /metrics")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *nodes < 1 || *gpusPerNode < 1 || *jobs < 0 || *jobDuration <= 0 {
-		return fmt.Errorf("--nodes and --gpus-per-node must be at least 1, --jobs at least 0, --job-duration positive")
+	if *nodes < 2 || *jobDuration <= 0 {
+		return fmt.Errorf("--nodes must be at least 2 and --job-duration positive")
 	}
+	ctrl.SetLogger(zap.New(zap.Level(zapcore.ErrorLevel)))
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -46,84 +62,134 @@ func runDemo(args []string) error {
 			fmt.Fprintf(os.Stderr, "demo: stop: %v\n", err)
 		}
 	}()
-	c, err := cp.Client()
+
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(apiextensionsv1.AddToScheme(scheme))
+	utilruntime.Must(kueue.AddToScheme(scheme))
+	utilruntime.Must(chamber.AddToScheme(scheme))
+	c, err := client.New(cp.Config, client.Options{Scheme: scheme})
 	if err != nil {
 		return err
 	}
+	crds := filepath.Join(filepath.Dir(cp.BinDir()), "charts", "chamber", "crds")
+	if err := controlplane.InstallCRDs(ctx, c, crds); err != nil {
+		return err
+	}
+	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: *metricsAddr}})
+	if err != nil {
+		return err
+	}
+	if name, err := controllers.Setup(mgr, controllers.DefaultConfig()); err != nil {
+		return fmt.Errorf("set up controller %s: %w", name, err)
+	}
+	go func() {
+		if err := mgr.Start(ctx); err != nil {
+			fmt.Fprintf(os.Stderr, "demo: controller manager: %v\n", err)
+		}
+	}()
 
-	const (
-		ns      = "team-a"
-		product = "NVIDIA-H100-80GB-HBM3"
-	)
 	var gpuNodes []controlplane.GPUNode
 	for i := 1; i <= *nodes; i++ {
-		gpuNodes = append(gpuNodes, controlplane.GPUNode{Name: fmt.Sprintf("gpu-node-%d", i), GPUs: *gpusPerNode, Product: product})
+		gpuNodes = append(gpuNodes, controlplane.GPUNode{Name: fmt.Sprintf("gpu-node-%d", i), GPUs: 8, Product: demoModel, Labels: map[string]string{"pool": "main"}})
 	}
 	if err := controlplane.CreateGPUNodes(ctx, c, gpuNodes...); err != nil {
 		return err
 	}
-	quota := fmt.Sprint(*nodes * *gpusPerNode)
+	half := int32(*nodes * 8 / 2)
 	objs := []client.Object{
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
-		utiltestingapi.MakeResourceFlavor("h100").NodeLabel(controlplane.LabelGPUProduct, product).Obj(),
-		utiltestingapi.MakeClusterQueue("team-a").
-			ResourceGroup(*utiltestingapi.MakeFlavorQuotas("h100").Resource(controlplane.ResourceGPU, quota).Obj()).Obj(),
-		utiltestingapi.MakeLocalQueue("gpus", ns).ClusterQueue("team-a").Obj(),
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "vision"}},
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "nlp"}},
+		&chamber.GPUPool{ObjectMeta: metav1.ObjectMeta{Name: "main"}, Spec: chamber.GPUPoolSpec{
+			NodeLabels: map[string]string{"pool": "main"},
+			Prices:     []chamber.GPUPrice{{Model: demoModel, PerGPUHour: "2.49", Kind: chamber.PriceReserved}},
+		}},
+		demoTeam("vision", half), demoTeam("nlp", half),
 	}
 	for _, obj := range objs {
 		if err := c.Create(ctx, obj); err != nil {
 			return fmt.Errorf("create %s: %w", obj.GetName(), err)
 		}
 	}
-	for i := 1; i <= *jobs; i++ {
-		job := testingjob.MakeJob(fmt.Sprintf("train-%d", i), ns).
-			Queue("gpus").
-			Suspend(false).
-			RequestAndLimit(controlplane.ResourceGPU, "4").
-			PodAnnotation("pod-complete.stage.kwok.x-k8s.io/delay", jobDuration.String()).
-			PodAnnotation("pod-complete.stage.kwok.x-k8s.io/jitter-delay", jobDuration.String()).
-			Obj()
-		if err := c.Create(ctx, job); err != nil {
-			return fmt.Errorf("create job %s: %w", job.Name, err)
-		}
-	}
 
 	kubectl := filepath.Join(cp.BinDir(), "kubectl")
 	fmt.Printf(`
-demo: %d kwok nodes with %d GPUs each, Kueue ClusterQueue "team-a" (%s GPUs), %d Jobs of 4 GPUs in namespace %s.
-demo: the cluster is yours while this runs:
+demo: %d kwok nodes with 8 H100 each form GPUPool "main", shared by Teams "vision" and "nlp" (%d GPUs each).
+demo: vision submits 4-GPU preemptible jobs for the whole pool, borrowing nlp's idle GPUs;
+demo: a little later nlp submits its own, Kueue preempts what vision borrowed, and the
+demo: preempted jobs are requeued and finish later by themselves. Watch it:
 
   export KUBECONFIG=%s
-  %s get nodes -L %s
-  %s get jobs,workloads,pods -n %s -o wide
-  %s get clusterqueues
+  %s get gpupools,teams
+  %s get clusterqueues,workloads -A
+  %s get pods -A -o wide
+  curl -s http://%s/metrics | grep chamber_
 
 demo: component logs in %s
 demo: press Ctrl-C to stop; everything is torn down.
-`, *nodes, *gpusPerNode, quota, *jobs, ns, cp.Kubeconfig, kubectl, controlplane.LabelGPUProduct, kubectl, ns, kubectl, cp.LogDir())
 
-	ticker := time.NewTicker(10 * time.Second)
+`, *nodes, half, cp.Kubeconfig, kubectl, kubectl, kubectl, *metricsAddr, cp.LogDir())
+
+	visionJobs := int(2 * half / 4)
+	for i := 1; i <= visionJobs; i++ {
+		if err := c.Create(ctx, demoJob("vision", fmt.Sprintf("train-%d", i), "preemptible", *jobDuration)); err != nil {
+			return err
+		}
+	}
+	reclaimAt := time.After(20 * time.Second)
+	ticker := time.NewTicker(5 * time.Second)
 	defer ticker.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-reclaimAt:
+			fmt.Println("demo: nlp submits its jobs: its quota is reclaimed from vision")
+			for i := 1; i <= int(half/4); i++ {
+				if err := c.Create(ctx, demoJob("nlp", fmt.Sprintf("finetune-%d", i), "standard", *jobDuration)); err != nil {
+					return err
+				}
+			}
 		case <-ticker.C:
-			printQueue(ctx, c, ns)
+			printTeams(ctx, c)
 		}
 	}
 }
 
-// printQueue prints one line on the state of the demo's Jobs.
-func printQueue(ctx context.Context, c client.Client, ns string) {
-	var pods corev1.PodList
-	if err := c.List(ctx, &pods, client.InNamespace(ns)); err != nil {
+func demoTeam(name string, gpus int32) *chamber.Team {
+	return &chamber.Team{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: chamber.TeamSpec{Pool: "main", Namespaces: []string{name},
+			Quotas: []chamber.TeamQuota{{Model: demoModel, GPUs: gpus}}},
+	}
+}
+
+func demoJob(ns, name, tier string, d time.Duration) client.Object {
+	return testingjob.MakeJob(name, ns).Queue("default").Suspend(false).WorkloadPriorityClass(tier).
+		RequestAndLimit(chamberkueue.ResourceGPU, "4").
+		PodAnnotation("pod-complete.stage.kwok.x-k8s.io/delay", d.String()).
+		PodAnnotation("pod-complete.stage.kwok.x-k8s.io/jitter-delay", d.String()).
+		Obj()
+}
+
+// printTeams prints one line with each team's use of the pool.
+func printTeams(ctx context.Context, c client.Client) {
+	var teams chamber.TeamList
+	if err := c.List(ctx, &teams); err != nil {
 		return
 	}
-	counts := map[corev1.PodPhase]int{}
-	for _, p := range pods.Items {
-		counts[p.Status.Phase]++
+	var parts []string
+	for _, t := range teams.Items {
+		var inUse, borrowed int64
+		for _, m := range t.Status.Models {
+			inUse, borrowed = inUse+m.InUse, borrowed+m.Borrowed
+		}
+		cost := "0.00"
+		if t.Status.Spend != nil {
+			cost = t.Status.Spend.Cost
+		}
+		parts = append(parts, fmt.Sprintf("%s: %d GPUs (%d borrowed), %d running, %d waiting, $%s",
+			t.Name, inUse, borrowed, t.Status.AdmittedWorkloads, t.Status.PendingWorkloads, cost))
 	}
-	fmt.Printf("demo: pods running %d, pending %d, succeeded %d\n",
-		counts[corev1.PodRunning], counts[corev1.PodPending], counts[corev1.PodSucceeded])
+	fmt.Println("demo: " + strings.Join(parts, " | "))
 }

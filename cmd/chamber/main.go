@@ -10,7 +10,7 @@ import (
 const usage = `usage: chamber <command> [flags]
 
 commands:
-  demo    start a local control plane with simulated GPU nodes and Kueue, run a workload
+  demo    a local control plane with simulated GPU nodes, Kueue and Chamber, running a workload
 `
 
 func main() {

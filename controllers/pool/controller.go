@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -117,7 +118,10 @@ func (c *Controller) Reconcile(ctx context.Context, pool *chamber.GPUPool) (reco
 	}
 	apimeta.SetStatusCondition(&pool.Status.Conditions, cond)
 	if !equalStatus(before, &pool.Status) {
-		if err := c.client.Status().Update(ctx, pool); err != nil {
+		if err := c.client.Status().Update(ctx, pool); apierrors.IsConflict(err) {
+			// Our cache had not seen our last write yet: try again on the fresh object.
+			return reconcile.Result{RequeueAfter: time.Second}, nil
+		} else if err != nil {
 			return reconcile.Result{}, fmt.Errorf("update status of pool %s: %w", pool.Name, err)
 		}
 	}

@@ -143,7 +143,10 @@ func (c *Controller) Reconcile(ctx context.Context, team *chamber.Team) (reconci
 	c.setBudgetConditions(team, exceeded, warning)
 	recordBudget(team)
 	if !equality.Semantic.DeepEqual(before, &team.Status) {
-		if err := c.client.Status().Update(ctx, team); err != nil {
+		if err := c.client.Status().Update(ctx, team); apierrors.IsConflict(err) {
+			// Our cache had not seen our last write yet: try again on the fresh object.
+			return reconcile.Result{RequeueAfter: time.Second}, nil
+		} else if err != nil {
 			return reconcile.Result{}, fmt.Errorf("update status of team %s: %w", team.Name, err)
 		}
 	}
