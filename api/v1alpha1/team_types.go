@@ -195,6 +195,10 @@ type TeamModelUsage struct {
 	InUse int64 `json:"inUse"`
 	// Borrowed is the part of InUse above the quota.
 	Borrowed int64 `json:"borrowed"`
+	// Lent is the part of the unused quota (within the lending limit) that other teams
+	// of the pool are borrowing now. Kueue borrows from the cohort as a whole, so with
+	// several lenders each reports the most it can be lending.
+	Lent int64 `json:"lent"`
 }
 
 // TeamSpend is what the team used in the current period.

@@ -134,7 +134,11 @@ func (c *Controller) Reconcile(ctx context.Context, team *chamber.Team) (reconci
 	team.Status.ClusterQueue = ""
 	if cq != nil {
 		team.Status.ClusterQueue = cq.Name
-		team.Status.Models = usage(cq, &pool, team)
+		borrowedByOthers, err := c.borrowedByOthers(ctx, cq)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		team.Status.Models = usage(cq, &pool, team, borrowedByOthers)
 		team.Status.AdmittedWorkloads = cq.Status.AdmittedWorkloads
 		team.Status.PendingWorkloads = cq.Status.PendingWorkloads
 	}
@@ -358,11 +362,42 @@ func (c *Controller) applyLocalQueues(ctx context.Context, team *chamber.Team, n
 	return missing, nil
 }
 
+// borrowedByOthers sums, per flavor, the GPUs the other ClusterQueues of the cohort
+// borrow.
+func (c *Controller) borrowedByOthers(ctx context.Context, cq *kueue.ClusterQueue) (map[string]int64, error) {
+	out := map[string]int64{}
+	if cq.Spec.CohortName == "" {
+		return out, nil
+	}
+	var cqs kueue.ClusterQueueList
+	if err := c.client.List(ctx, &cqs); err != nil {
+		return nil, fmt.Errorf("list ClusterQueues: %w", err)
+	}
+	for _, other := range cqs.Items {
+		if other.Name == cq.Name || other.Spec.CohortName != cq.Spec.CohortName {
+			continue
+		}
+		for _, fu := range other.Status.FlavorsUsage {
+			for _, r := range fu.Resources {
+				if r.Name == chamberkueue.ResourceGPU {
+					out[string(fu.Name)] += r.Borrowed.Value()
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
 // usage reports quota and use per model from the ClusterQueue's status.
-func usage(cq *kueue.ClusterQueue, pool *chamber.GPUPool, team *chamber.Team) []chamber.TeamModelUsage {
+func usage(cq *kueue.ClusterQueue, pool *chamber.GPUPool, team *chamber.Team, borrowedByOthers map[string]int64) []chamber.TeamModelUsage {
 	quota := map[string]int64{}
+	lendable := map[string]int64{}
 	for _, q := range team.Spec.Quotas {
 		quota[q.Model] = int64(q.GPUs)
+		lendable[q.Model] = int64(q.GPUs)
+		if q.LendingLimit != nil {
+			lendable[q.Model] = int64(*q.LendingLimit)
+		}
 	}
 	byFlavor := map[string]string{}
 	for _, m := range pool.Status.Models {
@@ -381,15 +416,19 @@ func usage(cq *kueue.ClusterQueue, pool *chamber.GPUPool, team *chamber.Team) []
 			if r.Total.Value() == 0 && quota[model] == 0 {
 				continue
 			}
+			unused := max(0, quota[model]-r.Total.Value())
 			out = append(out, chamber.TeamModelUsage{
 				Model: model, Flavor: string(fu.Name), Quota: quota[model],
 				InUse: r.Total.Value(), Borrowed: r.Borrowed.Value(),
+				Lent: min(unused, lendable[model], borrowedByOthers[string(fu.Name)]),
 			})
 		}
 	}
 	for _, q := range team.Spec.Quotas {
 		if !slices.ContainsFunc(out, func(u chamber.TeamModelUsage) bool { return u.Model == q.Model }) {
-			out = append(out, chamber.TeamModelUsage{Model: q.Model, Flavor: chamberkueue.FlavorName(pool.Name, q.Model), Quota: int64(q.GPUs)})
+			flavor := chamberkueue.FlavorName(pool.Name, q.Model)
+			out = append(out, chamber.TeamModelUsage{Model: q.Model, Flavor: flavor, Quota: int64(q.GPUs),
+				Lent: min(quota[q.Model], lendable[q.Model], borrowedByOthers[flavor])})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Model < out[j].Model })

@@ -304,6 +304,8 @@ func TestLendingLimit(t *testing.T) {
 		team := getTeam(g, "lend-borrower")
 		g.Expect(team.Status.Models).To(gomega.ContainElement(gomega.HaveField("Borrowed", int64(4))))
 		g.Expect(team.Status.PendingWorkloads).To(gomega.Equal(int32(1)))
+		owner := getTeam(g, "lend-owner")
+		g.Expect(owner.Status.Models).To(gomega.ContainElement(gomega.HaveField("Lent", int64(4))))
 	}).Should(gomega.Succeed())
 	g.Consistently(func(g gomega.Gomega) {
 		g.Expect(getTeam(g, "lend-borrower").Status.AdmittedWorkloads).To(gomega.Equal(int32(3)))
