@@ -1,5 +1,5 @@
-// Package controllers wires Chamber's controllers, one package each (pool, team, and
-// later inventory, admission, isolation, idlereclaim): Setup is the one list of what runs.
+// Package controllers wires Chamber's controllers, one package each (pool, team,
+// inventory; later admission, isolation, idlereclaim): Setup is the one list of what runs.
 package controllers
 
 import (
@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
+	"chamber.dev/chamber/controllers/inventory"
 	"chamber.dev/chamber/controllers/pool"
 	"chamber.dev/chamber/controllers/team"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
@@ -24,13 +25,15 @@ type Config struct {
 	PriorityTiers []chamberkueue.PriorityTier
 	// AccountingInterval is how often team spend is added up.
 	AccountingInterval time.Duration
+	// Inventory configures the fleet inventory and its metrics; its clock is Clock.
+	Inventory inventory.Options
 	// Clock is the time source; the real clock when nil.
 	Clock clock.Clock
 }
 
 // DefaultConfig is the controllers' configuration unless flags say otherwise.
 func DefaultConfig() Config {
-	return Config{PriorityTiers: chamberkueue.DefaultPriorityTiers, AccountingInterval: team.DefaultAccountingInterval}
+	return Config{PriorityTiers: chamberkueue.DefaultPriorityTiers, AccountingInterval: team.DefaultAccountingInterval, Inventory: inventory.DefaultOptions()}
 }
 
 // Setup registers every controller with the manager: this list is what runs. It
@@ -41,6 +44,11 @@ func Setup(mgr ctrl.Manager, cfg Config) (string, error) {
 	}
 	if err := team.Register(mgr, team.Options{AccountingInterval: cfg.AccountingInterval, Clock: cfg.Clock}); err != nil {
 		return "team", err
+	}
+	inv := cfg.Inventory
+	inv.Clock = cfg.Clock
+	if _, err := inventory.Register(mgr, inv); err != nil {
+		return "inventory", err
 	}
 	if err := mgr.Add(priorityTiers{client: mgr.GetClient(), tiers: cfg.PriorityTiers}); err != nil {
 		return "priority-tiers", err

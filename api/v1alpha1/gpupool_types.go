@@ -25,7 +25,7 @@ const (
 )
 
 // GPUPoolSpec says which nodes form the pool and what their GPUs cost.
-// +kubebuilder:validation:XValidation:rule="!has(self.parent) || self.parent != ''",message="parent must name a GPUPool or be omitted"
+// +kubebuilder:validation:XValidation:rule="!has(self.parent) || self.parent != ”",message="parent must name a GPUPool or be omitted"
 type GPUPoolSpec struct {
 	// NodeLabels select the pool's nodes: a node belongs to the pool when it has all of
 	// them. They also go into each of the pool's ResourceFlavors, so Kueue places the

@@ -1,5 +1,6 @@
 // Command chamber-controller runs Chamber's controllers: GPU pools and teams compiled
-// into Kueue objects, budgets, and (in later changes) inventory, admission, isolation.
+// into Kueue objects, budgets, the fleet inventory and its metrics, and (in later
+// changes) admission and isolation.
 package main
 
 import (
@@ -19,6 +20,7 @@ import (
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers"
+	"chamber.dev/chamber/fleet"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
@@ -29,6 +31,9 @@ func main() {
 		leaderElect        = flag.Bool("leader-elect", false, "elect a leader, for more than one replica")
 		priorityTiers      = flag.String("priority-tiers", "production=1000,standard=500,preemptible=100", "Kueue WorkloadPriorityClasses to create, name=value,...")
 		accountingInterval = flag.Duration("accounting-interval", controllers.DefaultConfig().AccountingInterval, "how often team spend is added up when nothing changes")
+		idleThreshold      = flag.Float64("idle-utilization-threshold", fleet.DefaultIdleThresholdPercent, "GPU utilization (percent, mean over the node agent's window) below which a held GPU counts as idle")
+		idleWindow         = flag.Duration("idle-window", fleet.DefaultIdleWindow, "how long a held GPU's utilization must stay below the threshold to count as idle")
+		perGPUMetrics      = flag.Bool("per-gpu-metrics", false, "export chamber_gpu_state, one series per GPU (the node agent already exports per-GPU metrics)")
 	)
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
@@ -46,6 +51,15 @@ func main() {
 		fail("--accounting-interval must be at least 1s, got %s", *accountingInterval)
 	}
 	cfg.AccountingInterval = *accountingInterval
+	if *idleThreshold <= 0 || *idleThreshold > 100 {
+		fail("--idle-utilization-threshold must be above 0 and at most 100 (percent), got %v", *idleThreshold)
+	}
+	if *idleWindow < time.Second {
+		fail("--idle-window must be at least 1s, got %s", *idleWindow)
+	}
+	cfg.Inventory.Fleet.IdleThresholdPercent = *idleThreshold
+	cfg.Inventory.Fleet.IdleWindow = *idleWindow
+	cfg.Inventory.PerGPUMetrics = *perGPUMetrics
 
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
@@ -67,7 +81,8 @@ func main() {
 	}
 	utilruntime.Must(mgr.AddHealthzCheck("healthz", healthz.Ping))
 	utilruntime.Must(mgr.AddReadyzCheck("readyz", healthz.Ping))
-	log.Info("starting", "priorityTiers", *priorityTiers, "accountingInterval", cfg.AccountingInterval)
+	log.Info("starting", "priorityTiers", *priorityTiers, "accountingInterval", cfg.AccountingInterval,
+		"idleThresholdPercent", *idleThreshold, "idleWindow", *idleWindow, "perGPUMetrics", *perGPUMetrics)
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
 		fail("run manager: %v", err)
 	}

@@ -1,0 +1,87 @@
+// Package exporter holds Chamber's Prometheus collectors over the fleet model: GPU
+// states, utilization, team allocation and quota, idle time and cost, queue depth and
+// wait, the cluster efficiency score and isolated nodes.
+//
+// As in node_exporter, each concern is a small collector, and one Exporter, the only
+// thing registered, runs them all. It takes one fleet snapshot per scrape and hands
+// it to each: a scrape reads memory only, never the API server, NVML or the kubelet.
+// Label sets are bounded by pools, models, teams and tiers; per-GPU series are behind
+// Options.PerGPU, since the node agent already exports them.
+package exporter
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"chamber.dev/chamber/fleet"
+)
+
+// Source is the fleet as the exporter reads it; *fleet.Model is one.
+type Source interface {
+	// Synced is false until the model holds what its informers had at start; until
+	// then the exporter shows nothing rather than a partial fleet.
+	Synced() bool
+	Snapshot() *fleet.Snapshot
+}
+
+// Options configure the exporter.
+type Options struct {
+	// PerGPU adds chamber_gpu_state, one series per GPU with its node, pod and team.
+	PerGPU bool
+}
+
+// collector is one concern's metrics, made from a snapshot.
+type collector interface {
+	describe(ch chan<- *prometheus.Desc)
+	update(s *fleet.Snapshot, ch chan<- prometheus.Metric)
+}
+
+// Exporter is the prometheus.Collector to register: it runs every collector on one
+// snapshot per scrape.
+type Exporter struct {
+	source     Source
+	collectors []collector
+}
+
+var _ prometheus.Collector = (*Exporter)(nil)
+
+// New returns an exporter of source's fleet.
+func New(source Source, opts Options) *Exporter {
+	e := &Exporter{source: source, collectors: []collector{
+		newGPUCollector(),
+		newEfficiencyCollector(),
+		newNodeCollector(),
+		newTeamCollector(),
+		newCostCollector(),
+		newQueueCollector(),
+	}}
+	if opts.PerGPU {
+		e.collectors = append(e.collectors, newPerGPUCollector())
+	}
+	return e
+}
+
+// Describe sends every metric's description.
+func (e *Exporter) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range e.collectors {
+		c.describe(ch)
+	}
+}
+
+// Collect sends the metrics of one snapshot.
+func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
+	if !e.source.Synced() {
+		return
+	}
+	s := e.source.Snapshot()
+	for _, c := range e.collectors {
+		c.update(s, ch)
+	}
+}
+
+func gauge(desc *prometheus.Desc, v float64, labels ...string) prometheus.Metric {
+	return prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, labels...)
+}
+
+func counter(desc *prometheus.Desc, v float64, labels ...string) prometheus.Metric {
+	return prometheus.MustNewConstMetric(desc, prometheus.CounterValue, v, labels...)
+}

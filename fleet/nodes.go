@@ -1,0 +1,366 @@
+package fleet
+
+import (
+	"cmp"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	chamber "chamber.dev/chamber/api/v1alpha1"
+	chamberkueue "chamber.dev/chamber/integrations/kueue"
+)
+
+// maxGPUIndex bounds the GPU indices taken from a GPUNode: the schema sets no maximum,
+// and one bad index must not make the model allocate millions of GPUs.
+const maxGPUIndex = 1024
+
+// node is one Kubernetes node as the fleet knows it.
+type node struct {
+	name     string
+	exists   bool // the Node object is known; only then does the node have GPUs
+	labels   map[string]string
+	capacity int // nvidia.com/gpu capacity
+	cordoned bool
+	tainted  bool // carries TaintGPUUnhealthy
+
+	// Resolved from labels and the pools when either changes.
+	pool, model string
+
+	report []gpuReport // the agent's GPUNode, by GPU index
+	// reportStale is when the report's utilization stops counting: the agent has
+	// missed StaleHeartbeats heartbeats by then. Zero when the agent does not say.
+	reportStale time.Time
+	gpus        []gpu
+	pods        []*pod // active GPU pods bound here
+}
+
+// gpuReport is what the node agent published about one GPU.
+type gpuReport struct {
+	known   bool
+	health  chamber.GPUHealth
+	uuid    string
+	model   string // NVML's product name
+	hasUtil bool
+	util    float64       // mean GPU utilization in percent
+	window  time.Duration // the span the agent averaged
+	pod     objKey        // zero when the agent could not tell (no kubelet pod-resources)
+}
+
+// gpu is one GPU's allocation and the times its state and counters hang on.
+type gpu struct {
+	holder *pod
+	// since is when the holder got the GPU: the pod's start, or when the model first
+	// saw it, whichever is later.
+	since time.Time
+	// lowSince is when the GPU's utilization went below the idle threshold while held;
+	// zero while it is in use, free, or without a utilization report.
+	lowSince time.Time
+	// accounted is the time up to which the GPU's seconds are in the counters.
+	accounted time.Time
+}
+
+func (m *Model) nodeEntry(name string) *node {
+	n := m.nodes[name]
+	if n == nil {
+		n = &node{name: name}
+		m.nodes[name] = n
+	}
+	return n
+}
+
+// dropIfEmpty forgets a node that no object refers to any more.
+func (m *Model) dropIfEmpty(n *node) {
+	if !n.exists && n.report == nil && len(n.pods) == 0 {
+		delete(m.nodes, n.name)
+	}
+}
+
+// SetNode records a Node's GPU capacity, labels (pool and model), cordon and taints.
+// Nodes without GPUs, and without an agent report of any, have no GPUs in the fleet.
+func (m *Model) SetNode(obj *corev1.Node) {
+	capacity := obj.Status.Capacity[chamberkueue.ResourceGPU]
+	tainted := slices.ContainsFunc(obj.Spec.Taints, func(t corev1.Taint) bool { return t.Key == TaintGPUUnhealthy })
+
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.clock.Now()
+	n := m.nodeEntry(obj.Name)
+	m.accountNode(n, now)
+	n.exists = true
+	n.labels = obj.Labels
+	n.capacity = int(capacity.Value())
+	n.cordoned = obj.Spec.Unschedulable
+	n.tainted = tainted
+	m.resolveNode(n)
+	m.assign(n, now)
+}
+
+// DeleteNode removes the node's GPUs. What they ran up stays in the counters; pods
+// still bound to it hold nothing until it comes back.
+func (m *Model) DeleteNode(name string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := m.nodes[name]
+	if n == nil {
+		return
+	}
+	now := m.clock.Now()
+	m.accountNode(n, now)
+	n.exists = false
+	n.labels = nil
+	n.capacity = 0
+	m.assign(n, now)
+	m.dropIfEmpty(n)
+}
+
+// SetGPUNode records the node agent's report: per-GPU health, utilization and, where
+// the kubelet told the agent, the pod holding each GPU.
+func (m *Model) SetGPUNode(obj *chamber.GPUNode) {
+	size := 0
+	for _, g := range obj.Status.GPUs {
+		if g.Index >= 0 && g.Index < maxGPUIndex {
+			size = max(size, int(g.Index)+1)
+		}
+	}
+	report := make([]gpuReport, size)
+	for _, g := range obj.Status.GPUs {
+		if g.Index < 0 || g.Index >= maxGPUIndex {
+			continue
+		}
+		r := gpuReport{known: true, health: g.Health, uuid: g.UUID, model: g.Model}
+		if u := g.Utilization; u != nil {
+			r.hasUtil, r.util, r.window = true, float64(u.GPUPercent), time.Duration(u.WindowSeconds)*time.Second
+		}
+		if g.Pod != nil {
+			r.pod = objKey{g.Pod.Namespace, g.Pod.Name}
+		}
+		report[g.Index] = r
+	}
+
+	var stale time.Time
+	if hb := obj.Status.LastHeartbeatTime; hb != nil && obj.Status.HeartbeatSeconds > 0 {
+		stale = hb.Add(StaleHeartbeats * time.Duration(obj.Status.HeartbeatSeconds) * time.Second)
+	}
+
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.clock.Now()
+	n := m.nodeEntry(obj.Name)
+	m.accountNode(n, now)
+	n.report = report
+	n.reportStale = stale
+	m.resolveNode(n)
+	m.assign(n, now)
+	for i := range n.gpus {
+		m.updateLow(n, i, now)
+	}
+}
+
+// DeleteGPUNode forgets the agent's report: the node's GPUs count as healthy and in
+// use while held, as on a node without an agent.
+func (m *Model) DeleteGPUNode(name string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := m.nodes[name]
+	if n == nil {
+		return
+	}
+	now := m.clock.Now()
+	m.accountNode(n, now)
+	n.report = nil
+	n.reportStale = time.Time{}
+	m.resolveNode(n)
+	m.assign(n, now)
+	for i := range n.gpus {
+		m.updateLow(n, i, now)
+	}
+	m.dropIfEmpty(n)
+}
+
+// resolveNode finds the node's pool and GPU model.
+func (m *Model) resolveNode(n *node) {
+	n.pool, n.model = "", ""
+	productLabel := chamber.DefaultProductLabel
+	if p := m.poolOf(n.labels); p != nil && n.exists {
+		n.pool = p.name
+		productLabel = p.productLabel
+	}
+	n.model = n.labels[productLabel]
+	if n.model == "" {
+		// No GPU feature discovery label: the agent's NVML product name is the best
+		// name there is.
+		for _, r := range n.report {
+			if r.known && r.model != "" {
+				n.model = r.model
+				break
+			}
+		}
+	}
+}
+
+// poolOf is the pool whose node labels the node has. When several match (a parent
+// pool selecting every GPU node, a child selecting a rack), the most specific wins,
+// then the first by name.
+func (m *Model) poolOf(labels map[string]string) *pool {
+	var best *pool
+	for _, p := range m.pools {
+		if !p.matches(labels) {
+			continue
+		}
+		if best == nil || len(p.nodeLabels) > len(best.nodeLabels) ||
+			(len(p.nodeLabels) == len(best.nodeLabels) && p.name < best.name) {
+			best = p
+		}
+	}
+	return best
+}
+
+func (n *node) isolated() bool { return n.cordoned || n.tainted }
+
+// gpuCount is the node's GPUs: the device plugin's capacity, or the agent's count where
+// it sees more (a node whose device plugin is not running yet).
+func (n *node) gpuCount() int {
+	if !n.exists {
+		return 0
+	}
+	return max(n.capacity, len(n.report))
+}
+
+func (n *node) reportOf(i int) gpuReport {
+	if i < len(n.report) {
+		return n.report[i]
+	}
+	return gpuReport{}
+}
+
+// assign decides which pod holds each of the node's GPUs. The agent's mapping (from
+// the kubelet) comes first. Without it, a pod keeps the GPUs it was given while it
+// runs, and pods still short of GPUs take the lowest free indices, healthy GPUs first
+// (the device plugin hands out no unhealthy GPU), in order of start time, creation,
+// namespace and name: a guess, but a stable and deterministic one.
+func (m *Model) assign(n *node, now time.Time) {
+	m.accountNode(n, now)
+	count := n.gpuCount()
+	if len(n.gpus) != count {
+		gpus := make([]gpu, count)
+		copy(gpus, n.gpus)
+		for i := len(n.gpus); i < count; i++ {
+			gpus[i].accounted = now
+		}
+		n.gpus = gpus
+	}
+	if count == 0 {
+		return
+	}
+
+	holders := make([]*pod, count)
+	held := make(map[*pod]int, len(n.pods))
+	onNode := make(map[objKey]*pod, len(n.pods))
+	for _, p := range n.pods {
+		onNode[p.key] = p
+	}
+	for i := range holders {
+		r := n.reportOf(i)
+		if p := onNode[r.pod]; r.pod.name != "" && p != nil && held[p] < p.gpus {
+			holders[i] = p
+			held[p]++
+		}
+	}
+	for i := range holders {
+		if p := n.gpus[i].holder; holders[i] == nil && p != nil && onNode[p.key] == p && held[p] < p.gpus {
+			holders[i] = p
+			held[p]++
+		}
+	}
+	waiting := make([]*pod, 0, len(n.pods))
+	for _, p := range n.pods {
+		if held[p] < p.gpus {
+			waiting = append(waiting, p)
+		}
+	}
+	slices.SortFunc(waiting, comparePods)
+	for _, p := range waiting {
+		for _, healthyOnly := range []bool{true, false} {
+			for i := 0; i < count && held[p] < p.gpus; i++ {
+				if holders[i] == nil && (!healthyOnly || n.reportOf(i).health != chamber.GPUUnhealthy) {
+					holders[i] = p
+					held[p]++
+				}
+			}
+		}
+	}
+
+	for i := range n.gpus {
+		g := &n.gpus[i]
+		if g.holder == holders[i] {
+			continue
+		}
+		g.holder = holders[i]
+		g.lowSince = time.Time{}
+		if g.holder != nil {
+			g.since = now
+			if s := g.holder.started; !s.IsZero() && s.Before(now) {
+				g.since = s
+			}
+		}
+		m.updateLow(n, i, now)
+	}
+}
+
+func comparePods(a, b *pod) int {
+	return cmp.Or(a.started.Compare(b.started), a.created.Compare(b.created),
+		cmp.Compare(a.key.namespace, b.key.namespace), cmp.Compare(a.key.name, b.key.name))
+}
+
+// updateLow follows the GPU's utilization against the idle threshold. The agent's
+// figure is a mean over its window, so a GPU reported low has been low since the
+// window began, though never since before its holder got it.
+func (m *Model) updateLow(n *node, i int, now time.Time) {
+	g := &n.gpus[i]
+	r := n.reportOf(i)
+	if g.holder == nil || !r.hasUtil || r.util >= m.opts.IdleThresholdPercent {
+		g.lowSince = time.Time{}
+		return
+	}
+	if !g.lowSince.IsZero() {
+		return
+	}
+	g.lowSince = now.Add(-r.window)
+	if g.lowSince.Before(g.since) {
+		g.lowSince = g.since
+	}
+}
+
+// state is the GPU's state at now.
+func (m *Model) state(n *node, i int, now time.Time) State {
+	s := m.baseState(n, i)
+	if from, until := m.idleSpan(n, &n.gpus[i]); s == Busy && !from.IsZero() && !from.After(now) &&
+		(until.IsZero() || now.Before(until)) {
+		return Idle
+	}
+	return s
+}
+
+// baseState is the state before time is looked at: Busy stands for Busy or Idle.
+func (m *Model) baseState(n *node, i int) State {
+	switch {
+	case n.reportOf(i).health == chamber.GPUUnhealthy:
+		return Unhealthy
+	case n.isolated():
+		return Isolated
+	case n.gpus[i].holder == nil:
+		return Free
+	}
+	return Busy
+}
+
+// idleSpan is when a held GPU turns (or turned) Idle, and when it stops being Idle
+// because its agent stopped reporting: a stale report is silence, and silence is
+// never taken for idleness. A zero from never comes; a zero until never ends it.
+func (m *Model) idleSpan(n *node, g *gpu) (from, until time.Time) {
+	if g.lowSince.IsZero() {
+		return time.Time{}, time.Time{}
+	}
+	return g.lowSince.Add(m.opts.IdleWindow), n.reportStale
+}
