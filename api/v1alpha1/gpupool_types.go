@@ -25,7 +25,6 @@ const (
 )
 
 // GPUPoolSpec says which nodes form the pool and what their GPUs cost.
-// +kubebuilder:validation:XValidation:rule="!has(self.parent) || self.parent != ”",message="parent must name a GPUPool or be omitted"
 type GPUPoolSpec struct {
 	// NodeLabels select the pool's nodes: a node belongs to the pool when it has all of
 	// them. They also go into each of the pool's ResourceFlavors, so Kueue places the
@@ -39,6 +38,7 @@ type GPUPoolSpec struct {
 	ProductLabel string `json:"productLabel,omitempty"`
 	// Parent names a parent GPUPool: the pool's Cohort gets the parent's Cohort as its
 	// parent, so unused capacity flows up the hierarchy.
+	// +kubebuilder:validation:MinLength=1
 	// +optional
 	Parent string `json:"parent,omitempty"`
 	// Prices per GPU-hour of each model, for cost reporting and budgets.
