@@ -28,6 +28,10 @@ build: ## Compile every package.
 test: tools ## Unit and integration tests (builds the tools first when missing).
 	$(GO) test -timeout $(TEST_TIMEOUT) ./...
 
+.PHONY: bench
+bench: ## Go benchmarks: NVML poll, agent scrape, fleet model, exporter scrape.
+	$(GO) test -run '^$$' -bench . -benchmem ./healthcheck/... ./agent/... ./fleet/... ./exporter/...
+
 .PHONY: lint
 lint: $(BIN)/staticcheck ## gofmt, go vet and staticcheck.
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
