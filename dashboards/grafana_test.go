@@ -1,0 +1,98 @@
+package dashboards
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// dashboardQueries returns every PromQL expression of the Grafana dashboards.
+func dashboardQueries(t *testing.T) map[string][]string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join("grafana", "*.json"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no dashboards in grafana/ (%v)", err)
+	}
+	out := map[string][]string{}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var dash struct {
+			UID    string `json:"uid"`
+			Panels []struct {
+				Title   string `json:"title"`
+				Targets []struct {
+					Expr string `json:"expr"`
+				} `json:"targets"`
+			} `json:"panels"`
+		}
+		if err := json.Unmarshal(data, &dash); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		if dash.UID == "" {
+			t.Errorf("%s: no uid (Grafana provisioning needs one)", f)
+		}
+		for _, p := range dash.Panels {
+			if len(p.Targets) == 0 {
+				t.Errorf("%s: panel %q has no query", f, p.Title)
+			}
+			for _, target := range p.Targets {
+				out[f] = append(out[f], target.Expr)
+			}
+		}
+	}
+	return out
+}
+
+// TestDashboardQueriesParse checks every panel's PromQL with promtool, by wrapping
+// the queries in recording rules.
+func TestDashboardQueriesParse(t *testing.T) {
+	bin := promtool(t)
+	var rules strings.Builder
+	rules.WriteString("groups:\n- name: dashboard-queries\n  rules:\n")
+	n := 0
+	for _, exprs := range dashboardQueries(t) {
+		for _, e := range exprs {
+			quoted, _ := json.Marshal(e)
+			fmt.Fprintf(&rules, "  - record: dashboard_query_%d\n    expr: %s\n", n, quoted)
+			n++
+		}
+	}
+	path := filepath.Join(t.TempDir(), "queries.yaml")
+	if err := os.WriteFile(path, []byte(rules.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(bin, "check", "rules", path).CombinedOutput(); err != nil {
+		t.Errorf("promtool check rules (dashboard queries): %v\n%s", err, out)
+	}
+}
+
+// TestDashboardsUseDocumentedMetrics fails when a panel queries a metric the README
+// does not document (Chamber's own or the agent's dcgm-compatible ones).
+func TestDashboardsUseDocumentedMetrics(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join("..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := regexp.MustCompile(`(?:^|[^:\w])((?:chamber|DCGM_FI)_[A-Za-z_]+)`)
+	for file, exprs := range dashboardQueries(t) {
+		for _, e := range exprs {
+			for _, m := range name.FindAllStringSubmatch(e, -1) {
+				metric := m[1]
+				for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+					metric = strings.TrimSuffix(metric, suffix)
+				}
+				if !regexp.MustCompile("`" + metric + "(`|\\{)").Match(readme) {
+					t.Errorf("%s queries %s, which the README does not document", file, metric)
+				}
+			}
+		}
+	}
+}
