@@ -3,8 +3,6 @@ package agent
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -12,51 +10,13 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
-	"sigs.k8s.io/yaml"
 
 	chamberv1alpha1 "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/test/controlplane"
 )
-
-// installCRDs creates the CRDs in dir and waits until the API server serves them.
-func installCRDs(ctx context.Context, t *testing.T, c client.Client, dir string) {
-	t.Helper()
-	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no CRDs in %s (%v): run make generate", dir, err)
-	}
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var crd apiextensionsv1.CustomResourceDefinition
-		if err := yaml.UnmarshalStrict(data, &crd); err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
-		if err := c.Create(ctx, &crd); err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatalf("create CRD %s: %v", crd.Name, err)
-		}
-		// The API server establishes a CRD by itself, within a second or so.
-		eventually(t, "CRD "+crd.Name+" Established", func() bool {
-			var got apiextensionsv1.CustomResourceDefinition
-			if err := c.Get(ctx, client.ObjectKey{Name: crd.Name}, &got); err != nil {
-				return false
-			}
-			for _, cond := range got.Status.Conditions {
-				if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
-					return true
-				}
-			}
-			return false
-		})
-	}
-}
 
 // write is one API write the agent made, at fake-clock time.
 type write struct {
@@ -124,7 +84,7 @@ func TestAgainstAPIServer(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cp, err := controlplane.Start(ctx, controlplane.Options{})
+	cp, err := controlplane.Start(ctx, controlplane.Options{ChamberCRDs: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,11 +97,6 @@ func TestAgainstAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	admin, err := cp.Client() // knows CRDs
-	if err != nil {
-		t.Fatal(err)
-	}
-	installCRDs(ctx, t, admin, "../charts/chamber/crds")
 	if err := c.Create(ctx, controlplane.GPUNode{Name: testNode, GPUs: 8}.Object()); err != nil {
 		t.Fatal(err)
 	}

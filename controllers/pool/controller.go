@@ -6,6 +6,7 @@ package pool
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -18,9 +19,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
@@ -42,9 +46,19 @@ func Register(mgr ctrl.Manager) error {
 		For(&chamber.GPUPool{}).
 		Owns(&kueue.ResourceFlavor{}).
 		Owns(&kueue.Cohort{}).
-		// Any node or agent report can change any pool's models and counts.
-		Watches(&corev1.Node{}, allPools).
-		Watches(&chamber.GPUNode{}, allPools).
+		// A node or an agent report can change any pool's models and counts, but most
+		// of their updates (heartbeats, utilization) change neither: skip those, since
+		// each pool reconcile reads every node.
+		Watches(&corev1.Node{}, allPools, builder.WithPredicates(predicate.Funcs{
+			UpdateFunc: func(e event.UpdateEvent) bool {
+				return nodeCounts(e.ObjectOld.(*corev1.Node)) != nodeCounts(e.ObjectNew.(*corev1.Node))
+			},
+		})).
+		Watches(&chamber.GPUNode{}, allPools, builder.WithPredicates(predicate.Funcs{
+			UpdateFunc: func(e event.UpdateEvent) bool {
+				return unhealthyGPUs(e.ObjectOld.(*chamber.GPUNode)) != unhealthyGPUs(e.ObjectNew.(*chamber.GPUNode))
+			},
+		})).
 		Watches(&chamber.Team{}, handler.EnqueueRequestsFromMapFunc(teamPool)).
 		Complete(reconcile.AsReconciler(mgr.GetClient(), c))
 }
@@ -76,12 +90,8 @@ func (c *Controller) Reconcile(ctx context.Context, pool *chamber.GPUPool) (reco
 		return reconcile.Result{}, fmt.Errorf("list GPUNodes: %w", err)
 	}
 	unhealthy := map[string]int64{}
-	for _, gn := range agents.Items {
-		for _, g := range gn.Status.GPUs {
-			if g.Health == chamber.GPUUnhealthy {
-				unhealthy[gn.Name]++
-			}
-		}
+	for i := range agents.Items {
+		unhealthy[agents.Items[i].Name] = unhealthyGPUs(&agents.Items[i])
 	}
 	models := CountModels(pool, nodes.Items, unhealthy)
 
@@ -117,7 +127,7 @@ func (c *Controller) Reconcile(ctx context.Context, pool *chamber.GPUPool) (reco
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, "KueueObjectsNotApplied", strings.Join(problems, "; ")
 	}
 	apimeta.SetStatusCondition(&pool.Status.Conditions, cond)
-	if !equalStatus(before, &pool.Status) {
+	if !equality.Semantic.DeepEqual(before, &pool.Status) {
 		if err := c.client.Status().Update(ctx, pool); apierrors.IsConflict(err) {
 			// Our cache had not seen our last write yet: try again on the fresh object.
 			return reconcile.Result{RequeueAfter: time.Second}, nil
@@ -151,7 +161,7 @@ func (c *Controller) apply(ctx context.Context, pool *chamber.GPUPool, obj clien
 	switch want := obj.(type) {
 	case *kueue.ResourceFlavor:
 		have := existing.(*kueue.ResourceFlavor)
-		if !mapsEqual(have.Spec.NodeLabels, want.Spec.NodeLabels) {
+		if !maps.Equal(have.Spec.NodeLabels, want.Spec.NodeLabels) {
 			have.Spec.NodeLabels, changed = want.Spec.NodeLabels, true
 		}
 	case *kueue.Cohort:
@@ -204,6 +214,24 @@ func CountModels(pool *chamber.GPUPool, nodes []corev1.Node, unhealthy map[strin
 	return out
 }
 
+// unhealthyGPUs counts the GPUs the agent reports Unhealthy.
+func unhealthyGPUs(gn *chamber.GPUNode) int64 {
+	var n int64
+	for _, g := range gn.Status.GPUs {
+		if g.Health == chamber.GPUUnhealthy {
+			n++
+		}
+	}
+	return n
+}
+
+// nodeCounts is what of a node the pool's status depends on.
+func nodeCounts(n *corev1.Node) string {
+	capacity := n.Status.Capacity[chamberkueue.ResourceGPU]
+	allocatable := n.Status.Allocatable[chamberkueue.ResourceGPU]
+	return fmt.Sprintf("%v|%s|%s|%t", n.Labels, capacity.String(), allocatable.String(), schedulable(n))
+}
+
 // schedulable: cordoned nodes and nodes with a NoSchedule or NoExecute taint offer
 // no GPUs to new work.
 func schedulable(n *corev1.Node) bool {
@@ -216,20 +244,4 @@ func schedulable(n *corev1.Node) bool {
 		}
 	}
 	return true
-}
-
-func mapsEqual(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if bv, ok := b[k]; !ok || bv != v {
-			return false
-		}
-	}
-	return true
-}
-
-func equalStatus(a, b *chamber.GPUPoolStatus) bool {
-	return equality.Semantic.DeepEqual(a, b)
 }

@@ -6,6 +6,7 @@ package team
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -222,7 +223,7 @@ func (c *Controller) reconcileQueues(ctx context.Context, team *chamber.Team, po
 	var msgs []string
 	if len(conflicts) > 0 {
 		var parts []string
-		for _, ns := range slices.Sorted(mapsKeys(conflicts)) {
+		for _, ns := range slices.Sorted(maps.Keys(conflicts)) {
 			parts = append(parts, fmt.Sprintf("namespace %s belongs to team %s", ns, conflicts[ns]))
 		}
 		ready.Status, ready.Reason = metav1.ConditionFalse, chamber.ReasonNamespaceConflict
@@ -433,14 +434,4 @@ func usage(cq *kueue.ClusterQueue, pool *chamber.GPUPool, team *chamber.Team, bo
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Model < out[j].Model })
 	return out
-}
-
-func mapsKeys(m map[string]string) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }

@@ -1,8 +1,6 @@
 package controlplane
 
 import (
-	"bufio"
-	"bytes"
 	"fmt"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -15,15 +13,18 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	configapi "sigs.k8s.io/kueue/apis/config/v1beta2"
 	kueuev1beta2 "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+
+	chamber "chamber.dev/chamber/api/v1alpha1"
 )
 
-// Scheme knows the built-in types, CRDs and Kueue's API.
+// Scheme knows the built-in types, CRDs, Kueue's API and Chamber's.
 var Scheme = runtime.NewScheme()
 
 func init() {
 	utilruntime.Must(clientgoscheme.AddToScheme(Scheme))
 	utilruntime.Must(apiextensionsv1.AddToScheme(Scheme))
 	utilruntime.Must(kueuev1beta2.AddToScheme(Scheme))
+	utilruntime.Must(chamber.AddToScheme(Scheme))
 }
 
 // Client returns a controller-runtime client for the control plane, with Scheme.
@@ -42,8 +43,6 @@ func leaderElectionOff() *configv1alpha1.LeaderElectionConfiguration {
 // The kueue binary's own certificate management issues certificates for an in-cluster
 // Service name; on loopback the harness provides them instead.
 var configInternalCertManagementOff = configapi.InternalCertManagement{Enable: ptr.To(false)}
-
-func bufioReader(data []byte) *bufio.Reader { return bufio.NewReader(bytes.NewReader(data)) }
 
 func discoveryFor(cp *ControlPlane) (*discovery.DiscoveryClient, error) {
 	return discovery.NewDiscoveryClientForConfig(cp.Config)

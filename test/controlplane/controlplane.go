@@ -42,6 +42,9 @@ type Options struct {
 	Kwok bool
 	// Kueue installs Kueue's CRDs and webhooks and runs the Kueue controller.
 	Kueue bool
+	// ChamberCRDs installs Chamber's own CRDs (charts/chamber/crds of the repository
+	// holding the working directory).
+	ChamberCRDs bool
 	// KueueFeatureGates overrides Kueue's feature gates.
 	KueueFeatureGates map[string]bool
 	// LogDir keeps the components' logs after Stop. Default: a folder inside the
@@ -52,9 +55,10 @@ type Options struct {
 	Progress io.Writer
 }
 
-// Full runs every component: what an end-to-end test or the demo needs.
+// Full runs every component and installs Chamber's CRDs: what an end-to-end test or
+// the demo needs.
 func Full() Options {
-	return Options{ControllerManager: true, Scheduler: true, Kwok: true, Kueue: true}
+	return Options{ControllerManager: true, Scheduler: true, Kwok: true, Kueue: true, ChamberCRDs: true}
 }
 
 // ControlPlane is a running local control plane.
@@ -160,6 +164,19 @@ func (cp *ControlPlane) start(ctx context.Context) error {
 			return err
 		}
 	}
+	if cp.opts.ChamberCRDs {
+		root, err := repositoryRoot()
+		if err != nil {
+			return fmt.Errorf("install Chamber's CRDs: %w", err)
+		}
+		c, err := cp.Client()
+		if err != nil {
+			return err
+		}
+		if err := InstallCRDs(ctx, c, filepath.Join(root, "charts", "chamber", "crds")); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -224,7 +241,7 @@ func (cp *ControlPlane) startEtcd(ctx context.Context) (string, error) {
 	}
 	client := &http.Client{Timeout: time.Second}
 	err = waitReady(ctx, p, time.Minute, func() error {
-		return httpOK(client, clientURL+"/health", nil)
+		return httpOK(client, clientURL+"/health")
 	})
 	if err != nil {
 		return "", err
@@ -292,7 +309,7 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, etcdURL string) erro
 	}
 	httpClient.Timeout = 2 * time.Second
 	err = waitReady(ctx, p, 2*time.Minute, func() error {
-		return httpOK(httpClient, cp.Config.Host+"/readyz", nil)
+		return httpOK(httpClient, cp.Config.Host+"/readyz")
 	})
 	if err != nil {
 		return err
@@ -438,7 +455,7 @@ func waitReady(ctx context.Context, p *process, timeout time.Duration, check fun
 	}
 }
 
-func httpOK(client *http.Client, url string, _ http.Header) error {
+func httpOK(client *http.Client, url string) error {
 	resp, err := client.Get(url)
 	if err != nil {
 		return err
@@ -459,7 +476,7 @@ func healthz(port int) func() error {
 		Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}, //nolint:gosec // loopback health probe
 	}
 	url := "https://127.0.0.1:" + strconv.Itoa(port) + "/healthz"
-	return func() error { return httpOK(client, url, nil) }
+	return func() error { return httpOK(client, url) }
 }
 
 // freePort asks the kernel for a free loopback port.
@@ -492,6 +509,15 @@ func findBinDir(dir string) (string, error) {
 	if dir != "" {
 		return filepath.Abs(dir)
 	}
+	root, err := repositoryRoot()
+	if err != nil {
+		return "", fmt.Errorf("%w: set CHAMBER_BIN_DIR to the folder `make tools` builds", err)
+	}
+	return filepath.Join(root, "bin"), nil
+}
+
+// repositoryRoot is the Chamber checkout holding the working directory.
+func repositoryRoot() (string, error) {
 	wd, err := os.Getwd()
 	if err != nil {
 		return "", err
@@ -499,11 +525,11 @@ func findBinDir(dir string) (string, error) {
 	for d := wd; ; d = filepath.Dir(d) {
 		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
 			if _, err := os.Stat(filepath.Join(d, "tools")); err == nil {
-				return filepath.Join(d, "bin"), nil
+				return d, nil
 			}
 		}
 		if filepath.Dir(d) == d {
-			return "", fmt.Errorf("no Chamber repository above %s: set CHAMBER_BIN_DIR to the folder `make tools` builds", wd)
+			return "", fmt.Errorf("no Chamber repository above %s", wd)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package controlplane
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -102,7 +103,7 @@ func (cp *ControlPlane) startKueue(ctx context.Context) error {
 	}
 	probe := &http.Client{Timeout: time.Second}
 	err = waitReady(ctx, p, 2*time.Minute, func() error {
-		return httpOK(probe, "http://127.0.0.1:"+strconv.Itoa(probePort)+"/readyz", nil)
+		return httpOK(probe, "http://127.0.0.1:"+strconv.Itoa(probePort)+"/readyz")
 	})
 	if err != nil {
 		return err
@@ -282,7 +283,7 @@ func decodeFile[T any](path string) ([]*T, error) {
 
 // decodeObjects decodes a multi-document YAML stream of built-in Kubernetes types.
 func decodeObjects(data []byte) ([]runtime.Object, error) {
-	reader := utilyaml.NewYAMLReader(bufioReader(data))
+	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
 	var out []runtime.Object
 	for {
 		doc, err := reader.Read()
