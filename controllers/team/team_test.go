@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	"github.com/onsi/gomega"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -17,15 +16,13 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 	testingjob "sigs.k8s.io/kueue/pkg/util/testingjobs/job"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers"
+	"chamber.dev/chamber/controllers/controllertest"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 	"chamber.dev/chamber/test/controlplane"
 )
@@ -48,43 +45,10 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	ctrl.SetLogger(logr.Discard())
-	if os.Getenv("CHAMBER_TEST_LOGS") != "" {
-		ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
-	}
-	cp, err := controlplane.Start(ctx, controlplane.Full())
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer cp.Stop()
-
-	c, err := cp.Client()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{Scheme: controlplane.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
 	cfg := controllers.DefaultConfig()
 	cfg.AccountingInterval = time.Second
 	cfg.Clock = clock
-	if name, err := controllers.Setup(mgr, cfg); err != nil {
-		fmt.Fprintf(os.Stderr, "setup %s: %v\n", name, err)
-		return 1
-	}
-	go func() {
-		if err := mgr.Start(ctx); err != nil {
-			fmt.Fprintln(os.Stderr, "manager:", err)
-		}
-	}()
-	k8s = c
-	return m.Run()
+	return controllertest.Main(m, cfg, &k8s)
 }
 
 func newG(t *testing.T) *gomega.WithT {

@@ -1,0 +1,59 @@
+// Package controllertest runs Chamber's controllers in-process on the local control
+// plane, for the integration tests of the controller packages.
+package controllertest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+
+	"github.com/go-logr/logr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"chamber.dev/chamber/controllers"
+	"chamber.dev/chamber/test/controlplane"
+)
+
+// Main starts a full control plane (Kueue, kube-scheduler, kwok, Chamber's CRDs) and
+// every controller of controllers.Setup with cfg, runs the package's tests with a
+// client of the control plane in *k8s, and returns their exit code. Controller logs
+// are discarded unless CHAMBER_TEST_LOGS is set.
+func Main(m *testing.M, cfg controllers.Config, k8s *client.Client) int {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ctrl.SetLogger(logr.Discard())
+	if os.Getenv("CHAMBER_TEST_LOGS") != "" {
+		ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
+	}
+	cp, err := controlplane.Start(ctx, controlplane.Full())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer cp.Stop()
+	c, err := cp.Client()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{Scheme: controlplane.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if name, err := controllers.Setup(mgr, cfg); err != nil {
+		fmt.Fprintf(os.Stderr, "set up controller %s: %v\n", name, err)
+		return 1
+	}
+	go func() {
+		if err := mgr.Start(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "manager:", err)
+		}
+	}()
+	*k8s = c
+	return m.Run()
+}
