@@ -11,12 +11,14 @@ import (
 	"github.com/onsi/gomega"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 	testingjob "sigs.k8s.io/kueue/pkg/util/testingjobs/job"
 
@@ -286,6 +288,9 @@ func TestBudgetHold(t *testing.T) {
 	g.Eventually(func(g gomega.Gomega) {
 		team := getTeam(g, "budget")
 		g.Expect(apimeta.IsStatusConditionTrue(team.Status.Conditions, chamber.ConditionBudgetExceeded)).To(gomega.BeTrue())
+		g.Expect(apimeta.IsStatusConditionTrue(team.Status.Conditions, chamber.ConditionBudgetWarning)).To(gomega.BeTrue())
+		g.Expect(teamEventReasons(g, "budget")).To(gomega.ContainElements("BudgetAt80Percent", "BudgetExceeded"))
+		g.Expect(budgetUsedMetric(g, "budget")).To(gomega.BeNumerically(">=", 1))
 		g.Expect(team.Status.Spend.GPUSeconds).To(gomega.BeNumerically(">=", 4*3600))
 		g.Expect(team.Status.Spend.Cost).To(gomega.Equal("10.00"))
 		var cq kueue.ClusterQueue
@@ -410,6 +415,39 @@ func TestInvalidSpecs(t *testing.T) {
 	var lq kueue.LocalQueue
 	g.Expect(k8s.Get(context.Background(), client.ObjectKey{Namespace: "invalid-shared", Name: "default"}, &lq)).To(gomega.Succeed())
 	g.Expect(lq.Spec.ClusterQueue).To(gomega.Equal(kueue.ClusterQueueReference("first-owner")))
+}
+
+// teamEventReasons lists the reasons of the Events about a team.
+func teamEventReasons(g gomega.Gomega, team string) []string {
+	var events eventsv1.EventList
+	g.Expect(k8s.List(context.Background(), &events)).To(gomega.Succeed())
+	var reasons []string
+	for _, e := range events.Items {
+		if e.Regarding.Kind == "Team" && e.Regarding.Name == team {
+			reasons = append(reasons, e.Reason)
+		}
+	}
+	return reasons
+}
+
+// budgetUsedMetric reads chamber_team_budget_used_ratio for a team from the
+// controllers' registry.
+func budgetUsedMetric(g gomega.Gomega, team string) float64 {
+	families, err := metrics.Registry.Gather()
+	g.Expect(err).NotTo(gomega.HaveOccurred())
+	for _, mf := range families {
+		if mf.GetName() != "chamber_team_budget_used_ratio" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "team" && l.GetValue() == team {
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return -1
 }
 
 func teamObject(name string, quota map[string]any) *unstructured.Unstructured {
