@@ -36,22 +36,42 @@ func DefaultConfig() Config {
 	return Config{PriorityTiers: chamberkueue.DefaultPriorityTiers, AccountingInterval: team.DefaultAccountingInterval, Inventory: inventory.DefaultOptions()}
 }
 
-// Setup registers every controller with the manager: this list is what runs. It
-// returns the name of the one that failed.
+// controllerList is what runs, in start order.
+var controllerList = []struct {
+	name  string
+	setup func(mgr ctrl.Manager, cfg Config) error
+}{
+	{"pool", func(mgr ctrl.Manager, _ Config) error { return pool.Register(mgr) }},
+	{"team", func(mgr ctrl.Manager, cfg Config) error {
+		return team.Register(mgr, team.Options{AccountingInterval: cfg.AccountingInterval, Clock: cfg.Clock})
+	}},
+	{"inventory", func(mgr ctrl.Manager, cfg Config) error {
+		inv := cfg.Inventory
+		inv.Clock = cfg.Clock
+		_, err := inventory.Register(mgr, inv)
+		return err
+	}},
+	{"priority-tiers", func(mgr ctrl.Manager, cfg Config) error {
+		return mgr.Add(priorityTiers{client: mgr.GetClient(), tiers: cfg.PriorityTiers})
+	}},
+}
+
+// Names lists Chamber's controllers in the order Setup starts them.
+func Names() []string {
+	names := make([]string, len(controllerList))
+	for i, c := range controllerList {
+		names[i] = c.name
+	}
+	return names
+}
+
+// Setup registers every controller with the manager: controllerList is what runs.
+// It returns the name of the one that failed.
 func Setup(mgr ctrl.Manager, cfg Config) (string, error) {
-	if err := pool.Register(mgr); err != nil {
-		return "pool", err
-	}
-	if err := team.Register(mgr, team.Options{AccountingInterval: cfg.AccountingInterval, Clock: cfg.Clock}); err != nil {
-		return "team", err
-	}
-	inv := cfg.Inventory
-	inv.Clock = cfg.Clock
-	if _, err := inventory.Register(mgr, inv); err != nil {
-		return "inventory", err
-	}
-	if err := mgr.Add(priorityTiers{client: mgr.GetClient(), tiers: cfg.PriorityTiers}); err != nil {
-		return "priority-tiers", err
+	for _, c := range controllerList {
+		if err := c.setup(mgr, cfg); err != nil {
+			return c.name, err
+		}
 	}
 	return "", nil
 }
