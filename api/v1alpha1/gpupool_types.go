@@ -47,6 +47,18 @@ type GPUPoolSpec struct {
 	// +kubebuilder:validation:MaxItems=64
 	// +optional
 	Prices []GPUPrice `json:"prices,omitempty"`
+	// Topology configures Kueue's topology-aware placement of the pool's workloads.
+	// +optional
+	Topology *PoolTopology `json:"topology,omitempty"`
+	// IdleReclaim takes GPUs back from workloads that hold them idle while others wait.
+	// +optional
+	IdleReclaim *IdleReclaimPolicy `json:"idleReclaim,omitempty"`
+	// Eviction sets the checkpoint grace period of workloads Chamber evicts.
+	// +optional
+	Eviction *EvictionPolicy `json:"eviction,omitempty"`
+	// Isolation configures how failing GPUs are isolated.
+	// +optional
+	Isolation *IsolationPolicy `json:"isolation,omitempty"`
 }
 
 // GPUPrice is the price of one GPU-hour of a model.

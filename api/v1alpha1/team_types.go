@@ -93,6 +93,12 @@ type TeamSpec struct {
 	// LocalQueues.
 	// +optional
 	ClusterQueue string `json:"clusterQueue,omitempty"`
+	// IdleReclaim overrides the pool's idle reclaim policy for the team's workloads.
+	// +optional
+	IdleReclaim *IdleReclaimPolicy `json:"idleReclaim,omitempty"`
+	// Eviction overrides the pool's eviction grace periods for the team's workloads.
+	// +optional
+	Eviction *EvictionPolicy `json:"eviction,omitempty"`
 }
 
 // TeamQuota is a team's GPUs of one model.

@@ -1,0 +1,117 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// PoolTopology turns on Kueue's Topology-Aware Scheduling for the pool's GPU flavors.
+type PoolTopology struct {
+	// Enabled: Kueue places every pod of a workload on a node with room before it
+	// admits the workload (a Kueue Topology per pool and topologyName on each of the
+	// pool's ResourceFlavors). Default true.
+	// +kubebuilder:default=true
+	// +optional
+	Enabled *bool `json:"enabled,omitempty"`
+	// Levels are node labels naming topology domains, widest first (for example a
+	// block label, then a rack label). kubernetes.io/hostname is always the last level
+	// and is added when missing.
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=7
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=317
+	// +optional
+	Levels []string `json:"levels,omitempty"`
+}
+
+// IdleReclaimPolicy says when a workload holding GPUs it does not use gives them back.
+// On a Team, set fields override the pool's.
+type IdleReclaimPolicy struct {
+	// Enabled turns idle reclaim on. Default off on a pool; a Team inherits its pool's.
+	// +optional
+	Enabled *bool `json:"enabled,omitempty"`
+	// UtilizationPercent: a workload is idle while every GPU it holds stays below it.
+	// Default 5.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	UtilizationPercent *int32 `json:"utilizationPercent,omitempty"`
+	// Window is how long a workload must stay idle, while other workloads wait for
+	// its GPUs, before it is reclaimed. Default 30m.
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="must be a duration such as 90s, 5m or 1h"
+	// +optional
+	Window *metav1.Duration `json:"window,omitempty"`
+	// ExemptTiers are priority tiers never reclaimed. Default [production].
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=16
+	// +optional
+	ExemptTiers []string `json:"exemptTiers,omitempty"`
+}
+
+// EvictionPolicy is how long a workload Chamber evicts (idle reclaim, GPU faults) has
+// to checkpoint: its pods get a notice, and the eviction happens after the grace
+// period or as soon as the job marks itself ready. On a Team, set fields override the
+// pool's.
+type EvictionPolicy struct {
+	// GracePeriod for every tier without one of its own. Default 2m.
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="must be a duration such as 90s, 5m or 1h"
+	// +optional
+	GracePeriod *metav1.Duration `json:"gracePeriod,omitempty"`
+	// TierGracePeriods set the grace period of single priority tiers.
+	// +listType=map
+	// +listMapKey=tier
+	// +kubebuilder:validation:MaxItems=16
+	// +optional
+	TierGracePeriods []TierGracePeriod `json:"tierGracePeriods,omitempty"`
+}
+
+// TierGracePeriod is the eviction grace period of one priority tier.
+type TierGracePeriod struct {
+	// Tier is a priority tier (a Kueue WorkloadPriorityClass), e.g. production.
+	// +kubebuilder:validation:MinLength=1
+	Tier string `json:"tier"`
+	// GracePeriod for workloads of the tier.
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="must be a duration such as 90s, 5m or 1h"
+	GracePeriod metav1.Duration `json:"gracePeriod"`
+}
+
+// IsolationLevel says what a GPU fault takes out of service.
+// +kubebuilder:validation:Enum=Node;GPU
+type IsolationLevel string
+
+// Isolation levels.
+const (
+	// IsolateNode taints and cordons the whole node.
+	IsolateNode IsolationLevel = "Node"
+	// IsolateGPU takes only the failing GPUs out of the node's capacity; the node
+	// stays usable for pods that fit on its healthy GPUs.
+	IsolateGPU IsolationLevel = "GPU"
+)
+
+// IsolationPolicy says how the pool's failing GPUs are isolated and brought back.
+type IsolationPolicy struct {
+	// Level: Node (default) or GPU.
+	// +kubebuilder:default=Node
+	// +optional
+	Level IsolationLevel `json:"level,omitempty"`
+	// DryRun reports what would be isolated (Events, metrics) and changes nothing.
+	// +optional
+	DryRun bool `json:"dryRun,omitempty"`
+	// MaxIsolatedPercent is the circuit breaker: at most this share of the pool's
+	// nodes is isolated within BreakerWindow; beyond it Chamber stops isolating and
+	// says so until an operator acts. Default 50.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	MaxIsolatedPercent *int32 `json:"maxIsolatedPercent,omitempty"`
+	// BreakerWindow is the circuit breaker's window. Default 5m.
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="must be a duration such as 90s, 5m or 1h"
+	// +optional
+	BreakerWindow *metav1.Duration `json:"breakerWindow,omitempty"`
+	// RecoveryReports: a node isolated for a transient fault returns after this many
+	// consecutive healthy agent reports. Hardware faults stay isolated until an
+	// operator clears them. Default 3.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	// +optional
+	RecoveryReports *int32 `json:"recoveryReports,omitempty"`
+}
