@@ -1,5 +1,5 @@
-// Command chamber is Chamber's command line: the demo now, the simulator and fleet
-// status later. It also works as a kubectl plugin (kubectl-chamber).
+// Command chamber is Chamber's command line: the demo and the fleet
+// simulator. It also works as a kubectl plugin (kubectl-chamber).
 package main
 
 import (
@@ -11,6 +11,7 @@ const usage = `usage: chamber <command> [flags]
 
 commands:
   demo    a local control plane with simulated GPU nodes, Kueue and Chamber, running a workload
+  sim     replay a GPU cluster trace under plain Kubernetes, Kueue and Kueue + Chamber, and report
 `
 
 func main() {
@@ -22,6 +23,8 @@ func main() {
 	switch os.Args[1] {
 	case "demo":
 		err = runDemo(os.Args[2:])
+	case "sim":
+		err = runSim(os.Args[2:])
 	case "-h", "--help", "help":
 		fmt.Print(usage)
 		return

@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"chamber.dev/chamber/sim"
+)
+
+// simFlags are the simulator's parameters; `chamber demo` runs the same with the
+// demo's defaults.
+type simFlags struct {
+	trace, nodes, policies, out, metricsAddr string
+	skipBad, verbose                         bool
+	start, window, maxDuration, repair       time.Duration
+	keep, speedup, faultRate, price          float64
+	maxJobs                                  int
+	seed                                     uint64
+	timeout                                  time.Duration
+}
+
+// simDefaults are `chamber sim`'s defaults: the full comparison (make bench).
+var simDefaults = simFlags{
+	trace: "../shared/data/philly_week.csv", nodes: "16xdgxh100", policies: "kubernetes,kueue,chamber",
+	metricsAddr: "127.0.0.1:8080", start: 24 * time.Hour, window: 12 * time.Hour, keep: 0.4,
+	maxDuration: 12 * time.Hour, speedup: 600, faultRate: 2, repair: 4 * time.Hour, price: 2.49,
+	seed: 1, timeout: 20 * time.Minute,
+}
+
+func (f *simFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.trace, "trace", f.trace, "trace CSV (job_id,submit_s,duration_s,gpus,gpu_type,user,gpu_util_pct)")
+	fs.BoolVar(&f.skipBad, "skip-bad-rows", f.skipBad, "leave malformed trace rows out, each reported with its line number, instead of stopping at the first")
+	fs.StringVar(&f.nodes, "nodes", f.nodes, "GPU nodes, <count>x<model>[,...], 8 GPUs each; models dgxh100, dgxh200, dgxa100, dgxb200")
+	fs.StringVar(&f.policies, "policies", f.policies, "policies to compare, in order: kubernetes (plain kube-scheduler), kueue (Kueue alone), chamber (Kueue + Chamber)")
+	fs.DurationVar(&f.start, "start", f.start, "trace time where the replayed slice starts")
+	fs.DurationVar(&f.window, "window", f.window, "length of the slice of submissions replayed (0: to the end)")
+	fs.Float64Var(&f.keep, "keep", f.keep, "fraction of the slice's jobs replayed (thinning by a hash of the job id), in (0, 1]")
+	fs.IntVar(&f.maxJobs, "max-jobs", f.maxJobs, "replay at most this many jobs of the slice (0: all)")
+	fs.DurationVar(&f.maxDuration, "max-duration", f.maxDuration, "cut longer jobs to this (trace time; 0: no cut): the trace's multi-day jobs would set the makespan alone")
+	fs.Float64Var(&f.speedup, "speedup", f.speedup, "simulated seconds per second of clock")
+	fs.Float64Var(&f.faultRate, "fault-rate", f.faultRate, "GPU faults (XID 79 or 48) per 1000 GPU-hours of simulated time; 0 for none")
+	fs.DurationVar(&f.repair, "repair-time", f.repair, "how long a broken GPU stays out (simulated time)")
+	fs.Float64Var(&f.price, "price", f.price, "price per GPU-hour, for cost and idle cost")
+	fs.Uint64Var(&f.seed, "seed", f.seed, "seed of the thinning, tiers, utilization draws and faults")
+	fs.DurationVar(&f.timeout, "timeout", f.timeout, "longest clock time per policy; jobs left are reported unfinished")
+	fs.StringVar(&f.out, "out", f.out, "folder for report.md and the plots (default chamber-report-<time>)")
+	fs.StringVar(&f.metricsAddr, "metrics-bind-address", f.metricsAddr, `where Chamber's controller serves /metrics during policy chamber; "0" for none`)
+	fs.BoolVar(&f.verbose, "v", f.verbose, "show the control plane's start-up lines")
+}
+
+// runSim is `chamber sim`: the fleet simulator.
+func runSim(args []string) error {
+	f := simDefaults
+	return f.run("sim", args)
+}
+
+func (f *simFlags) run(name string, args []string) error {
+	fs := flag.NewFlagSet(name, flag.ExitOnError)
+	f.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	sc, err := f.scenario(os.Stdout)
+	if err != nil {
+		return err
+	}
+	sc.Describe = append([]sim.Param{{Name: "command", Value: "`chamber " + name + " " + strings.Join(args, " ") + "`"}}, sc.Describe...)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	begin := time.Now()
+	path, _, err := sim.Run(ctx, sc)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("%s: done in %s; report: %s\n", name, time.Since(begin).Round(time.Second), path)
+	return nil
+}
+
+// scenario reads the trace and builds the scenario the flags describe.
+func (f *simFlags) scenario(progress io.Writer) (*sim.Scenario, error) {
+	nodes, err := sim.ParseNodeGroups(f.nodes)
+	if err != nil {
+		return nil, fmt.Errorf("--nodes: %w", err)
+	}
+	policies, err := sim.ParsePolicies(f.policies)
+	if err != nil {
+		return nil, fmt.Errorf("--policies: %w", err)
+	}
+	trace, bad, err := sim.ReadTraceFile(f.trace, f.skipBad)
+	if err != nil {
+		return nil, err
+	}
+	for _, b := range bad {
+		fmt.Fprintf(os.Stderr, "sim: skipped malformed row %v\n", b)
+	}
+	um := sim.DefaultUtilizationModel()
+	slice := sim.TraceSlice{Start: f.start, Length: f.window, Keep: f.keep, MaxJobs: f.maxJobs, MaxDuration: f.maxDuration, MaxGPUs: 16, Seed: f.seed}
+	jobs, err := sim.Prepare(trace, slice, um)
+	if err != nil {
+		return nil, err
+	}
+	out := f.out
+	if out == "" {
+		out = "chamber-report-" + time.Now().Format("20060102-150405")
+	}
+	sc := &sim.Scenario{
+		Jobs: jobs, Nodes: nodes, Speedup: f.speedup, FaultsPer1000GPUHours: f.faultRate, RepairTime: f.repair,
+		PricePerGPUHour: f.price, IdleBelowPercent: 5, BackoffLimit: 3, SampleEvery: 500 * time.Millisecond,
+		Timeout: f.timeout, Policies: policies, OutDir: out, MetricsAddr: f.metricsAddr, Seed: f.seed,
+		Progress: progress, Log: io.Discard,
+		Describe: []sim.Param{
+			{Name: "trace", Value: fmt.Sprintf("%s (%d rows, %d malformed rows skipped)", f.trace, len(trace), len(bad))},
+			{Name: "slice", Value: fmt.Sprintf("submissions from %s for %s of trace time, %g of the jobs kept, at most %d GPUs and %s per job", f.start, f.window, f.keep, slice.MaxGPUs, f.maxDuration)},
+			{Name: "fault rate", Value: fmt.Sprintf("%g per 1000 GPU-hours, repaired after %s", f.faultRate, f.repair)},
+			{Name: "seed", Value: fmt.Sprint(f.seed)},
+		},
+	}
+	if f.verbose {
+		sc.Log = os.Stderr
+	}
+	sc.OnCluster = func(p sim.Policy, kubeconfig, kubectl, metricsURL string) {
+		fmt.Fprintf(progress, "sim: %s is up: export KUBECONFIG=%s; %s get pods -A -o wide\n", p.Title(), kubeconfig, kubectl)
+		if metricsURL != "" {
+			fmt.Fprintf(progress, "sim: Chamber's metrics: curl -s %s | grep chamber_\n", metricsURL)
+		}
+	}
+	if err := sc.Validate(); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(progress, "sim: %d jobs of %s on %d GPUs, %gx speed-up, policies %s; report in %s\n",
+		len(jobs), f.trace, sc.GPUs(), f.speedup, f.policies, out)
+	return sc, nil
+}

@@ -1,0 +1,95 @@
+package sim
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+)
+
+// MetricCheck compares one of Chamber's metrics with what the simulator measured from
+// the API objects.
+type MetricCheck struct {
+	Metric   string
+	Chamber  float64
+	Measured float64
+	Agrees   bool
+}
+
+// checkMetrics reads Chamber's metrics (controller-runtime's registry, where the
+// inventory registers) at the end of the replay and compares them with the recorder:
+// GPUs in the inventory against the cluster's, GPUs held and jobs waiting now, and each
+// team's held GPU-seconds (clock seconds: the inventory knows no speed-up). Held
+// GPU-seconds may differ by the watch's lag at each pod's start and end, so they agree
+// within 10% or two seconds per GPU of each pod run.
+func checkMetrics(r *recorder, sc *Scenario) []MetricCheck {
+	families, err := registry.Gather()
+	if err != nil {
+		return []MetricCheck{{Metric: "gather: " + err.Error()}}
+	}
+	byName := map[string]*dto.MetricFamily{}
+	for _, f := range families {
+		byName[f.GetName()] = f
+	}
+	sum := func(name string, match func(map[string]string) bool) float64 {
+		var v float64
+		for _, m := range byName[name].GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if match != nil && !match(labels) {
+				continue
+			}
+			switch {
+			case m.GetGauge() != nil:
+				v += m.GetGauge().GetValue()
+			case m.GetCounter() != nil:
+				v += m.GetCounter().GetValue()
+			}
+		}
+		return v
+	}
+	state := func(states ...string) func(map[string]string) bool {
+		return func(l map[string]string) bool {
+			for _, s := range states {
+				if l["state"] == s {
+					return true
+				}
+			}
+			return false
+		}
+	}
+	pr := r.progress()
+	exact := func(metric string, chamber, measured float64) MetricCheck {
+		return MetricCheck{Metric: metric, Chamber: chamber, Measured: measured, Agrees: chamber == measured}
+	}
+	checks := []MetricCheck{
+		exact("chamber_gpus (all states) = GPUs of the nodes", sum("chamber_gpus", nil), float64(sc.GPUs())),
+		exact(`chamber_gpus{state=~"busy|idle"} = GPUs held by running pods`, sum("chamber_gpus", state("busy", "idle")), float64(pr.allocated)),
+		exact("chamber_team_pending_workloads = jobs waiting", sum("chamber_team_pending_workloads", nil), float64(pr.waiting)),
+	}
+	now := time.Now()
+	r.mu.Lock()
+	held := map[string]float64{}
+	runs := map[string]int{}
+	for _, run := range r.runs {
+		stop := run.End
+		if stop.IsZero() {
+			stop = now
+		}
+		held[run.Job.Job.Team] += float64(len(run.GPUs)) * stop.Sub(run.Start).Seconds()
+		runs[run.Job.Job.Team] += len(run.GPUs)
+	}
+	r.mu.Unlock()
+	for _, team := range sortedKeys(held) {
+		c := sum("chamber_team_gpu_seconds_total", func(l map[string]string) bool { return l["team"] == team })
+		tol := math.Max(0.1*held[team], 2*float64(runs[team]))
+		checks = append(checks, MetricCheck{
+			Metric:  fmt.Sprintf("chamber_team_gpu_seconds_total{team=%q} (clock seconds)", team),
+			Chamber: c, Measured: held[team], Agrees: math.Abs(c-held[team]) <= tol,
+		})
+	}
+	return checks
+}

@@ -1,0 +1,280 @@
+package sim
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+)
+
+// Annotations and labels the simulator puts on its Jobs' pods.
+const (
+	annotationUtilization = "sim.chamber.dev/gpu-utilization"
+	annotationGPUs        = "sim.chamber.dev/gpus-per-pod"
+	labelJobName          = "batch.kubernetes.io/job-name"
+)
+
+// JobRecord is what the recorder saw of one Job, in wall-clock times (the simulator
+// converts them to simulated time).
+type JobRecord struct {
+	Job       *Job
+	Submitted time.Time
+	// FirstRun is when a pod of the job was first seen running; zero if never.
+	FirstRun time.Time
+	// Finished is when the Job was seen Complete or Failed; zero if not.
+	Finished time.Time
+	// Failed is true when the Job failed (its retries ran out): lost.
+	Failed bool
+	// Running counts its pods running now.
+	Running int
+	// FaultKills counts its pods killed by a GPU fault; Evictions its pods deleted by
+	// something else while running (Kueue preemption or eviction).
+	FaultKills, Evictions int
+	// APICreated is the Job's creationTimestamp, whole seconds: a cross-check.
+	APICreated time.Time
+}
+
+// PodRun is one pod's time on its GPUs.
+type PodRun struct {
+	Job        *JobRecord
+	Node       string
+	GPUs       []int
+	Start, End time.Time // End zero while it runs
+}
+
+// recorder watches Pods and Jobs and keeps, with wall-clock times taken when each
+// change is seen, when every job was submitted, first ran and finished and which GPUs
+// its pods held. API timestamps have whole-second precision, which at a speed-up of
+// hundreds is many simulated minutes; the watch sees changes within milliseconds.
+type recorder struct {
+	nodes map[string]*simNode
+	kill  func(pod string) // deletes a pod that took a broken GPU
+
+	mu   sync.Mutex
+	jobs map[string]*JobRecord // by namespace/name
+	pods map[string]*PodRun    // running pods by namespace/name
+	runs []*PodRun             // every pod run, ended or not
+	// faulted marks pods the fault injector killed, so their deletion counts as a
+	// fault and not an eviction.
+	faulted map[string]bool
+	done    int
+}
+
+func newRecorder(nodes map[string]*simNode, jobs []Job) *recorder {
+	r := &recorder{nodes: nodes, jobs: map[string]*JobRecord{}, pods: map[string]*PodRun{}, faulted: map[string]bool{}}
+	for i := range jobs {
+		r.jobs[jobs[i].Team+"/"+jobs[i].Name] = &JobRecord{Job: &jobs[i]}
+	}
+	return r
+}
+
+// watch adds the handlers to the cache's Pod and Job informers.
+func (r *recorder) watch(ctx context.Context, c cache.Cache) error {
+	pods, err := c.GetInformer(ctx, &corev1.Pod{})
+	if err != nil {
+		return err
+	}
+	if _, err := pods.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { r.pod(o, false) },
+		UpdateFunc: func(_, o any) { r.pod(o, false) },
+		DeleteFunc: func(o any) { r.pod(o, true) },
+	}); err != nil {
+		return err
+	}
+	jobs, err := c.GetInformer(ctx, &batchv1.Job{})
+	if err != nil {
+		return err
+	}
+	_, err = jobs.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { r.job(o) },
+		UpdateFunc: func(_, o any) { r.job(o) },
+	})
+	return err
+}
+
+// submitted notes the moment the simulator created the Job.
+func (r *recorder) submitted(key string, at time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if j := r.jobs[key]; j != nil {
+		j.Submitted = at
+	}
+}
+
+func (r *recorder) job(o any) {
+	job, ok := o.(*batchv1.Job)
+	if !ok {
+		return
+	}
+	now := time.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rec := r.jobs[job.Namespace+"/"+job.Name]
+	if rec == nil {
+		return
+	}
+	rec.APICreated = job.CreationTimestamp.Time
+	if !rec.Finished.IsZero() {
+		return
+	}
+	for _, c := range job.Status.Conditions {
+		if c.Status == corev1.ConditionTrue && (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) {
+			rec.Finished, rec.Failed = now, c.Type == batchv1.JobFailed
+			r.done++
+		}
+	}
+}
+
+func (r *recorder) pod(o any, deleted bool) {
+	if tomb, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
+		o = tomb.Obj
+	}
+	pod, ok := o.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	key := pod.Namespace + "/" + pod.Name
+	running := !deleted && pod.DeletionTimestamp == nil && pod.Spec.NodeName != "" && pod.Status.Phase == corev1.PodRunning
+	ended := deleted || pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+	now := time.Now()
+
+	r.mu.Lock()
+	run := r.pods[key]
+	job := r.jobs[pod.Namespace+"/"+pod.Labels[labelJobName]]
+	switch {
+	case running && run == nil && job != nil:
+		n := r.nodes[pod.Spec.NodeName]
+		if n == nil {
+			break
+		}
+		count, _ := strconv.Atoi(pod.Annotations[annotationGPUs])
+		gpus, ok := n.place(key, count, job.Job.Util)
+		run = &PodRun{Job: job, Node: n.name, GPUs: gpus, Start: now}
+		r.pods[key] = run
+		r.runs = append(r.runs, run)
+		job.Running++
+		if job.FirstRun.IsZero() {
+			job.FirstRun = now
+		}
+		if !ok {
+			// The pod landed on a GPU that a fault broke: the job crashes at start.
+			r.faulted[key] = true
+			r.mu.Unlock()
+			r.kill(key)
+			return
+		}
+	case ended && run != nil:
+		run.End = now
+		delete(r.pods, key)
+		run.Job.Running--
+		if r.nodes[run.Node] != nil {
+			r.nodes[run.Node].release(key)
+		}
+		switch {
+		case r.faulted[key]:
+			run.Job.FaultKills++
+			delete(r.faulted, key)
+		case pod.Status.Phase != corev1.PodSucceeded:
+			run.Job.Evictions++
+		}
+	}
+	r.mu.Unlock()
+}
+
+// markFaulted notes that the pod is being killed by a GPU fault.
+func (r *recorder) markFaulted(pod string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.faulted[pod] = true
+}
+
+// progress is the recorder's counts now.
+type progress struct {
+	done, running, waiting, submitted int
+	allocated                         int
+}
+
+func (r *recorder) progress() progress {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var p progress
+	p.done = r.done
+	for _, j := range r.jobs {
+		if j.Submitted.IsZero() || !j.Finished.IsZero() {
+			continue
+		}
+		p.submitted++
+		if j.Running > 0 {
+			p.running++
+		} else {
+			p.waiting++
+		}
+	}
+	p.submitted += r.done
+	for _, run := range r.pods {
+		p.allocated += len(run.GPUs)
+	}
+	return p
+}
+
+// Sample is the cluster at one moment.
+type Sample struct {
+	At time.Time
+	// Allocated GPUs are held by running pods. Used (in GPUs) and Idle (GPUs below the
+	// idle threshold) are estimated from the allocated GPUs whose agent has read them
+	// since their pod started: Allocated times the mean reading, and times the idle
+	// share, of those. A GPU not yet read, or lost, says nothing either way.
+	Allocated  int
+	Used, Idle float64
+	// Waiting counts submitted jobs with no running pod; Running those with one.
+	Waiting, Running int
+	// Teams: each team's allocated GPUs and demand (GPUs of its running and waiting
+	// jobs).
+	TeamAllocated, TeamDemand map[string]int
+}
+
+// sample reads the cluster's state now: allocation from the pods, utilization from the
+// agents' last NVML readings.
+func (r *recorder) sample(idleBelow uint32) Sample {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := Sample{At: time.Now(), TeamAllocated: map[string]int{}, TeamDemand: map[string]int{}}
+	var read, used, idle float64
+	for _, run := range r.pods {
+		n := r.nodes[run.Node]
+		for _, i := range run.GPUs {
+			s.Allocated++
+			s.TeamAllocated[run.Job.Job.Team]++
+			u, ok := n.reading(i, run.Start)
+			if !ok {
+				continue
+			}
+			read++
+			used += float64(u) / 100
+			if u < idleBelow {
+				idle++
+			}
+		}
+	}
+	if read > 0 {
+		s.Used = float64(s.Allocated) * used / read
+		s.Idle = float64(s.Allocated) * idle / read
+	}
+	for _, j := range r.jobs {
+		if j.Submitted.IsZero() || !j.Finished.IsZero() {
+			continue
+		}
+		s.TeamDemand[j.Job.Team] += j.Job.GPUs
+		if j.Running > 0 {
+			s.Running++
+		} else {
+			s.Waiting++
+		}
+	}
+	return s
+}

@@ -1,0 +1,286 @@
+package sim
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// The report's tables, by heading; a test checks that each is present.
+var ReportTables = []string{
+	"## Summary",
+	"## Queue wait per priority tier",
+	"## Team shares against fair share",
+	"## Faults",
+	"## Scenario",
+	"## Chamber's metrics against the API objects",
+}
+
+// ReportFile is the report's name inside the output folder.
+const ReportFile = "report.md"
+
+// WriteReport analyses the recordings and writes report.md and the plots into
+// sc.OutDir, returning the report's path.
+func WriteReport(sc *Scenario, recs []*Recording) (string, error) {
+	if err := os.MkdirAll(sc.OutDir, 0o755); err != nil {
+		return "", fmt.Errorf("create the report folder: %w", err)
+	}
+	results := make([]Result, len(recs))
+	for i, rec := range recs {
+		results[i] = Analyze(sc, rec)
+	}
+	if err := writePlots(sc.OutDir, sc, recs, results); err != nil {
+		return "", err
+	}
+	path := filepath.Join(sc.OutDir, ReportFile)
+	if err := os.WriteFile(path, []byte(renderReport(sc, recs, results)), 0o644); err != nil {
+		return "", fmt.Errorf("write the report: %w", err)
+	}
+	return path, nil
+}
+
+// table is a Markdown table under construction.
+type table struct{ b *strings.Builder }
+
+func (t table) row(cells ...string) {
+	t.b.WriteString("| " + strings.Join(cells, " | ") + " |\n")
+}
+
+func (t table) header(cells ...string) {
+	t.row(cells...)
+	sep := make([]string, len(cells))
+	for i := range sep {
+		sep[i] = "---"
+	}
+	t.row(sep...)
+}
+
+func renderReport(sc *Scenario, recs []*Recording, results []Result) string {
+	var b strings.Builder
+	t := table{&b}
+	fmt.Fprintf(&b, "# Chamber fleet simulator: %d jobs on %d GPUs\n\n", len(sc.Jobs), sc.GPUs())
+	b.WriteString("Policies: (a) plain Kubernetes (Jobs straight to kube-scheduler), (b) Kueue alone with the teams' quotas, " +
+		"(c) Kueue with Chamber's controllers. Same trace slice, cluster, utilization draws and fault seed for each. " +
+		"Times are simulated (trace) time.\n\n")
+
+	b.WriteString(ReportTables[0] + "\n\n")
+	head := []string{"metric"}
+	for _, r := range results {
+		head = append(head, r.Policy.Title())
+	}
+	t.header(head...)
+	line := func(name string, f func(r Result) string) {
+		cells := []string{name}
+		for _, r := range results {
+			cells = append(cells, f(r))
+		}
+		t.row(cells...)
+	}
+	line("jobs complete / lost / unfinished", func(r Result) string {
+		return fmt.Sprintf("%d / %d / %d of %d", r.Complete, r.Lost, r.Unfinished, r.Jobs)
+	})
+	line("GPU allocation while jobs wait", func(r Result) string { return pct(r.AllocWhileWaiting) })
+	line("GPU allocation, whole run", func(r Result) string { return pct(r.MeanAlloc) })
+	line("useful utilization (allocated x used)", func(r Result) string { return pct(r.UsefulUtil) })
+	line("allocated GPU-hours", func(r Result) string { return num(r.AllocatedGPUHours, 0) })
+	line("idle-but-allocated GPU-hours", func(r Result) string {
+		return fmt.Sprintf("%s (%s)", num(r.IdleGPUHours, 0), pct(ratio(r.IdleGPUHours, r.AllocatedGPUHours)))
+	})
+	line("queue wait p50 / p99 (all jobs)", func(r Result) string { return waitCell(r.Waits[""]) })
+	line("Jain's index of team share / fair share", func(r Result) string { return num(r.Jain, 3) })
+	line("makespan / lower bound", func(r Result) string {
+		return fmt.Sprintf("%s / %s (x%s)", hours(r.Makespan), hours(r.LowerBound), num(float64(r.Makespan)/float64(r.LowerBound), 2))
+	})
+	line("faults / pods killed / jobs restarted / jobs lost", func(r Result) string {
+		return fmt.Sprintf("%d / %d / %d / %d", r.Faults, r.FaultKills, r.Restarted, r.Lost)
+	})
+	line("pods evicted or preempted", func(r Result) string { return fmt.Sprint(r.Evictions) })
+	line("cost / idle cost", func(r Result) string { return fmt.Sprintf("$%s / $%s", num(r.Cost, 0), num(r.IdleCost, 0)) })
+	b.WriteString("\n![GPUs allocated and used](" + plotAllocation + ")\n\n![Queue depth](" + plotQueue + ")\n\n![Queue wait CDF](" + plotWaitCDF + ")\n\n")
+
+	b.WriteString(ReportTables[1] + "\n\nQueue wait is from the Job's creation to its first pod running, p50 / p99, simulated time.\n\n")
+	head = []string{"tier", "jobs"}
+	for _, r := range results {
+		head = append(head, r.Policy.Title())
+	}
+	t.header(head...)
+	for _, tier := range Tiers {
+		n := 0
+		for _, j := range sc.Jobs {
+			if j.Tier == tier {
+				n++
+			}
+		}
+		cells := []string{tier, fmt.Sprint(n)}
+		for _, r := range results {
+			cells = append(cells, waitCell(r.Waits[tier]))
+		}
+		t.row(cells...)
+	}
+
+	b.WriteString("\n" + ReportTables[2] + "\n\n" +
+		"Each team's GPUs held over its fair share, while jobs waited. The fair share is the weighted max-min share " +
+		"(weights: the quotas) of the cluster among the teams with demand at that moment, capped at each team's " +
+		"demand; 1.00 is exactly fair. Jain's index in the summary is taken over these ratios at each moment.\n\n")
+	quotas := Quotas(sc.Jobs, sc.GPUs())
+	demand := map[string]float64{}
+	for _, j := range sc.Jobs {
+		demand[j.Team] += float64(j.GPUs) * j.Duration.Hours()
+	}
+	head = []string{"team", "quota (GPUs)", "demand (GPU-h)"}
+	for _, r := range results {
+		head = append(head, r.Policy.Title())
+	}
+	t.header(head...)
+	for _, team := range sortedKeys(quotas) {
+		cells := []string{team, fmt.Sprint(quotas[team]), num(demand[team], 0)}
+		for _, r := range results {
+			v, ok := r.TeamShare[team]
+			cells = append(cells, map[bool]string{true: num(v, 2), false: "-"}[ok])
+		}
+		t.row(cells...)
+	}
+
+	b.WriteString("\n" + ReportTables[3] + "\n\n")
+	fmt.Fprintf(&b, "GPU faults at %g per 1000 GPU-hours (simulated), each repaired after %s: a random healthy GPU raises XID 79 "+
+		"(fallen off the bus) or XID 48 (double-bit ECC) on the fake NVML its agent reads; the pod holding it is killed "+
+		"(deleted, so its Job retries up to %d times, then is lost); the node's allocatable GPUs drop by one until the repair, as "+
+		"NVIDIA's device plugin does, under every policy. A pod placed where only a broken GPU is left crashes at start.\n\n",
+		sc.FaultsPer1000GPUHours, hours(sc.RepairTime), sc.BackoffLimit)
+	t.header("policy", "faults", "pods killed", "jobs restarted", "jobs lost")
+	for _, r := range results {
+		t.row(r.Policy.Title(), fmt.Sprint(r.Faults), fmt.Sprint(r.FaultKills), fmt.Sprint(r.Restarted), fmt.Sprint(r.Lost))
+	}
+
+	b.WriteString("\n" + ReportTables[5] + "\n\n")
+	for _, rec := range recs {
+		if rec.Policy != PolicyChamber {
+			continue
+		}
+		fmt.Fprintf(&b, "Chamber controllers on in (c) (`controllers.Names()`): %s.\n\n", strings.Join(rec.Controllers, ", "))
+		b.WriteString("At the end of the replay, Chamber's metrics against the simulator's own measurement from the Pods and Jobs:\n\n")
+		t.header("metric", "Chamber", "measured", "agrees")
+		for _, c := range rec.MetricsCheck {
+			t.row(c.Metric, num(c.Chamber, 1), num(c.Measured, 1), map[bool]string{true: "yes", false: "**no**"}[c.Agrees])
+		}
+	}
+	if !slicesContainsPolicy(recs, PolicyChamber) {
+		b.WriteString("Policy (c) did not run.\n")
+	}
+
+	b.WriteString("\n" + ReportTables[4] + "\n\n")
+	t.header("parameter", "value")
+	for _, p := range sc.Describe {
+		t.row(p.Name, p.Value)
+	}
+	cut := 0
+	for _, j := range sc.Jobs {
+		if j.Cut {
+			cut++
+		}
+	}
+	t.row("jobs replayed", fmt.Sprintf("%d (%d cut to the duration or GPU limit)", len(sc.Jobs), cut))
+	t.row("teams (trace users)", fmt.Sprint(len(quotas)))
+	t.row("cluster", nodesText(sc))
+	t.row("offered load", fmt.Sprintf("%s GPU-hours over a %s submission window: %s x the cluster",
+		num(totalGPUHours(sc.Jobs), 0), hours(sc.Jobs[len(sc.Jobs)-1].Submit), num(totalGPUHours(sc.Jobs)/float64(sc.GPUs())/math.Max(sc.Jobs[len(sc.Jobs)-1].Submit.Hours(), 1e-9), 2)))
+	t.row("speed-up", fmt.Sprintf("%gx (1 s of clock = %s simulated)", sc.Speedup, wallToSim(time.Second, sc.Speedup)))
+	t.row("price", fmt.Sprintf("$%.2f per GPU-hour", sc.PricePerGPUHour))
+	t.row("idle", fmt.Sprintf("an allocated GPU whose agent reads below %d%%", sc.IdleBelowPercent))
+	for _, rec := range recs {
+		t.row("clock time of "+rec.Policy.Title(), rec.Wall.Round(time.Second).String()+timedOut(rec))
+		t.row("Jobs in the API at the end, "+rec.Policy.Title(), fmt.Sprintf("%d complete, %d failed, %d other", rec.APIComplete, rec.APIFailed, rec.APIOther))
+	}
+	b.WriteString("\n" + methodText)
+	return b.String()
+}
+
+const methodText = `## Method
+
+- **Real components.** Each policy runs on its own local control plane (etcd, kube-apiserver,
+  kube-controller-manager, kube-scheduler, kwok, and for (b) and (c) the real Kueue), one after
+  the other: three control planes at once on a small machine would slow each other unevenly.
+  kwok runs the GPU nodes and completes each pod after its job's duration divided by the
+  speed-up. Every node has the real Chamber node agent reading go-nvml fakes; the simulator
+  sets each GPU's utilization to its job's while the job holds it.
+- **Measurement.** From a watch on Pods and Jobs, timed when each change is seen (API
+  timestamps have whole seconds, many simulated minutes at these speed-ups): submission,
+  first pod running, end of each pod, Job Complete or Failed. Allocation counts the GPUs of
+  running pods; utilization is each held GPU's last NVML reading by its agent (polled every
+  0.5 s), taken only once the agent has read it since its pod started.
+- **Kueue alone** gets the ClusterQueues, Cohort, ResourceFlavors, LocalQueues and priority
+  classes that Chamber compiles from the same GPUPool and Teams, created directly.
+  **Plain Kubernetes** Jobs carry no queue name, so Kueue would ignore them; kube-scheduler
+  places them first come, first served, with no quotas or priorities.
+- **Trace.** Microsoft Philly (Jeon et al., "Analysis of Large-Scale Multi-Tenant GPU
+  Clusters for DNN Training Workloads", USENIX ATC 2019; CC BY 4.0). Teams are the trace's
+  users (virtual clusters); quotas divide the GPUs in proportion to each team's demand in the
+  slice. Priority tiers: jobs of 8+ GPUs are production; the others are production with
+  probability 0.1, preemptible 0.3, standard 0.6 (a hash of the job id).
+- **Utilization model** (the trace has none): per job, a class drawn from idle 15% (0-2%:
+  holds GPUs while leaving them idle), low 30% (5-35%), medium 35% (35-75%), high 20%
+  (75-98%); jobs over 8 GPUs x0.8. After Jeon et al. (ATC'19), Weng et al., "MLaaS in the
+  Wild" (NSDI'22, Alibaba PAI) and Gao et al., "An Empirical Study on Low GPU Utilization of
+  Deep Learning Jobs" (ICSE'24); the parameters are ours.
+- **Caveats.** Scheduling, watch and kwok latencies are multiplied by the speed-up; a
+  preempted or killed job restarts from the beginning (no checkpoints); the Job controller's
+  retry back-off (10 s and up, clock time) is also multiplied.
+`
+
+func timedOut(rec *Recording) string {
+	if rec.TimedOut {
+		return " (timed out: jobs left unfinished)"
+	}
+	return ""
+}
+
+func slicesContainsPolicy(recs []*Recording, p Policy) bool {
+	for _, r := range recs {
+		if r.Policy == p {
+			return true
+		}
+	}
+	return false
+}
+
+func nodesText(sc *Scenario) string {
+	var parts []string
+	for _, g := range sc.Nodes {
+		parts = append(parts, fmt.Sprintf("%d nodes x %d %s (agent on fake %s)", g.Count, g.GPUs, g.Product, g.Fake))
+	}
+	return fmt.Sprintf("%s: %d GPUs", strings.Join(parts, ", "), sc.GPUs())
+}
+
+func totalGPUHours(jobs []Job) float64 {
+	var h float64
+	for _, j := range jobs {
+		h += float64(j.GPUs) * j.Duration.Hours()
+	}
+	return h
+}
+
+func waitCell(waits []float64) string {
+	if len(waits) == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%s / %s", hours(hoursToDuration(Percentile(waits, 50))), hours(hoursToDuration(Percentile(waits, 99))))
+}
+
+func hoursToDuration(h float64) time.Duration { return time.Duration(h * float64(time.Hour)) }
+
+func pct(f float64) string {
+	if math.IsNaN(f) {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f%%", 100*f)
+}
+
+func num(f float64, decimals int) string {
+	if math.IsNaN(f) {
+		return "-"
+	}
+	return fmt.Sprintf("%.*f", decimals, f)
+}

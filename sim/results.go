@@ -1,0 +1,164 @@
+package sim
+
+import (
+	"maps"
+	"math"
+	"slices"
+	"time"
+)
+
+// Result is one policy's figures, in simulated time.
+type Result struct {
+	Policy Policy
+	// Jobs submitted; Complete, Lost (failed: retries spent after faults) and
+	// Unfinished at the timeout.
+	Jobs, Complete, Lost, Unfinished int
+	// AllocWhileWaiting is the share of GPUs allocated while at least one job waited.
+	AllocWhileWaiting float64
+	// MeanAlloc is the share of GPUs allocated over the run.
+	MeanAlloc float64
+	// UsefulUtil is allocated times used: the share of all GPU time spent computing.
+	UsefulUtil float64
+	// AllocatedGPUHours were held by pods; IdleGPUHours of those were idle (below the
+	// idle threshold by the agents' readings).
+	AllocatedGPUHours, IdleGPUHours float64
+	// Waits are every job's queue wait (submission to first pod running), in hours,
+	// by tier ("" for all).
+	Waits map[string][]float64
+	// Jain is Jain's index of the teams' allocation over their fair share, averaged
+	// over the time jobs waited.
+	Jain float64
+	// TeamShare is each team's allocation over its fair share while jobs waited.
+	TeamShare map[string]float64
+	// Makespan runs from the first submission to the last job's end; LowerBound is
+	// the most of total GPU-time over GPUs, the longest job, and the latest
+	// submission plus its duration.
+	Makespan, LowerBound time.Duration
+	// Faults injected; FaultKills pods they killed (at the fault or at start on a
+	// broken GPU); Restarted jobs completed after such a kill; Evictions pods deleted
+	// while running by Kueue (preemption, eviction).
+	Faults, FaultKills, Restarted, Evictions int
+	// Cost and IdleCost of the allocated and idle GPU-hours.
+	Cost, IdleCost float64
+}
+
+// Analyze computes a policy's figures from its recording.
+func Analyze(sc *Scenario, rec *Recording) Result {
+	res := Result{Policy: rec.Policy, Jobs: len(rec.Jobs), Waits: map[string][]float64{}, TeamShare: map[string]float64{}}
+	toSim := func(t time.Time) time.Duration { return wallToSim(t.Sub(rec.Start), sc.Speedup) }
+	end := rec.Start
+	for _, j := range rec.Jobs {
+		switch {
+		case j.Finished.IsZero():
+			res.Unfinished++
+		case j.Failed:
+			res.Lost++
+		default:
+			res.Complete++
+		}
+		if j.Finished.After(end) {
+			end = j.Finished
+		}
+		if !j.FirstRun.IsZero() && !j.Submitted.IsZero() {
+			w := max(wallToSim(j.FirstRun.Sub(j.Submitted), sc.Speedup), 0).Hours()
+			res.Waits[""] = append(res.Waits[""], w)
+			res.Waits[j.Job.Tier] = append(res.Waits[j.Job.Tier], w)
+		}
+		res.FaultKills += j.FaultKills
+		res.Evictions += j.Evictions
+		if j.FaultKills > 0 && !j.Failed && !j.Finished.IsZero() {
+			res.Restarted++
+		}
+	}
+	res.Faults = len(rec.Faults)
+	res.Makespan = toSim(end)
+	res.LowerBound = LowerBound(sc.Jobs, sc.GPUs())
+
+	for _, run := range rec.Runs {
+		stop := run.End
+		if stop.IsZero() {
+			stop = end
+		}
+		res.AllocatedGPUHours += float64(len(run.GPUs)) * wallToSim(stop.Sub(run.Start), sc.Speedup).Hours()
+	}
+
+	quotas := Quotas(sc.Jobs, sc.GPUs())
+	teams := sortedKeys(quotas)
+	weights := make([]float64, len(teams))
+	for i, t := range teams {
+		weights[i] = float64(quotas[t])
+	}
+	gpus := float64(sc.GPUs())
+	var total, used, alloc, waitT, waitAlloc, jainT, jainSum float64
+	allocByTeam, fairByTeam := map[string]float64{}, map[string]float64{}
+	for i, s := range rec.Samples {
+		next := end
+		if i+1 < len(rec.Samples) {
+			next = rec.Samples[i+1].At
+		}
+		dt := max(wallToSim(next.Sub(s.At), sc.Speedup).Hours(), 0)
+		total += dt
+		used += s.Used * dt
+		alloc += float64(s.Allocated) * dt
+		res.IdleGPUHours += s.Idle * dt
+		if s.Waiting == 0 {
+			continue
+		}
+		waitT += dt
+		waitAlloc += float64(s.Allocated) * dt
+		demands := make([]float64, len(teams))
+		for k, t := range teams {
+			demands[k] = float64(s.TeamDemand[t])
+		}
+		fair := FairShares(gpus, weights, demands)
+		var xs []float64
+		for k, t := range teams {
+			if fair[k] <= 0 {
+				continue
+			}
+			xs = append(xs, float64(s.TeamAllocated[t])/fair[k])
+			allocByTeam[t] += float64(s.TeamAllocated[t]) * dt
+			fairByTeam[t] += fair[k] * dt
+		}
+		if j := JainIndex(xs); !math.IsNaN(j) {
+			jainSum += j * dt
+			jainT += dt
+		}
+	}
+	res.UsefulUtil = ratio(used, gpus*total)
+	res.MeanAlloc = ratio(alloc, gpus*total)
+	res.AllocWhileWaiting = ratio(waitAlloc, gpus*waitT)
+	res.Jain = ratio(jainSum, jainT)
+	for t, f := range fairByTeam {
+		res.TeamShare[t] = ratio(allocByTeam[t], f)
+	}
+	res.Cost = res.AllocatedGPUHours * sc.PricePerGPUHour
+	res.IdleCost = res.IdleGPUHours * sc.PricePerGPUHour
+	return res
+}
+
+// LowerBound is the shortest possible makespan of the jobs on gpus GPUs: no schedule
+// beats the total GPU-time spread over every GPU, the longest job, or the latest
+// submission plus its duration.
+func LowerBound(jobs []Job, gpus int) time.Duration {
+	var work float64
+	var longest, latest time.Duration
+	for _, j := range jobs {
+		work += float64(j.GPUs) * float64(j.Duration)
+		longest = max(longest, j.Duration)
+		latest = max(latest, j.Submit+j.Duration)
+	}
+	return max(time.Duration(work/float64(gpus)), longest, latest)
+}
+
+// ratio is a/b, NaN when b is 0.
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return math.NaN()
+	}
+	return a / b
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	return slices.Sorted(maps.Keys(m))
+}

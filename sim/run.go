@@ -1,0 +1,483 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+
+	chamber "chamber.dev/chamber/api/v1alpha1"
+	"chamber.dev/chamber/controllers"
+	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/test/controlplane"
+)
+
+// Recording is what one policy's run measured.
+type Recording struct {
+	Policy Policy
+	// Start is when the first job was submitted (simulated time 0).
+	Start   time.Time
+	Jobs    []*JobRecord
+	Runs    []*PodRun
+	Samples []Sample
+	Faults  []FaultRecord
+	// Controllers lists Chamber's controllers that ran (PolicyChamber).
+	Controllers []string
+	// MetricsCheck compares Chamber's metrics with the API objects (PolicyChamber).
+	MetricsCheck []MetricCheck
+	// APIJobs counts the Jobs in the API at the end, by outcome.
+	APIComplete, APIFailed, APIOther int
+	// TimedOut is set when jobs were left unfinished at the timeout.
+	TimedOut bool
+	// Wall is how long the replay took.
+	Wall time.Duration
+}
+
+// FaultRecord is one injected GPU fault.
+type FaultRecord struct {
+	At        time.Time
+	Node      string
+	GPU       int
+	Kind, Pod string
+}
+
+// Run replays the scenario under each policy in turn (one control plane after
+// another: on a small machine, three at once would slow each other unevenly) and
+// writes the report. It returns the report's path.
+func Run(ctx context.Context, sc *Scenario) (string, []*Recording, error) {
+	if err := sc.Validate(); err != nil {
+		return "", nil, err
+	}
+	ctrl.SetLogger(logr.Discard())
+	var recs []*Recording
+	for i, p := range sc.Policies {
+		fmt.Fprintf(sc.Progress, "sim: [%d/%d] %s: starting a control plane\n", i+1, len(sc.Policies), p.Title())
+		rec, err := runPolicy(ctx, sc, p, fmt.Sprintf("[%d/%d] %s", i+1, len(sc.Policies), p))
+		if err != nil {
+			return "", recs, fmt.Errorf("policy %s: %w", p, err)
+		}
+		recs = append(recs, rec)
+	}
+	path, err := WriteReport(sc, recs)
+	return path, recs, err
+}
+
+func runPolicy(ctx context.Context, sc *Scenario, p Policy, label string) (*Recording, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	opts := controlplane.Full()
+	if p == PolicyKubernetes {
+		opts.Kueue = false // Jobs go straight to kube-scheduler
+	}
+	opts.Progress = sc.Log
+	cp, err := controlplane.Start(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = cp.Stop() }()
+	c, err := cp.Client()
+	if err != nil {
+		return nil, err
+	}
+	// The agents write on a client of their own, so that their writes and the
+	// submissions do not share one rate limiter.
+	agentClient, err := cp.Client()
+	if err != nil {
+		return nil, err
+	}
+	nodes, names, waitAgents, err := startNodes(ctx, agentClient, sc)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		cancel()
+		waitAgents()
+	}()
+
+	rec := &Recording{Policy: p}
+	teams, err := setUpTeams(ctx, c, sc, p)
+	if err != nil {
+		return nil, err
+	}
+	metricsURL := ""
+	if p == PolicyChamber {
+		rec.Controllers = controllers.Names()
+		if err := startChamber(ctx, cp, sc); err != nil {
+			return nil, err
+		}
+		if sc.MetricsAddr != "0" {
+			metricsURL = "http://" + sc.MetricsAddr + "/metrics"
+		}
+	}
+	if p != PolicyKubernetes {
+		if err := waitQueuesActive(ctx, c, teams); err != nil {
+			return nil, err
+		}
+	}
+	if sc.OnCluster != nil {
+		sc.OnCluster(p, cp.Kubeconfig, filepath.Join(cp.BinDir(), "kubectl"), metricsURL)
+	}
+
+	r := newRecorder(nodes, sc.Jobs)
+	r.kill = func(pod string) { go deletePod(ctx, c, pod) }
+	informers, err := cache.New(cp.Config, cache.Options{Scheme: controlplane.Scheme})
+	if err != nil {
+		return nil, err
+	}
+	if err := r.watch(ctx, informers); err != nil {
+		return nil, err
+	}
+	go func() { _ = informers.Start(ctx) }()
+	if !informers.WaitForCacheSync(ctx) {
+		return nil, errors.New("the watch on Pods and Jobs did not sync")
+	}
+
+	rec.Start = time.Now()
+	var wg sync.WaitGroup
+	submitErr := make(chan error, 1)
+	wg.Go(func() { submitErr <- submit(ctx, c, sc, p, r, rec.Start) })
+	faults := make(chan FaultRecord, 1024)
+	wg.Go(func() { injectFaults(ctx, c, sc, nodes, names, r, rec.Start, faults) })
+
+	deadline := time.After(sc.Timeout)
+	sampleTick := time.NewTicker(sc.SampleEvery)
+	defer sampleTick.Stop()
+	progressTick := time.NewTicker(5 * time.Second)
+	defer progressTick.Stop()
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case err := <-submitErr:
+			if err != nil {
+				return nil, err
+			}
+		case <-deadline:
+			rec.TimedOut = true
+			fmt.Fprintf(sc.Progress, "sim: %s: timed out after %v with jobs unfinished; reporting what finished\n", label, sc.Timeout)
+			break loop
+		case <-sampleTick.C:
+			rec.Samples = append(rec.Samples, r.sample(sc.IdleBelowPercent))
+			if r.progress().done == len(sc.Jobs) {
+				break loop
+			}
+		case <-progressTick.C:
+			printProgress(sc, label, r.progress(), rec.Start)
+		}
+	}
+	rec.Wall = time.Since(rec.Start)
+	printProgress(sc, label, r.progress(), rec.Start)
+	if p == PolicyChamber {
+		rec.MetricsCheck = checkMetrics(r, sc)
+	}
+	if err := countAPIJobs(ctx, c, rec); err != nil {
+		return nil, err
+	}
+	cancel()
+	wg.Wait()
+	close(faults)
+	for f := range faults {
+		rec.Faults = append(rec.Faults, f)
+	}
+	r.mu.Lock()
+	for _, j := range sc.Jobs {
+		rec.Jobs = append(rec.Jobs, r.jobs[j.Team+"/"+j.Name])
+	}
+	rec.Runs = r.runs
+	r.mu.Unlock()
+	return rec, nil
+}
+
+// setUpTeams creates a namespace per team and, for the Kueue policies, the team
+// quotas: for Kueue alone, the Kueue objects Chamber's compiler makes from the same
+// GPUPool and Teams, created directly; for Chamber, the GPUPool and Teams themselves.
+func setUpTeams(ctx context.Context, c client.Client, sc *Scenario, p Policy) ([]*chamber.Team, error) {
+	quotas := Quotas(sc.Jobs, sc.GPUs())
+	pool := &chamber.GPUPool{
+		ObjectMeta: metav1.ObjectMeta{Name: PoolName},
+		Spec: chamber.GPUPoolSpec{
+			NodeLabels: map[string]string{PoolLabel: PoolName},
+		},
+	}
+	for _, m := range sc.Models() {
+		pool.Spec.Prices = append(pool.Spec.Prices, chamber.GPUPrice{Model: m, PerGPUHour: strconv.FormatFloat(sc.PricePerGPUHour, 'f', 2, 64), Kind: chamber.PriceReserved})
+	}
+	var teams []*chamber.Team
+	var objs []client.Object
+	for _, name := range sortedKeys(quotas) {
+		objs = append(objs, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})
+		t := &chamber.Team{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: chamber.TeamSpec{Pool: PoolName, Namespaces: []string{name}}}
+		// The team's quota is of the cluster's first model; it borrows the others.
+		t.Spec.Quotas = []chamber.TeamQuota{{Model: sc.Models()[0], GPUs: int32(quotas[name])}}
+		teams = append(teams, t)
+	}
+	switch p {
+	case PolicyKueue:
+		objs = append(objs, chamberkueue.Cohort(pool))
+		for _, m := range sc.Models() {
+			objs = append(objs, chamberkueue.ResourceFlavor(pool, m))
+		}
+		for _, tier := range chamberkueue.DefaultPriorityTiers {
+			objs = append(objs, chamberkueue.WorkloadPriorityClass(tier))
+		}
+		for _, t := range teams {
+			cq, err := chamberkueue.ClusterQueue(t, pool, sc.Models(), chamberkueue.ClusterQueueOptions{})
+			if err != nil {
+				return nil, err
+			}
+			objs = append(objs, cq, chamberkueue.LocalQueue(t, t.Name))
+		}
+	case PolicyChamber:
+		objs = append(objs, pool)
+		for _, t := range teams {
+			objs = append(objs, t)
+		}
+	}
+	for _, o := range objs {
+		if err := c.Create(ctx, o); err != nil {
+			return nil, fmt.Errorf("create %T %s: %w", o, o.GetName(), err)
+		}
+	}
+	return teams, nil
+}
+
+// startChamber runs Chamber's controllers in-process, their metrics on sc.MetricsAddr.
+// The idle window is scaled to simulated time: two seconds of clock are minutes of
+// simulated time at the usual speed-ups.
+func startChamber(ctx context.Context, cp *controlplane.ControlPlane, sc *Scenario) error {
+	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{Scheme: controlplane.Scheme, Metrics: metricsserver.Options{BindAddress: sc.MetricsAddr}})
+	if err != nil {
+		return err
+	}
+	cfg := controllers.DefaultConfig()
+	cfg.Inventory.Fleet.IdleThresholdPercent = float64(sc.IdleBelowPercent)
+	cfg.Inventory.Fleet.IdleWindow = 2 * time.Second
+	if name, err := controllers.Setup(mgr, cfg); err != nil {
+		return fmt.Errorf("set up Chamber's controller %s: %w (a second Chamber run in one process registers its metrics twice)", name, err)
+	}
+	go func() { _ = mgr.Start(ctx) }()
+	return nil
+}
+
+// waitQueuesActive waits until every team's ClusterQueue is Active, so that no job
+// meets a queue Kueue does not serve yet.
+func waitQueuesActive(ctx context.Context, c client.Client, teams []*chamber.Team) error {
+	deadline := time.Now().Add(2 * time.Minute)
+	for _, t := range teams {
+		for {
+			var cq kueue.ClusterQueue
+			err := c.Get(ctx, client.ObjectKey{Name: t.Name}, &cq)
+			if err == nil && apimeta.IsStatusConditionTrue(cq.Status.Conditions, kueue.ClusterQueueActive) {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("ClusterQueue %s not Active after 2 minutes (last error: %v; conditions: %v)", t.Name, err, cq.Status.Conditions)
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}
+	return nil
+}
+
+// submit creates each job at its submission time, compressed by the speed-up.
+func submit(ctx context.Context, c client.Client, sc *Scenario, p Policy, r *recorder, start time.Time) error {
+	for i := range sc.Jobs {
+		j := &sc.Jobs[i]
+		at := start.Add(simToWall(j.Submit, sc.Speedup))
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(time.Until(at)):
+		}
+		obj := jobObject(j, p, sc)
+		if err := c.Create(ctx, obj); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("submit job %s (trace line of %s): %w", j.Name, j.TraceID, err)
+		}
+		r.submitted(j.Team+"/"+j.Name, time.Now())
+	}
+	return nil
+}
+
+// jobObject is the Kubernetes Job replaying j: one pod per node's worth of GPUs, each
+// completing after the job's duration divided by the speed-up (kwok's pod-complete
+// stage, with no jitter), starting as soon as it is scheduled (the pod-create and
+// pod-ready stages' default second and up to five seconds of jitter would be many
+// simulated minutes).
+func jobObject(j *Job, p Policy, sc *Scenario) *batchv1.Job {
+	pods := 1
+	if per := sc.MaxGPUsPerNode(); j.GPUs > per {
+		pods = j.GPUs / per
+	}
+	perPod := j.GPUs / pods
+	run := simToWall(j.Duration, sc.Speedup).Round(time.Millisecond)
+	run = max(run, 10*time.Millisecond)
+	instant := time.Millisecond.String()
+	labels := map[string]string{"sim.chamber.dev/tier": j.Tier}
+	if p != PolicyKubernetes {
+		labels["kueue.x-k8s.io/queue-name"] = "default"
+		labels["kueue.x-k8s.io/priority-class"] = j.Tier
+	}
+	return &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: j.Name, Namespace: j.Team, Labels: labels,
+			Annotations: map[string]string{"sim.chamber.dev/trace-job": j.TraceID}},
+		Spec: batchv1.JobSpec{
+			Parallelism:  ptr.To(int32(pods)),
+			Completions:  ptr.To(int32(pods)),
+			BackoffLimit: ptr.To(sc.BackoffLimit),
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
+					"pod-create.stage.kwok.x-k8s.io/delay":          instant,
+					"pod-create.stage.kwok.x-k8s.io/jitter-delay":   instant,
+					"pod-ready.stage.kwok.x-k8s.io/delay":           instant,
+					"pod-ready.stage.kwok.x-k8s.io/jitter-delay":    instant,
+					"pod-complete.stage.kwok.x-k8s.io/delay":        run.String(),
+					"pod-complete.stage.kwok.x-k8s.io/jitter-delay": run.String(),
+					annotationUtilization:                           strconv.Itoa(int(j.Util.GPUPercent)),
+					annotationGPUs:                                  strconv.Itoa(perPod),
+				}},
+				Spec: corev1.PodSpec{
+					RestartPolicy: corev1.RestartPolicyNever,
+					Containers: []corev1.Container{{
+						Name: "train", Image: "sim.chamber.dev/train",
+						Resources: corev1.ResourceRequirements{
+							Requests: corev1.ResourceList{controlplane.ResourceGPU: *resource.NewQuantity(int64(perPod), resource.DecimalSI)},
+							Limits:   corev1.ResourceList{controlplane.ResourceGPU: *resource.NewQuantity(int64(perPod), resource.DecimalSI)},
+						},
+					}},
+				},
+			},
+		},
+	}
+}
+
+// injectFaults breaks random healthy GPUs at the scenario's rate (a Poisson process in
+// simulated time), kills the pod holding each, lowers the node's allocatable GPUs as
+// the device plugin would, and repairs each after the repair time.
+func injectFaults(ctx context.Context, c client.Client, sc *Scenario, nodes map[string]*simNode, names []string, r *recorder, start time.Time, out chan<- FaultRecord) {
+	if sc.FaultsPer1000GPUHours <= 0 {
+		return
+	}
+	rnd := rand.New(rand.NewPCG(sc.Seed, 0xfa017))
+	perSimSecond := sc.FaultsPer1000GPUHours / 1000 / 3600 * float64(sc.GPUs())
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		gap := time.Duration(rnd.ExpFloat64() / perSimSecond * float64(time.Second))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(simToWall(gap, sc.Speedup)):
+		}
+		n, gpu, pod, kind, ok := breakGPU(nodes, names, rnd)
+		if !ok {
+			continue
+		}
+		if pod != "" {
+			r.markFaulted(pod)
+			go deletePod(ctx, c, pod)
+		}
+		_ = setAllocatable(ctx, c, n.name, n.healthy())
+		out <- FaultRecord{At: time.Now(), Node: n.name, GPU: gpu, Kind: kind, Pod: pod}
+		wg.Go(func() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(simToWall(sc.RepairTime, sc.Speedup)):
+			}
+			n.repairGPU(gpu)
+			_ = setAllocatable(ctx, c, n.name, n.healthy())
+		})
+	}
+}
+
+// deletePod kills a pod at once, as a crashed container would end it; its Job
+// controller starts a replacement unless the Job's retries are spent.
+func deletePod(ctx context.Context, c client.Client, key string) {
+	ns, name := splitKey(key)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	_ = c.Delete(ctx, pod, client.GracePeriodSeconds(0))
+}
+
+// countAPIJobs counts the Jobs in the API server by outcome: a cross-check of the
+// recorder's watch.
+func countAPIJobs(ctx context.Context, c client.Client, rec *Recording) error {
+	var jobs batchv1.JobList
+	if err := c.List(ctx, &jobs); err != nil {
+		return fmt.Errorf("list Jobs: %w", err)
+	}
+	for _, j := range jobs.Items {
+		switch {
+		case jobCondition(&j, batchv1.JobComplete):
+			rec.APIComplete++
+		case jobCondition(&j, batchv1.JobFailed):
+			rec.APIFailed++
+		default:
+			rec.APIOther++
+		}
+	}
+	return nil
+}
+
+func jobCondition(j *batchv1.Job, t batchv1.JobConditionType) bool {
+	for _, c := range j.Status.Conditions {
+		if c.Type == t && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+func printProgress(sc *Scenario, label string, pr progress, start time.Time) {
+	elapsed := time.Since(start)
+	eta := "?"
+	if pr.done > 0 {
+		eta = (time.Duration(float64(elapsed) * float64(len(sc.Jobs)-pr.done) / float64(pr.done))).Round(time.Second).String()
+	}
+	fmt.Fprintf(sc.Progress, "sim: %s: simulated %s | jobs %d/%d done, %d running, %d waiting | %d/%d GPUs allocated | ETA %s\n",
+		label, hours(wallToSim(elapsed, sc.Speedup)), pr.done, len(sc.Jobs), pr.running, pr.waiting, pr.allocated, sc.GPUs(), eta)
+}
+
+// simToWall and wallToSim convert between simulated and clock durations.
+func simToWall(d time.Duration, speedup float64) time.Duration {
+	return time.Duration(float64(d) / speedup)
+}
+
+func wallToSim(d time.Duration, speedup float64) time.Duration {
+	return time.Duration(float64(d) * speedup)
+}
+
+// hours formats a duration as hours and minutes, e.g. "5h07m".
+func hours(d time.Duration) string {
+	m := int(math.Round(d.Minutes()))
+	return fmt.Sprintf("%dh%02dm", m/60, m%60)
+}
+
+// registry is where Chamber's controllers register their metrics.
+var registry = metrics.Registry

@@ -1,0 +1,193 @@
+// Package sim is Chamber's fleet simulator: it replays a GPU cluster trace as
+// Kubernetes Jobs on a local control plane (kwok GPU nodes, the real node agent on
+// go-nvml fakes, the real Kueue) under three policies — plain Kubernetes, Kueue alone,
+// Kueue with Chamber — and writes a report comparing them.
+package sim
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Policy is how jobs reach the GPUs.
+type Policy string
+
+// The three policies compared, all on the same trace and cluster.
+const (
+	// PolicyKubernetes: Jobs go straight to kube-scheduler; no queueing, no quotas.
+	PolicyKubernetes Policy = "kubernetes"
+	// PolicyKueue: Kueue alone with the teams' quotas (the ClusterQueues Chamber would
+	// compile, created directly), no Chamber controller.
+	PolicyKueue Policy = "kueue"
+	// PolicyChamber: Kueue with Chamber's controllers running (controllers.Names()).
+	PolicyChamber Policy = "chamber"
+)
+
+// AllPolicies in the order they run.
+var AllPolicies = []Policy{PolicyKubernetes, PolicyKueue, PolicyChamber}
+
+// Title is the policy as the report names it.
+func (p Policy) Title() string {
+	switch p {
+	case PolicyKubernetes:
+		return "(a) Kubernetes"
+	case PolicyKueue:
+		return "(b) Kueue"
+	case PolicyChamber:
+		return "(c) Kueue + Chamber"
+	}
+	return string(p)
+}
+
+// ParsePolicies parses "kubernetes,kueue,chamber".
+func ParsePolicies(s string) ([]Policy, error) {
+	var out []Policy
+	for _, f := range strings.Split(s, ",") {
+		p := Policy(strings.TrimSpace(f))
+		switch p {
+		case PolicyKubernetes, PolicyKueue, PolicyChamber:
+			out = append(out, p)
+		default:
+			return nil, fmt.Errorf("unknown policy %q: want a comma-separated list of kubernetes, kueue, chamber", f)
+		}
+	}
+	return out, nil
+}
+
+// NodeGroup is a set of identical simulated GPU nodes.
+type NodeGroup struct {
+	Count int
+	// GPUs per node.
+	GPUs int
+	// Product is the GPU model label (nvidia.com/gpu.product).
+	Product string
+	// Fake is the go-nvml fake the node's agent reads: dgxh100, dgxa100, ...
+	Fake string
+}
+
+// ParseNodeGroups parses "16xdgxh100" or "8xdgxh100,4xdgxa100" (8 GPUs each).
+func ParseNodeGroups(s string) ([]NodeGroup, error) {
+	products := map[string]string{
+		"dgxh100": "NVIDIA-H100-80GB-HBM3", "dgxh200": "NVIDIA-H200-141GB-HBM3",
+		"dgxa100": "NVIDIA-A100-SXM4-40GB", "dgxb200": "NVIDIA-B200",
+	}
+	var out []NodeGroup
+	for _, f := range strings.Split(s, ",") {
+		count, model, ok := strings.Cut(strings.TrimSpace(f), "x")
+		var n int
+		if _, err := fmt.Sscanf(count, "%d", &n); !ok || err != nil || n <= 0 || products[model] == "" {
+			return nil, fmt.Errorf("node group %q: want <count>x<model>, e.g. 16xdgxh100; models dgxh100, dgxh200, dgxa100, dgxb200", f)
+		}
+		out = append(out, NodeGroup{Count: n, GPUs: 8, Product: products[model], Fake: model})
+	}
+	return out, nil
+}
+
+// Pool the simulated nodes form under Kueue and Chamber.
+const (
+	PoolName  = "sim"
+	PoolLabel = "pool"
+)
+
+// Scenario is one comparison: a prepared workload on a cluster, under the policies.
+type Scenario struct {
+	// Jobs to replay, submissions in trace time from 0.
+	Jobs []Job
+	// Nodes of the cluster.
+	Nodes []NodeGroup
+	// Speedup: simulated time runs this many times faster than the clock.
+	Speedup float64
+	// FaultsPer1000GPUHours is the GPU fault rate, in simulated time.
+	FaultsPer1000GPUHours float64
+	// RepairTime is how long a broken GPU stays out (simulated time).
+	RepairTime time.Duration
+	// PricePerGPUHour prices every GPU-hour held, for cost and idle cost.
+	PricePerGPUHour float64
+	// IdleBelowPercent: an allocated GPU reading below it is idle.
+	IdleBelowPercent uint32
+	// BackoffLimit is each Job's retry limit: a job whose pods fail more often is lost.
+	BackoffLimit int32
+	// SampleEvery is the wall-clock sampling period.
+	SampleEvery time.Duration
+	// Timeout bounds each policy's replay (wall clock); jobs left then are reported
+	// unfinished.
+	Timeout time.Duration
+	// Policies to run, in order.
+	Policies []Policy
+	// OutDir receives the report and plots.
+	OutDir string
+	// MetricsAddr is where Chamber's controller serves /metrics under PolicyChamber.
+	MetricsAddr string
+	// Seed drives the fault injector.
+	Seed uint64
+	// Progress receives the progress lines; Log the component start-up lines.
+	Progress, Log io.Writer
+	// Describe is shown in the report: the trace, the slice, the command.
+	Describe []Param
+	// OnCluster is called once per policy when its cluster is up, with its kubeconfig
+	// path and (PolicyChamber) metrics URL.
+	OnCluster func(p Policy, kubeconfig, kubectl, metricsURL string)
+}
+
+// Param is a named scenario parameter for the report.
+type Param struct{ Name, Value string }
+
+// GPUs is the cluster's GPU count.
+func (s *Scenario) GPUs() int {
+	n := 0
+	for _, g := range s.Nodes {
+		n += g.Count * g.GPUs
+	}
+	return n
+}
+
+// MaxGPUsPerNode is the largest node's GPU count: the most one pod can hold.
+func (s *Scenario) MaxGPUsPerNode() int {
+	m := 0
+	for _, g := range s.Nodes {
+		m = max(m, g.GPUs)
+	}
+	return m
+}
+
+// Models lists the GPU models of the cluster.
+func (s *Scenario) Models() []string {
+	var out []string
+	for _, g := range s.Nodes {
+		if !slices.Contains(out, g.Product) {
+			out = append(out, g.Product)
+		}
+	}
+	return out
+}
+
+// Validate says what to fix in a scenario.
+func (s *Scenario) Validate() error {
+	switch {
+	case len(s.Jobs) == 0:
+		return fmt.Errorf("no jobs to replay")
+	case len(s.Nodes) == 0:
+		return fmt.Errorf("no GPU nodes: give --nodes, e.g. 16xdgxh100")
+	case s.Speedup < 1:
+		return fmt.Errorf("--speedup %g: want 1 or more", s.Speedup)
+	case s.FaultsPer1000GPUHours < 0:
+		return fmt.Errorf("--fault-rate %g: want 0 or more", s.FaultsPer1000GPUHours)
+	case len(s.Policies) == 0:
+		return fmt.Errorf("no policy to run")
+	case s.OutDir == "":
+		return fmt.Errorf("no report folder: give --out")
+	}
+	maxPod := s.MaxGPUsPerNode()
+	for _, j := range s.Jobs {
+		if j.GPUs > maxPod && j.GPUs%maxPod != 0 {
+			return fmt.Errorf("job %s asks for %d GPUs, which does not split into pods of %d (one node)", j.TraceID, j.GPUs, maxPod)
+		}
+		if j.GPUs > s.GPUs() {
+			return fmt.Errorf("job %s asks for %d GPUs, more than the cluster's %d", j.TraceID, j.GPUs, s.GPUs())
+		}
+	}
+	return nil
+}
