@@ -1,0 +1,444 @@
+// Package idlereclaim takes GPUs back from workloads that hold them idle while other
+// workloads wait for them. A workload is warned (an IdleGPUs Event) when it turns idle
+// under contention, and if it stays so for its pool's window, Chamber asks for its
+// eviction through the admission check (admission.RequestEviction): its pods get a
+// notice and a grace period to checkpoint, then Kueue evicts and requeues it, and it
+// runs again when capacity frees.
+package idlereclaim
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+
+	chamber "chamber.dev/chamber/api/v1alpha1"
+	"chamber.dev/chamber/controllers/admission"
+	chamberkueue "chamber.dev/chamber/integrations/kueue"
+)
+
+// AnnotationIdleReclaim set to "false" on a Workload, on its owner (the Job) or on
+// its pods keeps the workload from being reclaimed.
+const AnnotationIdleReclaim = "chamber.dev/idle-reclaim"
+
+// Reasons of the Events and of the eviction request.
+const (
+	// ReasonIdleGPUs is the warning Event of a workload idle under contention.
+	ReasonIdleGPUs = "IdleGPUs"
+	// ReasonIdleReclaim is the eviction request's reason, which the admission
+	// controller's Events carry.
+	ReasonIdleReclaim = "IdleReclaim"
+)
+
+// Defaults of a policy's unset fields (see chamber.IdleReclaimPolicy).
+const (
+	DefaultUtilizationPercent = 5
+	DefaultWindow             = 30 * time.Minute
+)
+
+// DefaultExemptTiers are the priority tiers never reclaimed unless a policy says
+// otherwise.
+var DefaultExemptTiers = []string{"production"}
+
+// staleHeartbeats is how many heartbeats an agent may miss before its utilization
+// figures stop counting: as in the fleet inventory, silence is never idleness.
+const staleHeartbeats = 3
+
+// Options configure the idle reclaim controller.
+type Options struct {
+	// Interval is how often a workload holding GPUs is looked at again; contention and
+	// utilization are read from the cache each time.
+	Interval time.Duration
+	// Clock is the time source; the real clock when nil.
+	Clock clock.PassiveClock
+}
+
+// DefaultInterval is the default of Options.Interval.
+const DefaultInterval = 30 * time.Second
+
+// DefaultOptions are the controller's options unless flags say otherwise.
+func DefaultOptions() Options { return Options{Interval: DefaultInterval} }
+
+// Controller reconciles admitted Workloads of pools with idle reclaim on.
+type Controller struct {
+	client   client.Client // the manager's cached client
+	reader   client.Reader // uncached: owners' metadata, read only for workloads about to be warned
+	recorder events.EventRecorder
+	opts     Options
+
+	mu sync.Mutex
+	// idle holds what the controller saw of workloads that hold GPUs idle. It lives in
+	// memory only: after a restart every window starts again, which delays a reclaim
+	// and never hastens one.
+	idle map[types.NamespacedName]*idleWorkload
+}
+
+// idleWorkload is the controller's record of one idle workload.
+type idleWorkload struct {
+	uid types.UID
+	// lowSince is when the controller first saw every GPU of the workload below the
+	// threshold, without a reading at or above it since.
+	lowSince time.Time
+	// contendedSince is when it first saw the workload idle while others waited for
+	// its GPUs (and warned it); zero when nobody waits. The window runs from here.
+	contendedSince time.Time
+}
+
+// podIndex finds a Workload's pods in the cache: by Kueue's workload annotation, and
+// by the UID of their controller (a Job), which the Workload also names as its owner.
+const podIndex = "chamber.dev/idlereclaim-workload"
+
+// Register adds the controller to the manager.
+func Register(mgr ctrl.Manager, opts Options) error {
+	c := newController(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetEventRecorder("chamber-idle-reclaim"), opts)
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, podIndex, podWorkloadKeys); err != nil {
+		return fmt.Errorf("index pods by workload: %w", err)
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("idlereclaim").
+		For(&kueue.Workload{}).
+		Complete(c)
+}
+
+func newController(c client.Client, reader client.Reader, recorder events.EventRecorder, opts Options) *Controller {
+	if opts.Interval <= 0 {
+		opts.Interval = DefaultInterval
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	return &Controller{client: c, reader: reader, recorder: recorder, opts: opts, idle: map[types.NamespacedName]*idleWorkload{}}
+}
+
+// podWorkloadKeys are a pod's keys in podIndex.
+func podWorkloadKeys(obj client.Object) []string {
+	var keys []string
+	if wl := obj.GetAnnotations()[kueue.WorkloadAnnotation]; wl != "" {
+		keys = append(keys, obj.GetNamespace()+"/"+wl)
+	}
+	if ref := metav1.GetControllerOfNoCopy(obj); ref != nil {
+		keys = append(keys, string(ref.UID))
+	}
+	return keys
+}
+
+// Reconcile looks at one Workload. It is a plain reconciler rather than a typed one
+// so that a deleted Workload's record is dropped too.
+func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	var wl kueue.Workload
+	if err := c.client.Get(ctx, req.NamespacedName, &wl); apierrors.IsNotFound(err) {
+		c.forget(req.NamespacedName)
+		return reconcile.Result{}, nil
+	} else if err != nil {
+		return reconcile.Result{}, fmt.Errorf("get workload %s: %w", req.NamespacedName, err)
+	}
+	return c.reconcile(ctx, &wl)
+}
+
+func (c *Controller) reconcile(ctx context.Context, wl *kueue.Workload) (reconcile.Result, error) {
+	key := client.ObjectKeyFromObject(wl)
+	if !holdsGPUs(wl) {
+		// Not admitted (any more), finished or on its way out: a new admission
+		// starts from nothing. Kueue's update of the Workload brings it back here.
+		c.forget(key)
+		return reconcile.Result{}, nil
+	}
+	again := reconcile.Result{RequeueAfter: c.opts.Interval}
+	if _, requested := admission.RequestedEviction(wl); requested {
+		// Someone (we, or isolation) already asked: the admission controller acts.
+		return again, nil
+	}
+	now := c.opts.Clock.Now()
+	logger := log.FromContext(ctx)
+
+	team, policy, err := c.policyOf(ctx, wl)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if !policy.Enabled || policy.exempt(tierOf(wl)) || optedOut(wl) {
+		c.forget(key)
+		return again, nil
+	}
+
+	pods, err := c.podsOf(ctx, wl)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	nodes, err := c.gpuNodesOf(ctx, pods)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	use := measure(pods, nodes, policy.UtilizationPercent, now)
+	if !use.idle {
+		c.forget(key)
+		return again, nil
+	}
+	rec := c.record(key, wl.UID, now)
+
+	waiting, err := c.waitingFor(ctx, wl)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if waiting == nil {
+		c.mu.Lock()
+		rec.contendedSince = time.Time{}
+		c.mu.Unlock()
+		return again, nil
+	}
+	// Opt-outs on pods and owner are read only now: the owner costs an API call.
+	if out, err := c.ownerOptedOut(ctx, wl, pods); err != nil {
+		return reconcile.Result{}, err
+	} else if out {
+		c.forget(key)
+		return again, nil
+	}
+
+	c.mu.Lock()
+	warn := rec.contendedSince.IsZero()
+	if warn {
+		rec.contendedSince = now
+	}
+	since, lowSince := rec.contendedSince, rec.lowSince
+	c.mu.Unlock()
+	reclaimAt := since.Add(policy.Window)
+	if warn {
+		c.recorder.Eventf(wl, waiting, corev1.EventTypeWarning, ReasonIdleGPUs, "Warn",
+			"its %d GPUs are below %d%% utilization while %s/%s waits for GPUs of the pool; they will be reclaimed (the workload evicted and requeued) at %s unless they are used or nobody waits",
+			use.gpus, policy.UtilizationPercent, waiting.Namespace, waiting.Name, reclaimAt.UTC().Format(time.RFC3339))
+		warnings.WithLabelValues(team).Inc()
+		logger.Info("idle GPUs under contention", "workload", key, "gpus", use.gpus, "waiting", client.ObjectKeyFromObject(waiting), "reclaimAt", reclaimAt)
+	}
+	if now.Before(reclaimAt) {
+		return reconcile.Result{RequeueAfter: min(c.opts.Interval, reclaimAt.Sub(now))}, nil
+	}
+
+	idleFor := now.Sub(lowSince)
+	err = admission.RequestEviction(ctx, c.client, wl, admission.Eviction{
+		Reason: ReasonIdleReclaim,
+		Message: fmt.Sprintf("idle reclaim: its %d GPUs stayed below %d%% utilization for %s while %s/%s waited for them",
+			use.gpus, policy.UtilizationPercent, now.Sub(since).Round(time.Second), waiting.Namespace, waiting.Name),
+		RequestedAt: now,
+	})
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	evictions.WithLabelValues(team).Inc()
+	reclaimedGPUHours.WithLabelValues(team).Add(float64(use.gpus) * idleFor.Hours())
+	logger.Info("idle GPUs reclaimed", "workload", key, "gpus", use.gpus, "idleFor", idleFor, "waiting", client.ObjectKeyFromObject(waiting))
+	c.forget(key)
+	return again, nil
+}
+
+// record returns the workload's record, starting one (low from now) if there is none
+// or the one there is of an earlier Workload of the same name.
+func (c *Controller) record(key types.NamespacedName, uid types.UID, now time.Time) *idleWorkload {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	rec := c.idle[key]
+	if rec == nil || rec.uid != uid {
+		rec = &idleWorkload{uid: uid, lowSince: now}
+		c.idle[key] = rec
+	}
+	return rec
+}
+
+func (c *Controller) forget(key types.NamespacedName) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.idle, key)
+}
+
+// holdsGPUs: admitted, not finished, not evicted or being deleted.
+func holdsGPUs(wl *kueue.Workload) bool {
+	conds := wl.Status.Conditions
+	return wl.DeletionTimestamp == nil && wl.Status.Admission != nil &&
+		apimeta.IsStatusConditionTrue(conds, kueue.WorkloadAdmitted) &&
+		!apimeta.IsStatusConditionTrue(conds, kueue.WorkloadFinished) &&
+		!apimeta.IsStatusConditionTrue(conds, kueue.WorkloadEvicted)
+}
+
+// tierOf is the workload's priority tier: its Kueue WorkloadPriorityClass.
+func tierOf(wl *kueue.Workload) string {
+	if ref := wl.Spec.PriorityClassRef; ref != nil && ref.Kind == kueue.WorkloadPriorityClassKind {
+		return ref.Name
+	}
+	return ""
+}
+
+// optedOut reads the annotation on one object.
+func optedOut(obj metav1.Object) bool {
+	v, ok := obj.GetAnnotations()[AnnotationIdleReclaim]
+	if !ok {
+		return false
+	}
+	on, err := strconv.ParseBool(v)
+	return err == nil && !on
+}
+
+// ownerOptedOut reads the annotation on the workload's pods and its owner (the Job
+// users annotate). An owner that is gone opts out of nothing.
+func (c *Controller) ownerOptedOut(ctx context.Context, wl *kueue.Workload, pods []corev1.Pod) (bool, error) {
+	for i := range pods {
+		if optedOut(&pods[i]) {
+			return true, nil
+		}
+	}
+	for _, ref := range wl.OwnerReferences {
+		gv, err := schema.ParseGroupVersion(ref.APIVersion)
+		if err != nil {
+			continue
+		}
+		owner := &metav1.PartialObjectMetadata{}
+		owner.SetGroupVersionKind(gv.WithKind(ref.Kind))
+		err = c.reader.Get(ctx, client.ObjectKey{Namespace: wl.Namespace, Name: ref.Name}, owner)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return false, fmt.Errorf("read %s %s/%s, owner of workload %s: %w", ref.Kind, wl.Namespace, ref.Name, wl.Name, err)
+		}
+		if optedOut(owner) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// policyOf is the policy in force for the workload, and its team (the team whose
+// ClusterQueue admitted it; "" for a ClusterQueue of no team, whose workloads are
+// never reclaimed).
+func (c *Controller) policyOf(ctx context.Context, wl *kueue.Workload) (string, Policy, error) {
+	var teams chamber.TeamList
+	if err := c.client.List(ctx, &teams); err != nil {
+		return "", Policy{}, fmt.Errorf("list teams: %w", err)
+	}
+	team := teamOf(teams.Items, string(wl.Status.Admission.ClusterQueue))
+	if team == nil {
+		return "", Policy{}, nil
+	}
+	var pool chamber.GPUPool
+	err := c.client.Get(ctx, client.ObjectKey{Name: team.Spec.Pool}, &pool)
+	if apierrors.IsNotFound(err) {
+		return team.Name, ResolvePolicy(nil, team.Spec.IdleReclaim), nil
+	}
+	if err != nil {
+		return "", Policy{}, fmt.Errorf("get pool %s of team %s: %w", team.Spec.Pool, team.Name, err)
+	}
+	return team.Name, ResolvePolicy(pool.Spec.IdleReclaim, team.Spec.IdleReclaim), nil
+}
+
+// teamOf finds the team of a ClusterQueue: the one whose status names it, else the
+// one that adopts it or is named after it (before the team's status is written).
+func teamOf(teams []chamber.Team, clusterQueue string) *chamber.Team {
+	if clusterQueue == "" {
+		return nil
+	}
+	for i := range teams {
+		if teams[i].Status.ClusterQueue == clusterQueue {
+			return &teams[i]
+		}
+	}
+	for i := range teams {
+		t := &teams[i]
+		if t.Spec.ClusterQueue == clusterQueue || (t.Spec.ClusterQueue == "" && t.Name == clusterQueue) {
+			return t
+		}
+	}
+	return nil
+}
+
+// podsOf lists the workload's pods from the cache.
+func (c *Controller) podsOf(ctx context.Context, wl *kueue.Workload) ([]corev1.Pod, error) {
+	keys := []string{wl.Namespace + "/" + wl.Name}
+	if ref := metav1.GetControllerOfNoCopy(wl); ref != nil {
+		keys = append(keys, string(ref.UID))
+	}
+	var pods []corev1.Pod
+	seen := map[types.UID]bool{}
+	for _, k := range keys {
+		var list corev1.PodList
+		if err := c.client.List(ctx, &list, client.InNamespace(wl.Namespace), client.MatchingFields{podIndex: k}); err != nil {
+			return nil, fmt.Errorf("list pods of workload %s/%s: %w", wl.Namespace, wl.Name, err)
+		}
+		for _, p := range list.Items {
+			if !seen[p.UID] {
+				seen[p.UID] = true
+				pods = append(pods, p)
+			}
+		}
+	}
+	return pods, nil
+}
+
+// gpuNodesOf gets the agents' reports of the nodes the pods run on; a node without one
+// is left out.
+func (c *Controller) gpuNodesOf(ctx context.Context, pods []corev1.Pod) (map[string]*chamber.GPUNode, error) {
+	nodes := map[string]*chamber.GPUNode{}
+	for i := range pods {
+		name := pods[i].Spec.NodeName
+		if _, done := nodes[name]; done || name == "" {
+			continue
+		}
+		var gn chamber.GPUNode
+		err := c.client.Get(ctx, client.ObjectKey{Name: name}, &gn)
+		if apierrors.IsNotFound(err) {
+			nodes[name] = nil
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("get GPUNode %s: %w", name, err)
+		}
+		nodes[name] = &gn
+	}
+	return nodes, nil
+}
+
+// waitingFor lists what contention needs from the cache and finds a workload waiting
+// for the GPUs wl holds.
+func (c *Controller) waitingFor(ctx context.Context, wl *kueue.Workload) (*kueue.Workload, error) {
+	var workloads kueue.WorkloadList
+	if err := c.client.List(ctx, &workloads); err != nil {
+		return nil, fmt.Errorf("list workloads: %w", err)
+	}
+	var localQueues kueue.LocalQueueList
+	if err := c.client.List(ctx, &localQueues); err != nil {
+		return nil, fmt.Errorf("list local queues: %w", err)
+	}
+	var clusterQueues kueue.ClusterQueueList
+	if err := c.client.List(ctx, &clusterQueues); err != nil {
+		return nil, fmt.Errorf("list cluster queues: %w", err)
+	}
+	return waiting(wl, workloads.Items, localQueues.Items, clusterQueues.Items), nil
+}
+
+// offersGPUFlavor says whether the ClusterQueue has quota (nominal, or 0 to borrow)
+// for GPUs of one of the flavors.
+func offersGPUFlavor(cq *kueue.ClusterQueue, flavors []kueue.ResourceFlavorReference) bool {
+	for _, rg := range cq.Spec.ResourceGroups {
+		if !slices.Contains(rg.CoveredResources, chamberkueue.ResourceGPU) {
+			continue
+		}
+		for _, f := range rg.Flavors {
+			if slices.Contains(flavors, f.Name) {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -1,0 +1,414 @@
+package idlereclaim
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+
+	chamber "chamber.dev/chamber/api/v1alpha1"
+	"chamber.dev/chamber/controllers/admission"
+	"chamber.dev/chamber/test/controlplane"
+)
+
+// window is the pool's idle reclaim window in these tests. Their team, team-a, is
+// theirs alone, so the metric deltas they read are their own.
+const window = 10 * time.Minute
+
+// world is the objects of one reconcile test: pool "pool" with idle reclaim on
+// (window 10m), teams team-a and team-b, and team-a's Job "train": its Workload
+// admitted with 8 H100s, its pod running on node n1, whose 8 GPUs are at 0%. A
+// workload of team-b waits.
+type world struct {
+	pool    *chamber.GPUPool
+	teams   []*chamber.Team
+	job     *batchv1.Job
+	wl      *kueue.Workload
+	pod     *corev1.Pod
+	node    *chamber.GPUNode
+	waiting *kueue.Workload
+}
+
+func newWorld() *world {
+	jobUID := types.UID("uid-job-train")
+	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "train", Namespace: "team-a", UID: jobUID}}
+	pod := gpuPod("train-0", "n1", 8)
+	pod.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "train", UID: jobUID, Controller: ptr.To(true)}}
+	wl := admittedWorkload("train", "team-a", "team-a").
+		ControllerReference(batchv1.SchemeGroupVersion.WithKind("Job"), "train", string(jobUID)).Obj()
+	team := func(name string) *chamber.Team {
+		return &chamber.Team{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: chamber.TeamSpec{Pool: "pool"},
+			Status: chamber.TeamStatus{ClusterQueue: name}}
+	}
+	return &world{
+		pool: &chamber.GPUPool{ObjectMeta: metav1.ObjectMeta{Name: "pool"}, Spec: chamber.GPUPoolSpec{
+			IdleReclaim: &chamber.IdleReclaimPolicy{Enabled: ptr.To(true), Window: &metav1.Duration{Duration: window}}}},
+		teams:   []*chamber.Team{team("team-a"), team("team-b")},
+		job:     job,
+		wl:      wl,
+		pod:     pod,
+		node:    report("n1", start, []int32{0, 0, 0, 0, 0, 0, 0, 0}, nil),
+		waiting: waitingWorkload("wait", "team-b", start).Obj(),
+	}
+}
+
+// run is a controller over the world's objects on a fake clock at start.
+type run struct {
+	t        *testing.T
+	client   client.Client
+	clock    *clocktesting.FakeClock
+	recorder *events.FakeRecorder
+	c        *Controller
+}
+
+func (w *world) start(t *testing.T, funcs interceptor.Funcs) *run {
+	t.Helper()
+	lqs, cqs := queues()
+	objs := []client.Object{w.pool, w.job, w.wl, w.pod, w.node}
+	for _, t := range w.teams {
+		objs = append(objs, t)
+	}
+	if w.waiting != nil {
+		objs = append(objs, w.waiting)
+	}
+	for i := range lqs {
+		objs = append(objs, &lqs[i])
+	}
+	for i := range cqs {
+		objs = append(objs, &cqs[i])
+	}
+	c := fake.NewClientBuilder().WithScheme(controlplane.Scheme).WithObjects(objs...).
+		WithIndex(&corev1.Pod{}, podIndex, podWorkloadKeys).WithInterceptorFuncs(funcs).Build()
+	r := &run{t: t, client: c, clock: clocktesting.NewFakeClock(start), recorder: events.NewFakeRecorder(100)}
+	r.c = newController(c, c, r.recorder, Options{Interval: 30 * time.Second, Clock: r.clock})
+	return r
+}
+
+// step moves the clock and has the agent write its report again, as it does at every
+// heartbeat.
+func (r *run) step(d time.Duration) {
+	r.t.Helper()
+	r.clock.Step(d)
+	var gn chamber.GPUNode
+	if err := r.client.Get(context.Background(), client.ObjectKey{Name: "n1"}, &gn); err != nil {
+		r.t.Fatal(err)
+	}
+	gn.Status.LastHeartbeatTime = &metav1.Time{Time: r.clock.Now()}
+	if err := r.client.Update(context.Background(), &gn); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+func (r *run) reconcile() (reconcile.Result, error) {
+	return r.c.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "team-a", Name: "train"}})
+}
+
+func (r *run) mustReconcile() reconcile.Result {
+	r.t.Helper()
+	res, err := r.reconcile()
+	if err != nil {
+		r.t.Fatalf("reconcile: %v", err)
+	}
+	return res
+}
+
+// warned counts the IdleGPUs warnings recorded so far.
+func (r *run) warned() int {
+	n := 0
+	for {
+		select {
+		case e := <-r.recorder.Events:
+			if strings.HasPrefix(e, "Warning "+ReasonIdleGPUs+" ") {
+				n++
+			}
+		default:
+			return n
+		}
+	}
+}
+
+// eviction is the eviction idle reclaim requested on the workload, if any.
+func (r *run) eviction() (admission.Eviction, bool) {
+	r.t.Helper()
+	var wl kueue.Workload
+	if err := r.client.Get(context.Background(), types.NamespacedName{Namespace: "team-a", Name: "train"}, &wl); err != nil {
+		r.t.Fatal(err)
+	}
+	e, ok := admission.RequestedEviction(&wl)
+	return e, ok && e.Reason == ReasonIdleReclaim
+}
+
+type counts struct{ warnings, evictions, gpuHours float64 }
+
+func metricsOf(team string) counts {
+	return counts{testutil.ToFloat64(warnings.WithLabelValues(team)), testutil.ToFloat64(evictions.WithLabelValues(team)),
+		testutil.ToFloat64(reclaimedGPUHours.WithLabelValues(team))}
+}
+
+func (c counts) minus(o counts) counts {
+	return counts{c.warnings - o.warnings, c.evictions - o.evictions, c.gpuHours - o.gpuHours}
+}
+
+// TestReclaim: a workload idle while another waits is warned at once and its eviction
+// is asked for when the window has passed, not a second earlier; busy, exempt and
+// opted-out workloads are left alone.
+func TestReclaim(t *testing.T) {
+	cases := map[string]struct {
+		change func(w *world)
+		// wantWarned and wantEvicted: the IdleGPUs warning, and the eviction request
+		// once the window has passed.
+		wantWarned, wantEvicted bool
+	}{
+		"idle while another team waits": {wantWarned: true, wantEvicted: true},
+		"nobody waits": {
+			change: func(w *world) { w.waiting = nil },
+		},
+		"busy": {
+			change: func(w *world) { w.node.Status.GPUs[3].Utilization.GPUPercent = 40 },
+		},
+		"opted out on the Job": {
+			change: func(w *world) { w.job.Annotations = map[string]string{AnnotationIdleReclaim: "false"} },
+		},
+		"opted out on the Workload": {
+			change: func(w *world) { w.wl.Annotations = map[string]string{AnnotationIdleReclaim: "false"} },
+		},
+		"opted out on the pod": {
+			change: func(w *world) { w.pod.Annotations = map[string]string{AnnotationIdleReclaim: "false"} },
+		},
+		"an annotation that opts out of nothing": {
+			change:     func(w *world) { w.job.Annotations = map[string]string{AnnotationIdleReclaim: "yes please"} },
+			wantWarned: true, wantEvicted: true,
+		},
+		"production tier exempt by default": {
+			change: func(w *world) { w.wl.Spec.PriorityClassRef = kueue.NewWorkloadPriorityClassRef("production") },
+		},
+		"standard tier reclaimed": {
+			change:     func(w *world) { w.wl.Spec.PriorityClassRef = kueue.NewWorkloadPriorityClassRef("standard") },
+			wantWarned: true, wantEvicted: true,
+		},
+		"team exempts another tier": {
+			change: func(w *world) {
+				w.wl.Spec.PriorityClassRef = kueue.NewWorkloadPriorityClassRef("production")
+				w.teams[0].Spec.IdleReclaim = &chamber.IdleReclaimPolicy{ExemptTiers: []string{"preemptible"}}
+			},
+			wantWarned: true, wantEvicted: true,
+		},
+		"team turns idle reclaim off": {
+			change: func(w *world) { w.teams[0].Spec.IdleReclaim = &chamber.IdleReclaimPolicy{Enabled: ptr.To(false)} },
+		},
+		"pool without a policy": {
+			change: func(w *world) { w.pool.Spec.IdleReclaim = nil },
+		},
+		"team's own threshold": {
+			change: func(w *world) {
+				w.node.Status.GPUs[3].Utilization.GPUPercent = 40
+				w.teams[0].Spec.IdleReclaim = &chamber.IdleReclaimPolicy{UtilizationPercent: ptr.To[int32](50)}
+			},
+			wantWarned: true, wantEvicted: true,
+		},
+		"a ClusterQueue of no team": {
+			change: func(w *world) { w.teams = w.teams[1:] },
+		},
+		"eviction already asked for by isolation": {
+			change: func(w *world) {
+				w.wl.Annotations = map[string]string{admission.AnnotationEvictionReason: "GPUFault"}
+			},
+		},
+		"not admitted": {
+			change: func(w *world) { w.wl.Status.Conditions = w.wl.Status.Conditions[:1] },
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			w := newWorld()
+			if tc.change != nil {
+				tc.change(w)
+			}
+			r := w.start(t, interceptor.Funcs{})
+			before := metricsOf("team-a")
+
+			res := r.mustReconcile()
+			warned := r.warned()
+			if got := warned == 1; got != tc.wantWarned {
+				t.Fatalf("warned %d times at the start, want a warning: %v", warned, tc.wantWarned)
+			}
+			if tc.wantWarned && res.RequeueAfter != 30*time.Second {
+				t.Errorf("requeue after %v, want the 30s interval", res.RequeueAfter)
+			}
+			r.step(window - time.Second)
+			r.mustReconcile()
+			if _, ok := r.eviction(); ok {
+				t.Fatalf("eviction asked for before the window passed")
+			}
+			r.step(time.Second)
+			r.mustReconcile()
+			e, evicted := r.eviction()
+			if evicted != tc.wantEvicted {
+				t.Fatalf("eviction asked for: %v, want %v", evicted, tc.wantEvicted)
+			}
+			if got := r.warned(); got != 0 {
+				t.Errorf("%d more warnings, want none", got)
+			}
+			want := counts{}
+			if tc.wantWarned {
+				want.warnings = 1
+			}
+			if tc.wantEvicted {
+				if e.Reason != ReasonIdleReclaim || !e.RequestedAt.Equal(start.Add(window)) || e.GracePeriod != nil {
+					t.Errorf("eviction %+v: want reason IdleReclaim at the window's end, the team's grace period", e)
+				}
+				// 8 GPUs idle for the 10-minute window.
+				want.evictions, want.gpuHours = 1, 8*window.Hours()
+			}
+			if diff := cmp.Diff(want, metricsOf("team-a").minus(before), cmp.AllowUnexported(counts{}), cmpopts.EquateApprox(0, 1e-9)); diff != "" {
+				t.Errorf("metrics (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestWindowRestarts: the window counts time idle while others wait; a workload that
+// is used again, or that nobody waits for any more, starts again from the next
+// warning.
+func TestWindowRestarts(t *testing.T) {
+	cases := map[string]struct {
+		pause, resume func(r *run)
+	}{
+		"nobody waits for a while": {
+			pause: func(r *run) { r.setActive("wait", false) },
+			resume: func(r *run) {
+				r.setActive("wait", true)
+			},
+		},
+		"the GPUs are used for a while": {
+			pause:  func(r *run) { r.setUtilization(60) },
+			resume: func(r *run) { r.setUtilization(0) },
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			r := newWorld().start(t, interceptor.Funcs{})
+			r.mustReconcile()
+			r.step(window / 2)
+			tc.pause(r)
+			r.mustReconcile()
+			r.step(window / 2)
+			tc.resume(r)
+			r.mustReconcile()
+			if _, ok := r.eviction(); ok {
+				t.Fatal("evicted at the first window's end though the window was broken")
+			}
+			if got := r.warned(); got != 2 {
+				t.Errorf("%d warnings, want one at the start and one when it turned idle under contention again", got)
+			}
+			r.step(window)
+			r.mustReconcile()
+			if _, ok := r.eviction(); !ok {
+				t.Fatal("not evicted a window after the second warning")
+			}
+		})
+	}
+}
+
+// TestRequestFails: an API error on the eviction request is returned, counted
+// nowhere, and the next attempt asks again without a second warning.
+func TestRequestFails(t *testing.T) {
+	fail := true
+	r := newWorld().start(t, interceptor.Funcs{
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			if fail {
+				return errors.New("etcdserver: request timed out")
+			}
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+	})
+	before := metricsOf("team-a")
+	r.mustReconcile()
+	r.step(window)
+	if _, err := r.reconcile(); err == nil || !strings.Contains(err.Error(), "request eviction of workload team-a/train") {
+		t.Fatalf("reconcile error %v, want the failed request with its workload", err)
+	}
+	if got := metricsOf("team-a").minus(before).evictions; got != 0 {
+		t.Errorf("%v evictions counted for a failed request", got)
+	}
+	fail = false
+	r.mustReconcile()
+	if _, ok := r.eviction(); !ok {
+		t.Fatal("not asked for again")
+	}
+	if got := r.warned(); got != 1 {
+		t.Errorf("%d warnings, want 1", got)
+	}
+}
+
+// TestMalformed: objects the controller cannot make sense of leave the workload alone
+// rather than fail: an owner with a broken API version, a GPUNode with no heartbeat.
+func TestMalformed(t *testing.T) {
+	w := newWorld()
+	w.wl.OwnerReferences = append(w.wl.OwnerReferences, metav1.OwnerReference{APIVersion: "a/b/c", Kind: "Job", Name: "x", UID: "x"})
+	w.node.Status.LastHeartbeatTime = nil
+	r := w.start(t, interceptor.Funcs{})
+	r.mustReconcile()
+	if got := r.warned(); got != 0 {
+		t.Errorf("%d warnings for a workload with no fresh report", got)
+	}
+}
+
+// TestDeletedWorkload: the record of a deleted Workload goes with it.
+func TestDeletedWorkload(t *testing.T) {
+	r := newWorld().start(t, interceptor.Funcs{})
+	r.mustReconcile()
+	if len(r.c.idle) != 1 {
+		t.Fatalf("%d records, want the idle workload's", len(r.c.idle))
+	}
+	if err := r.client.Delete(context.Background(), &kueue.Workload{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "train"}}); err != nil {
+		t.Fatal(err)
+	}
+	r.mustReconcile()
+	if len(r.c.idle) != 0 {
+		t.Errorf("%d records left after the workload was deleted", len(r.c.idle))
+	}
+}
+
+func (r *run) setActive(name string, active bool) {
+	r.t.Helper()
+	var wl kueue.Workload
+	if err := r.client.Get(context.Background(), types.NamespacedName{Namespace: "team-b", Name: name}, &wl); err != nil {
+		r.t.Fatal(err)
+	}
+	wl.Spec.Active = ptr.To(active)
+	if err := r.client.Update(context.Background(), &wl); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+func (r *run) setUtilization(percent int32) {
+	r.t.Helper()
+	var gn chamber.GPUNode
+	if err := r.client.Get(context.Background(), client.ObjectKey{Name: "n1"}, &gn); err != nil {
+		r.t.Fatal(err)
+	}
+	for i := range gn.Status.GPUs {
+		gn.Status.GPUs[i].Utilization.GPUPercent = percent
+	}
+	if err := r.client.Update(context.Background(), &gn); err != nil {
+		r.t.Fatal(err)
+	}
+}

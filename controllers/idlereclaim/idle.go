@@ -1,0 +1,237 @@
+package idlereclaim
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+
+	chamber "chamber.dev/chamber/api/v1alpha1"
+	chamberkueue "chamber.dev/chamber/integrations/kueue"
+)
+
+// Policy is the idle reclaim policy in force for a team's workloads, defaults filled in.
+type Policy struct {
+	Enabled bool
+	// UtilizationPercent: a workload is idle while each of its GPUs is below it.
+	UtilizationPercent int32
+	// Window is how long a workload stays idle while others wait before it is reclaimed.
+	Window      time.Duration
+	ExemptTiers []string
+}
+
+// ResolvePolicy is the pool's policy with the team's set fields over it. Either may be
+// nil. Idle reclaim is off unless one of them enables it.
+func ResolvePolicy(pool, team *chamber.IdleReclaimPolicy) Policy {
+	p := Policy{UtilizationPercent: DefaultUtilizationPercent, Window: DefaultWindow, ExemptTiers: DefaultExemptTiers}
+	for _, layer := range []*chamber.IdleReclaimPolicy{pool, team} {
+		if layer == nil {
+			continue
+		}
+		if layer.Enabled != nil {
+			p.Enabled = *layer.Enabled
+		}
+		if layer.UtilizationPercent != nil {
+			p.UtilizationPercent = *layer.UtilizationPercent
+		}
+		if layer.Window != nil && layer.Window.Duration >= 0 {
+			p.Window = layer.Window.Duration
+		}
+		if layer.ExemptTiers != nil {
+			p.ExemptTiers = layer.ExemptTiers
+		}
+	}
+	return p
+}
+
+func (p Policy) exempt(tier string) bool { return tier != "" && slices.Contains(p.ExemptTiers, tier) }
+
+// usage is what a workload's GPUs do, by its node agents' reports.
+type usage struct {
+	// gpus is the GPUs its running pods hold.
+	gpus int64
+	// idle: every GPU it holds is known to be below the threshold.
+	idle bool
+	// why it is not idle, for tests and logs.
+	why string
+}
+
+// measure says whether the pods' GPUs are all below threshold percent. Only what the
+// agents report counts: a pod not running, a node without a fresh report or a GPU
+// without a utilization figure makes the workload not idle.
+//
+// Which GPUs a pod holds comes from the report (the agent asks the kubelet). Where the
+// node's report names no pod at all (no kubelet pod-resources, e.g. kwok nodes), the
+// pod's GPUs are below the threshold only if every GPU of the node is; the fleet
+// inventory's guess of which GPUs a pod holds is good for dashboards, not for
+// evicting someone.
+func measure(pods []corev1.Pod, nodes map[string]*chamber.GPUNode, threshold int32, now time.Time) usage {
+	var u usage
+	for i := range pods {
+		p := &pods[i]
+		gpus := podGPUs(&p.Spec)
+		if gpus == 0 || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		u.gpus += gpus
+		if u.why != "" {
+			continue
+		}
+		if p.Spec.NodeName == "" || p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil {
+			u.why = fmt.Sprintf("pod %s is not running", p.Name)
+			continue
+		}
+		u.why = podBelow(p, nodes[p.Spec.NodeName], threshold, now)
+	}
+	switch {
+	case u.gpus == 0:
+		return usage{why: "no running pod holds GPUs"}
+	case u.why != "":
+		return u
+	}
+	u.idle = true
+	return u
+}
+
+// podBelow is "" when the pod's GPUs are all below threshold, else why not.
+func podBelow(p *corev1.Pod, gn *chamber.GPUNode, threshold int32, now time.Time) string {
+	if gn == nil {
+		return fmt.Sprintf("node %s has no agent report", p.Spec.NodeName)
+	}
+	hb, every := gn.Status.LastHeartbeatTime, time.Duration(gn.Status.HeartbeatSeconds)*time.Second
+	if hb == nil || every <= 0 || now.After(hb.Add(staleHeartbeats*every)) {
+		return fmt.Sprintf("the agent report of node %s is stale", gn.Name)
+	}
+	var mine, named []chamber.GPUStatus
+	for _, g := range gn.Status.GPUs {
+		if g.Pod == nil {
+			continue
+		}
+		named = append(named, g)
+		if g.Pod.Namespace == p.Namespace && g.Pod.Name == p.Name {
+			mine = append(mine, g)
+		}
+	}
+	switch {
+	case len(mine) > 0:
+	case len(named) > 0:
+		return fmt.Sprintf("the agent of node %s does not name the GPUs of pod %s", gn.Name, p.Name)
+	case len(gn.Status.GPUs) == 0:
+		return fmt.Sprintf("the agent of node %s reports no GPUs", gn.Name)
+	default:
+		mine = gn.Status.GPUs
+	}
+	for _, g := range mine {
+		if g.Utilization == nil {
+			return fmt.Sprintf("GPU %d of node %s has no utilization figure", g.Index, gn.Name)
+		}
+		if g.Utilization.GPUPercent >= threshold {
+			return fmt.Sprintf("GPU %d of node %s is at %d%%", g.Index, gn.Name, g.Utilization.GPUPercent)
+		}
+	}
+	return ""
+}
+
+// podGPUs is the GPUs a pod spec holds: its containers' sum, or its largest init
+// container if that is more. A device-plugin resource's request equals its limit and
+// either may be given alone.
+func podGPUs(spec *corev1.PodSpec) int64 {
+	of := func(c *corev1.Container) int64 {
+		if q, ok := c.Resources.Requests[chamberkueue.ResourceGPU]; ok {
+			return q.Value()
+		}
+		q := c.Resources.Limits[chamberkueue.ResourceGPU]
+		return q.Value()
+	}
+	var sum, initMax int64
+	for i := range spec.Containers {
+		sum += of(&spec.Containers[i])
+	}
+	for i := range spec.InitContainers {
+		initMax = max(initMax, of(&spec.InitContainers[i]))
+	}
+	return max(sum, initMax)
+}
+
+// workloadGPUs is the GPUs all the workload's pods ask for.
+func workloadGPUs(wl *kueue.Workload) int64 {
+	var n int64
+	for i := range wl.Spec.PodSets {
+		n += int64(wl.Spec.PodSets[i].Count) * podGPUs(&wl.Spec.PodSets[i].Template.Spec)
+	}
+	return n
+}
+
+// waiting is the oldest workload that waits for GPUs wl's could serve, or nil.
+//
+// A workload waits when it is active, not finished, has no quota reserved and asks for
+// GPUs. It could use wl's GPUs when its LocalQueue feeds wl's ClusterQueue, or another
+// ClusterQueue of the same cohort (pool) that is not stopped (a team on budget hold
+// admits nothing) and has quota, nominal or to borrow, of a GPU flavor wl holds.
+// Whether it would fit once wl is gone is Kueue's business: reclaiming the GPUs is
+// what gives it the chance.
+func waiting(wl *kueue.Workload, workloads []kueue.Workload, localQueues []kueue.LocalQueue, clusterQueues []kueue.ClusterQueue) *kueue.Workload {
+	if wl.Status.Admission == nil {
+		return nil
+	}
+	own := wl.Status.Admission.ClusterQueue
+	var flavors []kueue.ResourceFlavorReference
+	for _, psa := range wl.Status.Admission.PodSetAssignments {
+		if f, ok := psa.Flavors[chamberkueue.ResourceGPU]; ok {
+			flavors = append(flavors, f)
+		}
+	}
+	cqs := make(map[kueue.ClusterQueueReference]*kueue.ClusterQueue, len(clusterQueues))
+	for i := range clusterQueues {
+		cqs[kueue.ClusterQueueReference(clusterQueues[i].Name)] = &clusterQueues[i]
+	}
+	type lqKey struct{ namespace, name string }
+	feeds := make(map[lqKey]kueue.ClusterQueueReference, len(localQueues))
+	for _, lq := range localQueues {
+		feeds[lqKey{lq.Namespace, lq.Name}] = lq.Spec.ClusterQueue
+	}
+	var cohort kueue.CohortReference
+	if cq := cqs[own]; cq != nil {
+		cohort = cq.Spec.CohortName
+	}
+
+	var found *kueue.Workload
+	for i := range workloads {
+		p := &workloads[i]
+		if p.UID == wl.UID || !pending(p) || workloadGPUs(p) == 0 {
+			continue
+		}
+		target, ok := feeds[lqKey{p.Namespace, string(p.Spec.QueueName)}]
+		if !ok {
+			continue
+		}
+		cq := cqs[target]
+		if cq == nil || (cq.Spec.StopPolicy != nil && *cq.Spec.StopPolicy != kueue.None) {
+			continue
+		}
+		if target != own && (cohort == "" || cq.Spec.CohortName != cohort || !offersGPUFlavor(cq, flavors)) {
+			continue
+		}
+		if found == nil || older(p, found) {
+			found = p
+		}
+	}
+	return found
+}
+
+// pending: waiting for quota, and allowed to get it.
+func pending(wl *kueue.Workload) bool {
+	conds := wl.Status.Conditions
+	return wl.DeletionTimestamp == nil && (wl.Spec.Active == nil || *wl.Spec.Active) &&
+		!apimeta.IsStatusConditionTrue(conds, kueue.WorkloadQuotaReserved) &&
+		!apimeta.IsStatusConditionTrue(conds, kueue.WorkloadFinished)
+}
+
+func older(a, b *kueue.Workload) bool {
+	return cmp.Or(a.CreationTimestamp.Compare(b.CreationTimestamp.Time),
+		cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name)) < 0
+}

@@ -1,0 +1,296 @@
+package idlereclaim
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+	utiltesting "sigs.k8s.io/kueue/pkg/util/testing/v1beta2"
+
+	chamber "chamber.dev/chamber/api/v1alpha1"
+	chamberkueue "chamber.dev/chamber/integrations/kueue"
+)
+
+var start = time.Date(2026, 11, 15, 12, 0, 0, 0, time.UTC)
+
+const h100 = "pool-h100"
+
+func TestResolvePolicy(t *testing.T) {
+	defaults := Policy{UtilizationPercent: 5, Window: 30 * time.Minute, ExemptTiers: []string{"production"}}
+	on := func(p Policy) Policy { p.Enabled = true; return p }
+	cases := map[string]struct {
+		pool, team *chamber.IdleReclaimPolicy
+		want       Policy
+	}{
+		"no policy: off": {want: defaults},
+		"pool on, defaults": {
+			pool: &chamber.IdleReclaimPolicy{Enabled: ptr.To(true)},
+			want: on(defaults),
+		},
+		"team turns the pool's off": {
+			pool: &chamber.IdleReclaimPolicy{Enabled: ptr.To(true)},
+			team: &chamber.IdleReclaimPolicy{Enabled: ptr.To(false)},
+			want: defaults,
+		},
+		"team turns it on in a pool without policy": {
+			team: &chamber.IdleReclaimPolicy{Enabled: ptr.To(true), UtilizationPercent: ptr.To[int32](10)},
+			want: Policy{Enabled: true, UtilizationPercent: 10, Window: 30 * time.Minute, ExemptTiers: []string{"production"}},
+		},
+		"team's set fields over the pool's": {
+			pool: &chamber.IdleReclaimPolicy{Enabled: ptr.To(true), UtilizationPercent: ptr.To[int32](20),
+				Window: &metav1.Duration{Duration: time.Hour}, ExemptTiers: []string{"production", "standard"}},
+			team: &chamber.IdleReclaimPolicy{Window: &metav1.Duration{Duration: 10 * time.Minute}},
+			want: Policy{Enabled: true, UtilizationPercent: 20, Window: 10 * time.Minute, ExemptTiers: []string{"production", "standard"}},
+		},
+		"team exempts no tier": {
+			pool: &chamber.IdleReclaimPolicy{Enabled: ptr.To(true)},
+			team: &chamber.IdleReclaimPolicy{ExemptTiers: []string{}},
+			want: Policy{Enabled: true, UtilizationPercent: 5, Window: 30 * time.Minute, ExemptTiers: []string{}},
+		},
+		"negative window ignored": {
+			pool: &chamber.IdleReclaimPolicy{Enabled: ptr.To(true), Window: &metav1.Duration{Duration: -time.Minute}},
+			want: on(defaults),
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, ResolvePolicy(tc.pool, tc.team)); diff != "" {
+				t.Errorf("policy (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// gpuPod is a pod of ns "team-a" holding gpus GPUs, running on node.
+func gpuPod(name, node string, gpus int) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "team-a", UID: types.UID("uid-pod-" + name)},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{
+			Name:      "main",
+			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{chamberkueue.ResourceGPU: resource.MustParse(fmt.Sprint(gpus))}},
+		}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning},
+	}
+}
+
+// report is a GPUNode whose agent wrote at hb every 30s; util gives each GPU's
+// utilization (-1: no figure), pods the pod named on each GPU ("" none).
+func report(node string, hb time.Time, util []int32, pods []string) *chamber.GPUNode {
+	gn := &chamber.GPUNode{ObjectMeta: metav1.ObjectMeta{Name: node}}
+	gn.Status.LastHeartbeatTime = &metav1.Time{Time: hb}
+	gn.Status.HeartbeatSeconds = 30
+	for i, u := range util {
+		g := chamber.GPUStatus{Index: int32(i), Health: chamber.GPUHealthy}
+		if u >= 0 {
+			g.Utilization = &chamber.GPUUtilization{GPUPercent: u, WindowSeconds: 300}
+		}
+		if i < len(pods) && pods[i] != "" {
+			g.Pod = &chamber.PodReference{Namespace: "team-a", Name: pods[i]}
+		}
+		gn.Status.GPUs = append(gn.Status.GPUs, g)
+	}
+	return gn
+}
+
+func TestMeasure(t *testing.T) {
+	low4 := []int32{0, 1, 2, 3}
+	cases := map[string]struct {
+		pods     []*corev1.Pod
+		nodes    []*chamber.GPUNode
+		wantGPUs int64
+		wantIdle bool
+	}{
+		"the agent names the pod's GPUs, all low": {
+			pods:     []*corev1.Pod{gpuPod("p", "n1", 2)},
+			nodes:    []*chamber.GPUNode{report("n1", start, []int32{0, 3, 90, 90}, []string{"p", "p", "other", "other"})},
+			wantGPUs: 2, wantIdle: true,
+		},
+		"one of the pod's GPUs at the threshold": {
+			pods:     []*corev1.Pod{gpuPod("p", "n1", 2)},
+			nodes:    []*chamber.GPUNode{report("n1", start, []int32{0, 5, 0, 0}, []string{"p", "p"})},
+			wantGPUs: 2,
+		},
+		"no pod named on the node, every GPU low": {
+			pods:     []*corev1.Pod{gpuPod("p", "n1", 2)},
+			nodes:    []*chamber.GPUNode{report("n1", start, low4, nil)},
+			wantGPUs: 2, wantIdle: true,
+		},
+		"no pod named, another GPU of the node busy: which are the pod's is unknown": {
+			pods:     []*corev1.Pod{gpuPod("p", "n1", 2)},
+			nodes:    []*chamber.GPUNode{report("n1", start, []int32{0, 0, 0, 80}, nil)},
+			wantGPUs: 2,
+		},
+		"the agent names other pods only": {
+			pods:     []*corev1.Pod{gpuPod("p", "n1", 2)},
+			nodes:    []*chamber.GPUNode{report("n1", start, low4, []string{"other"})},
+			wantGPUs: 2,
+		},
+		"a GPU without a utilization figure": {
+			pods:     []*corev1.Pod{gpuPod("p", "n1", 2)},
+			nodes:    []*chamber.GPUNode{report("n1", start, []int32{0, -1}, []string{"p", "p"})},
+			wantGPUs: 2,
+		},
+		"report missed three heartbeats": {
+			pods:     []*corev1.Pod{gpuPod("p", "n1", 2)},
+			nodes:    []*chamber.GPUNode{report("n1", start.Add(-91*time.Second), low4, nil)},
+			wantGPUs: 2,
+		},
+		"report two heartbeats old still counts": {
+			pods:     []*corev1.Pod{gpuPod("p", "n1", 2)},
+			nodes:    []*chamber.GPUNode{report("n1", start.Add(-60*time.Second), low4, nil)},
+			wantGPUs: 2, wantIdle: true,
+		},
+		"no report for the node": {
+			pods:     []*corev1.Pod{gpuPod("p", "n1", 2)},
+			wantGPUs: 2,
+		},
+		"a pod not running yet": {
+			pods: []*corev1.Pod{gpuPod("p", "n1", 2), func() *corev1.Pod {
+				p := gpuPod("q", "", 2)
+				p.Status.Phase = corev1.PodPending
+				return p
+			}()},
+			nodes:    []*chamber.GPUNode{report("n1", start, low4, nil)},
+			wantGPUs: 4,
+		},
+		"finished pods hold nothing": {
+			pods: []*corev1.Pod{gpuPod("p", "n1", 2), func() *corev1.Pod {
+				p := gpuPod("done", "n2", 8)
+				p.Status.Phase = corev1.PodSucceeded
+				return p
+			}()},
+			nodes:    []*chamber.GPUNode{report("n1", start, low4, nil)},
+			wantGPUs: 2, wantIdle: true,
+		},
+		"pods on two nodes, both low": {
+			pods: []*corev1.Pod{gpuPod("p", "n1", 4), gpuPod("q", "n2", 4)},
+			nodes: []*chamber.GPUNode{report("n1", start, low4, []string{"p", "p", "p", "p"}),
+				report("n2", start, low4, nil)},
+			wantGPUs: 8, wantIdle: true,
+		},
+		"no GPU pod": {
+			pods:  []*corev1.Pod{gpuPod("cpu", "n1", 0)},
+			nodes: []*chamber.GPUNode{report("n1", start, low4, nil)},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var pods []corev1.Pod
+			for _, p := range tc.pods {
+				pods = append(pods, *p)
+			}
+			nodes := map[string]*chamber.GPUNode{}
+			for _, n := range tc.nodes {
+				nodes[n.Name] = n
+			}
+			got := measure(pods, nodes, 5, start)
+			if got.gpus != tc.wantGPUs || got.idle != tc.wantIdle {
+				t.Errorf("measure = %d GPUs, idle %v (%s); want %d GPUs, idle %v", got.gpus, got.idle, got.why, tc.wantGPUs, tc.wantIdle)
+			}
+			if got.idle == (got.why != "") {
+				t.Errorf("idle %v with reason %q: a workload not idle says why, an idle one does not", got.idle, got.why)
+			}
+		})
+	}
+}
+
+// queues is a pool "pool" with ClusterQueues team-a and team-b (H100 quota), team-d
+// (A100 only), team-e (held by its budget), and team-c of another pool; each team
+// has a LocalQueue "default" in the namespace of its name.
+func queues() ([]kueue.LocalQueue, []kueue.ClusterQueue) {
+	gpuQuota := func(flavor string) kueue.FlavorQuotas {
+		return *utiltesting.MakeFlavorQuotas(flavor).Resource(chamberkueue.ResourceGPU, "8").Obj()
+	}
+	cqs := []kueue.ClusterQueue{
+		*utiltesting.MakeClusterQueue("team-a").Cohort("pool").ResourceGroup(gpuQuota(h100)).Obj(),
+		*utiltesting.MakeClusterQueue("team-b").Cohort("pool").ResourceGroup(gpuQuota(h100)).Obj(),
+		*utiltesting.MakeClusterQueue("team-c").Cohort("other").ResourceGroup(gpuQuota(h100)).Obj(),
+		*utiltesting.MakeClusterQueue("team-d").Cohort("pool").ResourceGroup(gpuQuota("pool-a100")).Obj(),
+		*utiltesting.MakeClusterQueue("team-e").Cohort("pool").ResourceGroup(gpuQuota(h100)).StopPolicy(kueue.Hold).Obj(),
+	}
+	var lqs []kueue.LocalQueue
+	for _, cq := range cqs {
+		lqs = append(lqs, *utiltesting.MakeLocalQueue("default", cq.Name).ClusterQueue(cq.Name).Obj())
+	}
+	return lqs, cqs
+}
+
+// admittedWorkload holds 8 H100s of cq since an hour before start.
+func admittedWorkload(name, ns, cq string) *utiltesting.WorkloadWrapper {
+	return utiltesting.MakeWorkload(name, ns).UID(types.UID("uid-"+name)).Queue("default").Creation(start.Add(-time.Hour)).
+		RequestAndLimit(chamberkueue.ResourceGPU, "8").
+		SimpleReserveQuota(kueue.ClusterQueueReference(cq), h100, start.Add(-time.Hour)).AdmittedAt(true, start.Add(-time.Hour))
+}
+
+// waitingWorkload is pending in ns's default queue, created at created.
+func waitingWorkload(name, ns string, created time.Time) *utiltesting.WorkloadWrapper {
+	return utiltesting.MakeWorkload(name, ns).UID(types.UID("uid-"+name)).Queue("default").Creation(created).
+		RequestAndLimit(chamberkueue.ResourceGPU, "4")
+}
+
+func TestWaiting(t *testing.T) {
+	idle := admittedWorkload("idle", "team-a", "team-a").Obj()
+	cases := map[string]struct {
+		workloads []*kueue.Workload
+		// noCohort: team-a is a ClusterQueue without a cohort.
+		noCohort bool
+		want     string
+	}{
+		"nobody waits":                        {},
+		"a workload of the same queue waits":  {workloads: []*kueue.Workload{waitingWorkload("w", "team-a", start).Obj()}, want: "team-a/w"},
+		"another team of the pool waits":      {workloads: []*kueue.Workload{waitingWorkload("w", "team-b", start).Obj()}, want: "team-b/w"},
+		"a team of another pool waits":        {workloads: []*kueue.Workload{waitingWorkload("w", "team-c", start).Obj()}},
+		"a team without quota of the flavor":  {workloads: []*kueue.Workload{waitingWorkload("w", "team-d", start).Obj()}},
+		"a team on budget hold admits nobody": {workloads: []*kueue.Workload{waitingWorkload("w", "team-e", start).Obj()}},
+		"a deactivated workload does not wait": {
+			workloads: []*kueue.Workload{waitingWorkload("w", "team-b", start).Active(false).Obj()},
+		},
+		"a workload holding quota does not wait": {
+			workloads: []*kueue.Workload{admittedWorkload("w", "team-b", "team-b").Obj()},
+		},
+		"a finished workload does not wait": {
+			workloads: []*kueue.Workload{waitingWorkload("w", "team-b", start).Finished().Obj()},
+		},
+		"a workload asking for no GPU": {
+			workloads: []*kueue.Workload{utiltesting.MakeWorkload("w", "team-b").Queue("default").Request(corev1.ResourceCPU, "1").Obj()},
+		},
+		"a workload of an unknown queue": {
+			workloads: []*kueue.Workload{waitingWorkload("w", "team-b", start).Queue("nope").Obj()},
+		},
+		"the oldest of two": {
+			workloads: []*kueue.Workload{waitingWorkload("new", "team-b", start).Obj(), waitingWorkload("old", "team-a", start.Add(-time.Minute)).Obj()},
+			want:      "team-a/old",
+		},
+		"no cohort: the same queue only": {
+			noCohort:  true,
+			workloads: []*kueue.Workload{waitingWorkload("w", "team-b", start).Obj(), waitingWorkload("mine", "team-a", start).Obj()},
+			want:      "team-a/mine",
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			lqs, cqs := queues()
+			if tc.noCohort {
+				cqs[0].Spec.CohortName = ""
+			}
+			all := []kueue.Workload{*idle}
+			for _, w := range tc.workloads {
+				all = append(all, *w)
+			}
+			got := ""
+			if w := waiting(idle, all, lqs, cqs); w != nil {
+				got = w.Namespace + "/" + w.Name
+			}
+			if got != tc.want {
+				t.Errorf("waiting = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

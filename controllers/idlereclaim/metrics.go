@@ -1,0 +1,25 @@
+package idlereclaim
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+var (
+	warnings = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "chamber_idle_reclaim_warnings_total",
+		Help: "Workloads warned (an IdleGPUs Event) that their idle GPUs will be reclaimed because others wait for them.",
+	}, []string{"team"})
+	evictions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "chamber_idle_reclaim_evictions_total",
+		Help: "Workloads whose eviction idle reclaim asked for, to be requeued.",
+	}, []string{"team"})
+	reclaimedGPUHours = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "chamber_idle_reclaimed_gpu_hours_total",
+		Help: "GPU-hours reclaimed workloads had held idle: each one's GPUs times how long they had been idle when its eviction was asked for.",
+	}, []string{"team"})
+)
+
+func init() {
+	metrics.Registry.MustRegister(warnings, evictions, reclaimedGPUHours)
+}
