@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
+	"chamber.dev/chamber/controllers/idlereclaim"
 	"chamber.dev/chamber/controllers/inventory"
 	"chamber.dev/chamber/controllers/pool"
 	"chamber.dev/chamber/controllers/team"
@@ -27,13 +28,16 @@ type Config struct {
 	AccountingInterval time.Duration
 	// Inventory configures the fleet inventory and its metrics; its clock is Clock.
 	Inventory inventory.Options
+	// IdleReclaim configures idle reclaim (the policies are on pools and teams); its
+	// clock is Clock.
+	IdleReclaim idlereclaim.Options
 	// Clock is the time source; the real clock when nil.
 	Clock clock.Clock
 }
 
 // DefaultConfig is the controllers' configuration unless flags say otherwise.
 func DefaultConfig() Config {
-	return Config{PriorityTiers: chamberkueue.DefaultPriorityTiers, AccountingInterval: team.DefaultAccountingInterval, Inventory: inventory.DefaultOptions()}
+	return Config{PriorityTiers: chamberkueue.DefaultPriorityTiers, AccountingInterval: team.DefaultAccountingInterval, Inventory: inventory.DefaultOptions(), IdleReclaim: idlereclaim.DefaultOptions()}
 }
 
 // controllerList is what runs, in start order.
@@ -50,6 +54,11 @@ var controllerList = []struct {
 		inv.Clock = cfg.Clock
 		_, err := inventory.Register(mgr, inv)
 		return err
+	}},
+	{"idlereclaim", func(mgr ctrl.Manager, cfg Config) error {
+		opts := cfg.IdleReclaim
+		opts.Clock = cfg.Clock
+		return idlereclaim.Register(mgr, opts)
 	}},
 	{"priority-tiers", func(mgr ctrl.Manager, cfg Config) error {
 		return mgr.Add(priorityTiers{client: mgr.GetClient(), tiers: cfg.PriorityTiers})
