@@ -20,6 +20,7 @@ import (
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers"
+	"chamber.dev/chamber/controllers/idlereclaim"
 	"chamber.dev/chamber/fleet"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
@@ -34,6 +35,7 @@ func main() {
 		idleThreshold      = flag.Float64("idle-utilization-threshold", fleet.DefaultIdleThresholdPercent, "GPU utilization (percent, mean over the node agent's window) below which a held GPU counts as idle")
 		idleWindow         = flag.Duration("idle-window", fleet.DefaultIdleWindow, "how long a held GPU's utilization must stay below the threshold to count as idle")
 		perGPUMetrics      = flag.Bool("per-gpu-metrics", false, "export chamber_gpu_state, one series per GPU (the node agent already exports per-GPU metrics)")
+		reclaimInterval    = flag.Duration("idle-reclaim-interval", idlereclaim.DefaultInterval, "how often idle reclaim looks again at each workload holding GPUs (the policies are on pools and teams)")
 	)
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
@@ -60,6 +62,10 @@ func main() {
 	cfg.Inventory.Fleet.IdleThresholdPercent = *idleThreshold
 	cfg.Inventory.Fleet.IdleWindow = *idleWindow
 	cfg.Inventory.PerGPUMetrics = *perGPUMetrics
+	if *reclaimInterval < time.Second {
+		fail("--idle-reclaim-interval must be at least 1s, got %s", *reclaimInterval)
+	}
+	cfg.IdleReclaim.Interval = *reclaimInterval
 
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
