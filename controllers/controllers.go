@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
+	"chamber.dev/chamber/controllers/admission"
 	"chamber.dev/chamber/controllers/idlereclaim"
 	"chamber.dev/chamber/controllers/inventory"
 	"chamber.dev/chamber/controllers/pool"
@@ -28,6 +29,10 @@ type Config struct {
 	AccountingInterval time.Duration
 	// Inventory configures the fleet inventory and its metrics; its clock is Clock.
 	Inventory inventory.Options
+	// Admission configures Chamber's admission check (placement on healthy GPUs,
+	// evictions). AdmissionCheck off leaves Kueue's ClusterQueues without it.
+	Admission      admission.Options
+	AdmissionCheck bool
 	// IdleReclaim configures idle reclaim (the policies are on pools and teams); its
 	// clock is Clock.
 	IdleReclaim idlereclaim.Options
@@ -37,7 +42,8 @@ type Config struct {
 
 // DefaultConfig is the controllers' configuration unless flags say otherwise.
 func DefaultConfig() Config {
-	return Config{PriorityTiers: chamberkueue.DefaultPriorityTiers, AccountingInterval: team.DefaultAccountingInterval, Inventory: inventory.DefaultOptions(), IdleReclaim: idlereclaim.DefaultOptions()}
+	return Config{PriorityTiers: chamberkueue.DefaultPriorityTiers, AccountingInterval: team.DefaultAccountingInterval, Inventory: inventory.DefaultOptions(),
+		Admission: admission.DefaultOptions(), AdmissionCheck: true, IdleReclaim: idlereclaim.DefaultOptions()}
 }
 
 // controllerList is what runs, in start order.
@@ -47,7 +53,19 @@ var controllerList = []struct {
 }{
 	{"pool", func(mgr ctrl.Manager, _ Config) error { return pool.Register(mgr) }},
 	{"team", func(mgr ctrl.Manager, cfg Config) error {
-		return team.Register(mgr, team.Options{AccountingInterval: cfg.AccountingInterval, Clock: cfg.Clock})
+		opts := team.Options{AccountingInterval: cfg.AccountingInterval, Clock: cfg.Clock}
+		if cfg.AdmissionCheck {
+			opts.AdmissionChecks = []string{admission.CheckName}
+		}
+		return team.Register(mgr, opts)
+	}},
+	{"admission", func(mgr ctrl.Manager, cfg Config) error {
+		if !cfg.AdmissionCheck {
+			return nil
+		}
+		opts := cfg.Admission
+		opts.Clock = cfg.Clock
+		return admission.Register(mgr, opts)
 	}},
 	{"inventory", func(mgr ctrl.Manager, cfg Config) error {
 		inv := cfg.Inventory

@@ -20,6 +20,7 @@ import (
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers"
+	"chamber.dev/chamber/controllers/admission"
 	"chamber.dev/chamber/controllers/idlereclaim"
 	"chamber.dev/chamber/fleet"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
@@ -36,6 +37,9 @@ func main() {
 		idleWindow         = flag.Duration("idle-window", fleet.DefaultIdleWindow, "how long a held GPU's utilization must stay below the threshold to count as idle")
 		perGPUMetrics      = flag.Bool("per-gpu-metrics", false, "export chamber_gpu_state, one series per GPU (the node agent already exports per-GPU metrics)")
 		reclaimInterval    = flag.Duration("idle-reclaim-interval", idlereclaim.DefaultInterval, "how often idle reclaim looks again at each workload holding GPUs (the policies are on pools and teams)")
+		admissionCheck     = flag.Bool("admission-check", true, "attach Chamber's admission check (placement on healthy GPUs, evictions) to every team's ClusterQueue")
+		placementTimeout   = flag.Duration("placement-timeout", admission.DefaultPlacementTimeout, "how long a workload with reserved quota waits for healthy GPUs before its quota goes back to the queue")
+		gracePeriod        = flag.Duration("eviction-grace-period", admission.DefaultGracePeriod, "how long the pods of a workload Chamber evicts have to checkpoint, unless its pool or team says otherwise")
 	)
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
@@ -66,6 +70,15 @@ func main() {
 		fail("--idle-reclaim-interval must be at least 1s, got %s", *reclaimInterval)
 	}
 	cfg.IdleReclaim.Interval = *reclaimInterval
+	if *placementTimeout < time.Second {
+		fail("--placement-timeout must be at least 1s, got %s", *placementTimeout)
+	}
+	if *gracePeriod < 0 {
+		fail("--eviction-grace-period must not be negative, got %s", *gracePeriod)
+	}
+	cfg.AdmissionCheck = *admissionCheck
+	cfg.Admission.PlacementTimeout = *placementTimeout
+	cfg.Admission.GracePeriod = *gracePeriod
 
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
@@ -88,7 +101,8 @@ func main() {
 	utilruntime.Must(mgr.AddHealthzCheck("healthz", healthz.Ping))
 	utilruntime.Must(mgr.AddReadyzCheck("readyz", healthz.Ping))
 	log.Info("starting", "priorityTiers", *priorityTiers, "accountingInterval", cfg.AccountingInterval,
-		"idleThresholdPercent", *idleThreshold, "idleWindow", *idleWindow, "perGPUMetrics", *perGPUMetrics)
+		"idleThresholdPercent", *idleThreshold, "idleWindow", *idleWindow, "perGPUMetrics", *perGPUMetrics,
+		"admissionCheck", *admissionCheck, "placementTimeout", *placementTimeout, "evictionGracePeriod", *gracePeriod)
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
 		fail("run manager: %v", err)
 	}

@@ -18,6 +18,7 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -46,6 +47,7 @@ func Register(mgr ctrl.Manager) error {
 		For(&chamber.GPUPool{}).
 		Owns(&kueue.ResourceFlavor{}).
 		Owns(&kueue.Cohort{}).
+		Owns(&kueue.Topology{}).
 		// A node or an agent report can change any pool's models and counts, but most
 		// of their updates (heartbeats, utilization) change neither: skip those, since
 		// each pool reconcile reads every node.
@@ -98,6 +100,11 @@ func (c *Controller) Reconcile(ctx context.Context, pool *chamber.GPUPool) (reco
 	var problems []string
 	if err := c.apply(ctx, pool, chamberkueue.Cohort(pool)); err != nil {
 		problems = append(problems, err.Error())
+	}
+	if topology := chamberkueue.Topology(pool); topology != nil {
+		if err := c.apply(ctx, pool, topology); err != nil {
+			problems = append(problems, err.Error())
+		}
 	}
 	for _, m := range models {
 		if err := c.apply(ctx, pool, chamberkueue.ResourceFlavor(pool, m.Model)); err != nil {
@@ -161,8 +168,21 @@ func (c *Controller) apply(ctx context.Context, pool *chamber.GPUPool, obj clien
 	switch want := obj.(type) {
 	case *kueue.ResourceFlavor:
 		have := existing.(*kueue.ResourceFlavor)
-		if !maps.Equal(have.Spec.NodeLabels, want.Spec.NodeLabels) {
-			have.Spec.NodeLabels, changed = want.Spec.NodeLabels, true
+		sameLabels := maps.Equal(have.Spec.NodeLabels, want.Spec.NodeLabels)
+		sameTopology := ptr.Equal(have.Spec.TopologyName, want.Spec.TopologyName)
+		if have.Spec.TopologyName != nil && (!sameLabels || !sameTopology) {
+			return fmt.Errorf("resource flavor %s has topology %s: Kueue then keeps its node labels and topology as they are, "+
+				"so the pool's new node labels or topology setting cannot apply; set them back, or delete and recreate the pool",
+				have.Name, *have.Spec.TopologyName)
+		}
+		if !sameLabels || !sameTopology {
+			have.Spec.NodeLabels, have.Spec.TopologyName, changed = want.Spec.NodeLabels, want.Spec.TopologyName, true
+		}
+	case *kueue.Topology:
+		have := existing.(*kueue.Topology)
+		if !equality.Semantic.DeepEqual(have.Spec.Levels, want.Spec.Levels) {
+			return fmt.Errorf("topology %s has levels %v, the pool asks for %v: Kueue keeps a Topology's levels as they are; "+
+				"set the pool's levels back, or delete and recreate the pool", have.Name, levelNames(have), levelNames(want))
 		}
 	case *kueue.Cohort:
 		have := existing.(*kueue.Cohort)
@@ -176,6 +196,14 @@ func (c *Controller) apply(ctx context.Context, pool *chamber.GPUPool, obj clien
 		}
 	}
 	return nil
+}
+
+func levelNames(t *kueue.Topology) []string {
+	names := make([]string, len(t.Spec.Levels))
+	for i, l := range t.Spec.Levels {
+		names[i] = l.NodeLabel
+	}
+	return names
 }
 
 // CountModels groups the pool's GPU nodes by model. unhealthy counts the GPUs the

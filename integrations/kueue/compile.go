@@ -80,8 +80,51 @@ func ResourceFlavor(pool *chamber.GPUPool, model string) *kueue.ResourceFlavor {
 			Name:   FlavorName(pool.Name, model),
 			Labels: labels(LabelPool, pool.Name, LabelModel, slug(model)),
 		},
-		Spec: kueue.ResourceFlavorSpec{NodeLabels: nodeLabels},
+		Spec: kueue.ResourceFlavorSpec{NodeLabels: nodeLabels, TopologyName: topologyName(pool)},
 	}
+}
+
+// TopologyEnabled reports whether the pool's flavors use Kueue's Topology-Aware
+// Scheduling (the default).
+func TopologyEnabled(pool *chamber.GPUPool) bool {
+	return pool.Spec.Topology == nil || pool.Spec.Topology.Enabled == nil || *pool.Spec.Topology.Enabled
+}
+
+func topologyName(pool *chamber.GPUPool) *kueue.TopologyReference {
+	if !TopologyEnabled(pool) {
+		return nil
+	}
+	return ptr.To(kueue.TopologyReference(pool.Name))
+}
+
+// TopologyLevels are the pool's topology levels, widest first, always ending at the
+// node's hostname: Kueue then places each pod on a node with room (its lowest level
+// is a node).
+func TopologyLevels(pool *chamber.GPUPool) []string {
+	var levels []string
+	if pool.Spec.Topology != nil {
+		for _, l := range pool.Spec.Topology.Levels {
+			if l != corev1.LabelHostname && !slices.Contains(levels, l) {
+				levels = append(levels, l)
+			}
+		}
+	}
+	return append(levels, corev1.LabelHostname)
+}
+
+// Topology is the pool's Kueue Topology, named after the pool; nil when the pool
+// turns topology-aware scheduling off. With it on, Kueue implies topology-aware
+// placement for every workload of a ClusterQueue whose flavors all have a topology:
+// jobs need no annotation.
+func Topology(pool *chamber.GPUPool) *kueue.Topology {
+	if !TopologyEnabled(pool) {
+		return nil
+	}
+	t := &kueue.Topology{ObjectMeta: metav1.ObjectMeta{Name: pool.Name, Labels: labels(LabelPool, pool.Name)}}
+	for _, l := range TopologyLevels(pool) {
+		t.Spec.Levels = append(t.Spec.Levels, kueue.TopologyLevel{NodeLabel: l})
+	}
+	return t
 }
 
 func productLabel(pool *chamber.GPUPool) string {
@@ -224,6 +267,15 @@ func preemption(p *chamber.TeamPreemption) *kueue.ClusterQueuePreemption {
 		}
 	}
 	return out
+}
+
+// AdmissionCheck is a check of controllerName; Kueue holds each workload of the
+// ClusterQueues that list it until the check's controller says Ready.
+func AdmissionCheck(name, controllerName string) *kueue.AdmissionCheck {
+	return &kueue.AdmissionCheck{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels()},
+		Spec:       kueue.AdmissionCheckSpec{ControllerName: controllerName},
+	}
 }
 
 // LocalQueue is the team's queue in one of its namespaces.

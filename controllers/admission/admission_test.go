@@ -1,0 +1,431 @@
+package admission_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilclock "k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+	testingjob "sigs.k8s.io/kueue/pkg/util/testingjobs/job"
+
+	"chamber.dev/chamber/agent"
+	chamber "chamber.dev/chamber/api/v1alpha1"
+	"chamber.dev/chamber/controllers"
+	"chamber.dev/chamber/controllers/admission"
+	"chamber.dev/chamber/controllers/controllertest"
+	"chamber.dev/chamber/healthcheck"
+	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/test/controlplane"
+)
+
+const h100 = "NVIDIA-H100-80GB-HBM3"
+
+var k8s client.Client
+
+// placementTimeout is short so that a workload held for failing GPUs gives its quota
+// back within the test.
+const placementTimeout = 8 * time.Second
+
+func TestMain(m *testing.M) {
+	cfg := controllers.DefaultConfig()
+	cfg.Admission.PlacementTimeout = placementTimeout
+	cfg.Admission.RetryDelay = time.Second
+	os.Exit(controllertest.Main(m, cfg, &k8s))
+}
+
+func newG(t *testing.T) *gomega.WithT {
+	g := gomega.NewWithT(t)
+	g.SetDefaultEventuallyTimeout(2 * time.Minute)
+	g.SetDefaultEventuallyPollingInterval(250 * time.Millisecond)
+	g.SetDefaultConsistentlyDuration(5 * time.Second)
+	return g
+}
+
+func create(t *testing.T, obj client.Object) {
+	t.Helper()
+	if err := k8s.Create(context.Background(), obj); err != nil {
+		t.Fatalf("create %T %s: %v", obj, obj.GetName(), err)
+	}
+}
+
+// teamFixture makes a pool of nodes with gpus GPUs each, and one team owning all of
+// them in a namespace of the same name.
+func teamFixture(t *testing.T, name string, gpus int, nodes []string, pool func(*chamber.GPUPool), team func(*chamber.Team)) {
+	t.Helper()
+	labels := map[string]string{"chamber.dev/test-pool": name}
+	p := &chamber.GPUPool{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: chamber.GPUPoolSpec{NodeLabels: labels}}
+	if pool != nil {
+		pool(p)
+	}
+	create(t, p)
+	gpuNodes(t, gpus, labels, nodes...)
+	create(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	tm := &chamber.Team{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: chamber.TeamSpec{
+		Pool: name, Namespaces: []string{name},
+		Quotas: []chamber.TeamQuota{{Model: h100, GPUs: int32(gpus * len(nodes))}},
+	}}
+	if team != nil {
+		team(tm)
+	}
+	create(t, tm)
+	g := newG(t)
+	g.Eventually(func(g gomega.Gomega) {
+		var cq kueue.ClusterQueue
+		g.Expect(k8s.Get(context.Background(), client.ObjectKey{Name: name}, &cq)).To(gomega.Succeed())
+		g.Expect(apimeta.IsStatusConditionTrue(cq.Status.Conditions, kueue.ClusterQueueActive)).To(gomega.BeTrue())
+	}).Should(gomega.Succeed())
+}
+
+func gpuNodes(t *testing.T, gpus int, labels map[string]string, names ...string) {
+	t.Helper()
+	var nodes []controlplane.GPUNode
+	for _, n := range names {
+		nodes = append(nodes, controlplane.GPUNode{Name: n, GPUs: gpus, Product: h100, Labels: labels})
+	}
+	if err := controlplane.CreateGPUNodes(context.Background(), k8s, nodes...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// job is a Job of one pod holding gpus GPUs for ten minutes.
+func job(ns, name string, gpus int, tier string) *testingjob.JobWrapper {
+	j := testingjob.MakeJob(name, ns).Queue("default").Suspend(false).
+		RequestAndLimit(chamberkueue.ResourceGPU, fmt.Sprint(gpus)).
+		PodAnnotation("pod-complete.stage.kwok.x-k8s.io/delay", "10m").
+		PodAnnotation("pod-complete.stage.kwok.x-k8s.io/jitter-delay", "10m")
+	if tier != "" {
+		j = j.WorkloadPriorityClass(tier)
+	}
+	return j
+}
+
+// filler is a pod outside Kueue bound to node, holding gpus of its GPUs.
+func filler(t *testing.T, ns, node string, gpus int) *corev1.Pod {
+	t.Helper()
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "filler-" + node, Namespace: ns,
+			Annotations: map[string]string{"pod-complete.stage.kwok.x-k8s.io/delay": "1h"}},
+		Spec: corev1.PodSpec{
+			NodeName:    node,
+			Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+			Containers: []corev1.Container{{Name: "c", Image: "busybox", Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{chamberkueue.ResourceGPU: *resource.NewQuantity(int64(gpus), resource.DecimalSI)},
+				Limits:   corev1.ResourceList{chamberkueue.ResourceGPU: *resource.NewQuantity(int64(gpus), resource.DecimalSI)},
+			}}},
+		},
+	}
+	create(t, p)
+	return p
+}
+
+func workload(g gomega.Gomega, ns, job string) *kueue.Workload {
+	var list kueue.WorkloadList
+	g.Expect(k8s.List(context.Background(), &list, client.InNamespace(ns))).To(gomega.Succeed())
+	for i := range list.Items {
+		for _, ref := range list.Items[i].OwnerReferences {
+			if ref.Name == job {
+				return &list.Items[i]
+			}
+		}
+	}
+	g.Expect(fmt.Sprintf("workload of job %s/%s", ns, job)).To(gomega.BeEmpty())
+	return nil
+}
+
+func isTrue(wl *kueue.Workload, cond string) bool {
+	return apimeta.IsStatusConditionTrue(wl.Status.Conditions, cond)
+}
+
+func check(g gomega.Gomega, wl *kueue.Workload) kueue.AdmissionCheckState {
+	for _, c := range wl.Status.AdmissionChecks {
+		if c.Name == admission.CheckName {
+			return c
+		}
+	}
+	g.Expect(fmt.Sprintf("check %s on workload %s", admission.CheckName, wl.Name)).To(gomega.BeEmpty())
+	return kueue.AdmissionCheckState{}
+}
+
+func podsOf(g gomega.Gomega, ns, job string) []corev1.Pod {
+	var pods corev1.PodList
+	g.Expect(k8s.List(context.Background(), &pods, client.InNamespace(ns), client.MatchingLabels{"job-name": job})).To(gomega.Succeed())
+	return pods.Items
+}
+
+// runningOn asserts the job's one pod runs, and returns its node.
+func runningOn(g gomega.Gomega, ns, job string) string {
+	var running []corev1.Pod
+	for _, p := range podsOf(g, ns, job) {
+		if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
+			running = append(running, p)
+		}
+	}
+	g.Expect(running).To(gomega.HaveLen(1))
+	return running[0].Spec.NodeName
+}
+
+// Test 1 of the issue: two 4-GPU nodes with 2 GPUs free on each, and a one-pod 4-GPU
+// job. Kueue alone admits it by quota and its pod sits Pending, holding the quota;
+// with Chamber (topology-aware placement on the pool's flavor) the workload waits in
+// the queue with a reason, and is admitted once one node has 4 GPUs free.
+func TestWaitsForANodeWithRoom(t *testing.T) {
+	t.Parallel()
+	g := newG(t)
+	ctx := context.Background()
+
+	// Kueue alone: a flavor, a ClusterQueue of 8 GPUs and a LocalQueue, no Chamber.
+	plainLabels := map[string]string{"chamber.dev/test-pool": "plain"}
+	gpuNodes(t, 4, plainLabels, "plain-1", "plain-2")
+	create(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "plain"}})
+	create(t, &kueue.ResourceFlavor{ObjectMeta: metav1.ObjectMeta{Name: "plain"}, Spec: kueue.ResourceFlavorSpec{NodeLabels: plainLabels}})
+	create(t, &kueue.ClusterQueue{ObjectMeta: metav1.ObjectMeta{Name: "plain"}, Spec: kueue.ClusterQueueSpec{
+		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: "plain"}},
+		ResourceGroups: []kueue.ResourceGroup{{CoveredResources: []corev1.ResourceName{chamberkueue.ResourceGPU}, Flavors: []kueue.FlavorQuotas{{
+			Name: "plain", Resources: []kueue.ResourceQuota{{Name: chamberkueue.ResourceGPU, NominalQuota: resource.MustParse("8")}},
+		}}}},
+	}})
+	create(t, &kueue.LocalQueue{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: "plain"}, Spec: kueue.LocalQueueSpec{ClusterQueue: "plain"}})
+
+	teamFixture(t, "room", 4, []string{"room-1", "room-2"}, nil, nil)
+
+	for _, ns := range []string{"plain", "room"} {
+		filler(t, ns, ns+"-1", 2)
+		filler(t, ns, ns+"-2", 2)
+		create(t, job(ns, "train", 4, "").Obj())
+	}
+
+	// Kueue alone: admitted by quota, and the pod cannot be scheduled.
+	g.Eventually(func(g gomega.Gomega) {
+		g.Expect(isTrue(workload(g, "plain", "train"), kueue.WorkloadAdmitted)).To(gomega.BeTrue())
+		pods := podsOf(g, "plain", "train")
+		g.Expect(pods).To(gomega.HaveLen(1))
+		cond := podCondition(pods[0], corev1.PodScheduled)
+		g.Expect(cond).NotTo(gomega.BeNil())
+		g.Expect(cond.Reason).To(gomega.Equal(corev1.PodReasonUnschedulable))
+		t.Logf("Kueue alone: workload admitted, pod Pending: %s", cond.Message)
+	}).Should(gomega.Succeed())
+
+	// Chamber: the workload waits in the queue, no pod, and says why.
+	var reason string
+	g.Eventually(func(g gomega.Gomega) {
+		wl := workload(g, "room", "train")
+		cond := apimeta.FindStatusCondition(wl.Status.Conditions, kueue.WorkloadQuotaReserved)
+		g.Expect(cond).NotTo(gomega.BeNil())
+		g.Expect(cond.Status).To(gomega.Equal(metav1.ConditionFalse))
+		g.Expect(cond.Message).To(gomega.ContainSubstring("topology"))
+		reason = cond.Message
+	}).Should(gomega.Succeed())
+	t.Logf("Chamber: workload waits: %s", reason)
+	g.Consistently(func(g gomega.Gomega) {
+		g.Expect(isTrue(workload(g, "room", "train"), kueue.WorkloadQuotaReserved)).To(gomega.BeFalse())
+		g.Expect(podsOf(g, "room", "train")).To(gomega.BeEmpty())
+	}).Should(gomega.Succeed())
+
+	// A node frees up: admitted there, with the check Ready.
+	if err := k8s.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "filler-room-2", Namespace: "room"}}); err != nil {
+		t.Fatal(err)
+	}
+	g.Eventually(func(g gomega.Gomega) {
+		wl := workload(g, "room", "train")
+		g.Expect(isTrue(wl, kueue.WorkloadAdmitted)).To(gomega.BeTrue())
+		g.Expect(check(g, wl).State).To(gomega.Equal(kueue.CheckStateReady))
+		g.Expect(runningOn(g, "room", "train")).To(gomega.Equal("room-2"))
+	}).Should(gomega.Succeed())
+}
+
+func podCondition(p corev1.Pod, t corev1.PodConditionType) *corev1.PodCondition {
+	for i := range p.Status.Conditions {
+		if p.Status.Conditions[i].Type == t {
+			return &p.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// Test 2 of the issue: a node advertises 8 GPUs while its agent (the real agent, on
+// go-nvml's DGX H100 fake) reports 2 of them failing. An 8-GPU job is not placed
+// there: the check holds it with the reason, then gives its quota back to the queue.
+// A 6-GPU job is placed there.
+func TestFailingGPUsAreNotUsed(t *testing.T) {
+	t.Parallel()
+	g := newG(t)
+	ctx := context.Background()
+	// Isolation would take the whole node out; this test is about the check alone.
+	teamFixture(t, "failing", 8, []string{"failing-1"}, func(p *chamber.GPUPool) {
+		p.Spec.Isolation = &chamber.IsolationPolicy{DryRun: true}
+	}, nil)
+
+	fake, err := healthcheck.NewFake("dgxh100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	runAgent(t, "failing-1", fake)
+	for _, gpu := range []int{2, 5} {
+		if err := fake.RaiseDoubleBitECC(gpu); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g.Eventually(func(g gomega.Gomega) {
+		var gn chamber.GPUNode
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Name: "failing-1"}, &gn)).To(gomega.Succeed())
+		unhealthy := 0
+		for _, gpu := range gn.Status.GPUs {
+			if gpu.Health == chamber.GPUUnhealthy {
+				unhealthy++
+			}
+		}
+		g.Expect(unhealthy).To(gomega.Equal(2))
+	}).Should(gomega.Succeed())
+
+	create(t, job("failing", "eight", 8, "").Obj())
+	var held string
+	g.Eventually(func(g gomega.Gomega) {
+		wl := workload(g, "failing", "eight")
+		g.Expect(isTrue(wl, kueue.WorkloadQuotaReserved)).To(gomega.BeTrue())
+		g.Expect(isTrue(wl, kueue.WorkloadAdmitted)).To(gomega.BeFalse())
+		c := check(g, wl)
+		g.Expect(c.State).To(gomega.Equal(kueue.CheckStatePending))
+		g.Expect(c.Message).To(gomega.ContainSubstring("2 advertised but failing"))
+		held = c.Message
+	}).Should(gomega.Succeed())
+	t.Logf("8-GPU job held: %s", held)
+	// After the placement timeout the check gives the quota back (Retry): Kueue
+	// evicts the workload and requeues it; it never runs there.
+	g.Eventually(func(g gomega.Gomega) {
+		wl := workload(g, "failing", "eight")
+		g.Expect(isTrue(wl, kueue.WorkloadAdmitted)).To(gomega.BeFalse())
+		g.Expect(ptr.Deref(check(g, wl).RetryCount, 0)).To(gomega.BeNumerically(">=", 1))
+	}).Should(gomega.Succeed())
+	g.Expect(podsOf(g, "failing", "eight")).To(gomega.BeEmpty())
+
+	if err := k8s.Delete(ctx, job("failing", "eight", 8, "").Obj(), client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil {
+		t.Fatal(err)
+	}
+	create(t, job("failing", "six", 6, "").Obj())
+	g.Eventually(func(g gomega.Gomega) {
+		wl := workload(g, "failing", "six")
+		g.Expect(isTrue(wl, kueue.WorkloadAdmitted)).To(gomega.BeTrue())
+		g.Expect(runningOn(g, "failing", "six")).To(gomega.Equal("failing-1"))
+	}).Should(gomega.Succeed())
+}
+
+// runAgent runs the real node agent on a go-nvml fake for node until the test ends.
+func runAgent(t *testing.T, node string, fake *healthcheck.FakeGPUs) {
+	t.Helper()
+	cfg := agent.DefaultConfig()
+	cfg.NodeName = node
+	cfg.PollInterval, cfg.HeartbeatInterval, cfg.UtilizationWindow = time.Second, 2*time.Second, 2*time.Second
+	cfg.MetricsBindAddress = "0"
+	a, err := agent.New(agent.Options{Config: cfg, NVML: fake, Client: k8s, Clock: utilclock.RealClock{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		_ = a.Run(ctx)
+		close(done)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+}
+
+// Test 4 of the issue: a workload Chamber evicts gets notice on its pods and the
+// grace period of its team and tier before it is stopped; a job that reports its
+// checkpoint is evicted at once. Both are requeued and run again.
+func TestCooperativeEviction(t *testing.T) {
+	t.Parallel()
+	g := newG(t)
+	ctx := context.Background()
+	const grace = 6 * time.Second
+	teamFixture(t, "coop", 8, []string{"coop-1"}, nil, func(tm *chamber.Team) {
+		tm.Spec.Eviction = &chamber.EvictionPolicy{
+			GracePeriod:      &metav1.Duration{Duration: time.Hour},
+			TierGracePeriods: []chamber.TierGracePeriod{{Tier: "preemptible", GracePeriod: metav1.Duration{Duration: grace}}},
+		}
+	})
+	create(t, job("coop", "answers", 4, "standard").Obj())
+	create(t, job("coop", "waits", 4, "preemptible").Obj())
+	for _, j := range []string{"answers", "waits"} {
+		g.Eventually(func(g gomega.Gomega) { runningOn(g, "coop", j) }).Should(gomega.Succeed())
+	}
+
+	requested := time.Now()
+	for _, j := range []string{"answers", "waits"} {
+		wl := workload(g, "coop", j)
+		if err := admission.RequestEviction(ctx, k8s, wl, admission.Eviction{Reason: "TestEviction", Message: "the test asks", RequestedAt: requested}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := func(g gomega.Gomega, j string) time.Time {
+		pods := podsOf(g, "coop", j)
+		g.Expect(pods).To(gomega.HaveLen(1))
+		notice := pods[0].Annotations[admission.AnnotationEvictionDeadline]
+		g.Expect(notice).NotTo(gomega.BeEmpty())
+		at, err := time.Parse(time.RFC3339, notice)
+		g.Expect(err).NotTo(gomega.HaveOccurred())
+		return at
+	}
+	// Both get notice: an hour for the standard tier (the team's), 6 s for preemptible.
+	var waitsDeadline time.Time
+	g.Eventually(func(g gomega.Gomega) {
+		g.Expect(deadline(g, "answers").Sub(requested.Truncate(time.Second))).To(gomega.Equal(time.Hour))
+		waitsDeadline = deadline(g, "waits")
+		g.Expect(waitsDeadline.Sub(requested.Truncate(time.Second))).To(gomega.Equal(grace))
+	}).Should(gomega.Succeed())
+
+	// "waits" is evicted once its deadline passed, not before.
+	g.Eventually(func(g gomega.Gomega) {
+		g.Expect(evictedAt(g, "coop", "waits")).NotTo(gomega.BeZero())
+	}).Should(gomega.Succeed())
+	g.Expect(evictedAt(g, "coop", "waits")).To(gomega.BeTemporally(">=", waitsDeadline))
+	// "answers" still runs, with an hour to go; it saves its checkpoint and says so.
+	g.Expect(evictedAt(g, "coop", "answers")).To(gomega.BeZero())
+	pod := podsOf(g, "coop", "answers")[0]
+	patch := client.MergeFrom(pod.DeepCopy())
+	pod.Annotations[admission.AnnotationCheckpointReady] = "true"
+	if err := k8s.Patch(ctx, &pod, patch); err != nil {
+		t.Fatal(err)
+	}
+	g.Eventually(func(g gomega.Gomega) {
+		g.Expect(evictedAt(g, "coop", "answers")).NotTo(gomega.BeZero())
+	}).Should(gomega.Succeed())
+
+	// Both are requeued and run again, the request cleared.
+	for _, j := range []string{"answers", "waits"} {
+		g.Eventually(func(g gomega.Gomega) {
+			wl := workload(g, "coop", j)
+			g.Expect(isTrue(wl, kueue.WorkloadAdmitted)).To(gomega.BeTrue())
+			g.Expect(wl.Annotations).NotTo(gomega.HaveKey(admission.AnnotationEvictionReason))
+			runningOn(g, "coop", j)
+			g.Expect(podsOf(g, "coop", j)[0].Annotations).NotTo(gomega.HaveKey(admission.AnnotationEvictionDeadline))
+		}).Should(gomega.Succeed())
+	}
+}
+
+// evictedAt is when Chamber evicted the job's workload (its Event), or zero.
+func evictedAt(g gomega.Gomega, ns, job string) time.Time {
+	wl := workload(g, ns, job)
+	var list eventsv1.EventList
+	g.Expect(k8s.List(context.Background(), &list, client.InNamespace(ns))).To(gomega.Succeed())
+	for _, e := range list.Items {
+		if e.Regarding.Name == wl.Name && e.Reason == "TestEviction" && e.Action == "Evict" {
+			g.Expect(e.Note).To(gomega.ContainSubstring("the test asks"))
+			return e.EventTime.Time
+		}
+	}
+	return time.Time{}
+}

@@ -1,0 +1,537 @@
+package admission
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+	utiltas "sigs.k8s.io/kueue/pkg/util/tas"
+
+	chamber "chamber.dev/chamber/api/v1alpha1"
+	chamberkueue "chamber.dev/chamber/integrations/kueue"
+)
+
+// Options configure the admission check.
+type Options struct {
+	// PlacementTimeout is how long a workload with reserved quota waits for healthy
+	// GPUs before the check gives its quota back to the queue (Retry): no workload
+	// holds quota it cannot use.
+	PlacementTimeout time.Duration
+	// RetryDelay is how long Kueue waits before it tries a workload again after a
+	// placement timeout.
+	RetryDelay time.Duration
+	// GracePeriod is how long an evicted workload's pods have to checkpoint, unless
+	// the pool, the team or the tier says otherwise.
+	GracePeriod time.Duration
+	// Clock is the time source; the real clock when nil.
+	Clock clock.Clock
+}
+
+// Defaults of Options.
+const (
+	DefaultPlacementTimeout = 2 * time.Minute
+	DefaultRetryDelay       = 15 * time.Second
+	DefaultGracePeriod      = 2 * time.Minute
+	// pendingRecheck is how often a workload waiting for healthy GPUs is looked at
+	// again (GPUs free up and recover without an event on the workload).
+	pendingRecheck = 5 * time.Second
+	// staleAgent is when an agent that never said its heartbeat period counts as silent.
+	staleAgent = 2 * time.Minute
+)
+
+// DefaultOptions are the check's options unless flags say otherwise.
+func DefaultOptions() Options {
+	return Options{PlacementTimeout: DefaultPlacementTimeout, RetryDelay: DefaultRetryDelay, GracePeriod: DefaultGracePeriod}
+}
+
+// Field indexes the check reads through.
+const (
+	indexPodNode    = "chamber.spec.nodeName"
+	indexPodOwner   = "chamber.metadata.ownerUID"
+	indexOwnerOfWL  = "chamber.workload.ownerUID"
+	eventsComponent = "chamber-admission"
+)
+
+// Controller is the Workload side of the check: placement verdicts and evictions.
+type Controller struct {
+	client   client.Client
+	recorder events.EventRecorder
+	opts     Options
+	metrics  *metrics
+}
+
+// Register adds the check's controllers (Workloads, and the AdmissionCheck's Active
+// condition) to the manager, and creates the AdmissionCheck at start-up.
+func Register(mgr ctrl.Manager, opts Options) error {
+	def := DefaultOptions()
+	if opts.PlacementTimeout <= 0 {
+		opts.PlacementTimeout = def.PlacementTimeout
+	}
+	if opts.RetryDelay <= 0 {
+		opts.RetryDelay = def.RetryDelay
+	}
+	if opts.GracePeriod < 0 {
+		opts.GracePeriod = def.GracePeriod
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	ctx := context.Background()
+	idx := mgr.GetFieldIndexer()
+	if err := idx.IndexField(ctx, &corev1.Pod{}, indexPodNode, func(o client.Object) []string {
+		if n := o.(*corev1.Pod).Spec.NodeName; n != "" {
+			return []string{n}
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("index pods by node: %w", err)
+	}
+	ownerUIDs := func(o client.Object) []string {
+		var uids []string
+		for _, ref := range o.GetOwnerReferences() {
+			uids = append(uids, string(ref.UID))
+		}
+		return uids
+	}
+	if err := idx.IndexField(ctx, &corev1.Pod{}, indexPodOwner, ownerUIDs); err != nil {
+		return fmt.Errorf("index pods by owner: %w", err)
+	}
+	if err := idx.IndexField(ctx, &kueue.Workload{}, indexOwnerOfWL, ownerUIDs); err != nil {
+		return fmt.Errorf("index workloads by owner: %w", err)
+	}
+	m, err := newMetrics()
+	if err != nil {
+		return err
+	}
+	c := &Controller{client: mgr.GetClient(), recorder: mgr.GetEventRecorder(eventsComponent), opts: opts, metrics: m}
+	if err := mgr.Add(checkCreator{client: mgr.GetClient()}); err != nil {
+		return err
+	}
+	if err := ctrl.NewControllerManagedBy(mgr).
+		Named("admissioncheck").
+		For(&kueue.AdmissionCheck{}).
+		Complete(reconcile.AsReconciler(mgr.GetClient(), &checkReconciler{client: mgr.GetClient()})); err != nil {
+		return err
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("admission").
+		For(&kueue.Workload{}).
+		// A job answering the eviction notice early.
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(c.workloadOfPod), builder.WithPredicates(predicate.Funcs{
+			CreateFunc: func(event.CreateEvent) bool { return false },
+			DeleteFunc: func(event.DeleteEvent) bool { return false },
+			UpdateFunc: func(e event.UpdateEvent) bool {
+				return e.ObjectNew.GetAnnotations()[AnnotationCheckpointReady] != e.ObjectOld.GetAnnotations()[AnnotationCheckpointReady]
+			},
+		})).
+		Complete(reconcile.AsReconciler(mgr.GetClient(), c))
+}
+
+func (c *Controller) workloadOfPod(ctx context.Context, obj client.Object) []reconcile.Request {
+	var reqs []reconcile.Request
+	for _, ref := range obj.GetOwnerReferences() {
+		var wls kueue.WorkloadList
+		if err := c.client.List(ctx, &wls, client.InNamespace(obj.GetNamespace()), client.MatchingFields{indexOwnerOfWL: string(ref.UID)}); err != nil {
+			continue
+		}
+		for _, wl := range wls.Items {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&wl)})
+		}
+	}
+	return reqs
+}
+
+// Reconcile decides the check's state for one workload.
+func (c *Controller) Reconcile(ctx context.Context, wl *kueue.Workload) (reconcile.Result, error) {
+	check := findCheck(wl)
+	eviction, evictionAsked := RequestedEviction(wl)
+	active := check != nil && conditionTrue(wl, kueue.WorkloadQuotaReserved) &&
+		!conditionTrue(wl, kueue.WorkloadFinished) && !conditionTrue(wl, kueue.WorkloadEvicted)
+	if !active {
+		// Evicted, finished or back in the queue: an eviction asked for is done.
+		if evictionAsked {
+			return reconcile.Result{}, c.clearEviction(ctx, wl)
+		}
+		return reconcile.Result{}, nil
+	}
+	switch check.State {
+	case kueue.CheckStatePending:
+		if evictionAsked {
+			// Nothing runs yet: no notice to give.
+			return reconcile.Result{}, c.evict(ctx, wl, eviction)
+		}
+		return c.checkPlacement(ctx, wl, check)
+	case kueue.CheckStateReady:
+		if evictionAsked {
+			return c.evictCooperatively(ctx, wl, eviction)
+		}
+	}
+	return reconcile.Result{}, nil
+}
+
+// checkPlacement sets the check Ready when the workload's pods land on healthy GPUs,
+// keeps it Pending with the reason while they would not, and sets Retry once the
+// workload has waited PlacementTimeout, so its quota goes back to the queue.
+func (c *Controller) checkPlacement(ctx context.Context, wl *kueue.Workload, check *kueue.AdmissionCheckState) (reconcile.Result, error) {
+	now := c.opts.Clock.Now()
+	verdict, err := c.verdict(ctx, wl, now)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if verdict.Ready {
+		c.metrics.verdicts.WithLabelValues("ready").Inc()
+		return reconcile.Result{}, c.setCheck(ctx, wl, kueue.CheckStateReady, verdict.Message, nil)
+	}
+	since := now
+	if cond := apimeta.FindStatusCondition(wl.Status.Conditions, kueue.WorkloadQuotaReserved); cond != nil {
+		since = cond.LastTransitionTime.Time
+	}
+	if waited := now.Sub(since); waited >= c.opts.PlacementTimeout {
+		c.metrics.verdicts.WithLabelValues("retry").Inc()
+		msg := fmt.Sprintf("No healthy GPUs for the workload after %s; its quota goes back to the queue: %s", waited.Round(time.Second), verdict.Message)
+		c.recorder.Eventf(wl, nil, corev1.EventTypeWarning, "NoHealthyGPUs", "Requeue", msg)
+		return reconcile.Result{}, c.setCheck(ctx, wl, kueue.CheckStateRetry, msg, ptr.To(int32(c.opts.RetryDelay/time.Second)))
+	}
+	msg := "Waiting for healthy GPUs: " + verdict.Message
+	if check.Message != msg {
+		c.metrics.verdicts.WithLabelValues("pending").Inc()
+		if err := c.setCheck(ctx, wl, kueue.CheckStatePending, msg, nil); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	return reconcile.Result{RequeueAfter: min(pendingRecheck, c.opts.PlacementTimeout-now.Sub(since))}, nil
+}
+
+// verdict compares the workload's admission (Kueue's topology assignment, or its
+// flavor) with the GPUs the agents report.
+func (c *Controller) verdict(ctx context.Context, wl *kueue.Workload, now time.Time) (Verdict, error) {
+	if wl.Status.Admission == nil {
+		return Verdict{Message: "no admission yet"}, nil
+	}
+	var owners []types.UID
+	for _, ref := range wl.OwnerReferences {
+		owners = append(owners, ref.UID)
+	}
+	own := ownedBy(owners)
+	var msgs []string
+	ready := true
+	for _, d := range demands(wl.Status.Admission) {
+		var ok bool
+		var msg string
+		if d.Topology != nil {
+			nodes, err := c.nodesOfAssignment(ctx, d.Topology, own, now)
+			if err != nil {
+				return Verdict{}, err
+			}
+			ok, msg = placedVerdict(d, nodes)
+		} else {
+			nodes, err := c.nodesOfFlavor(ctx, d.Flavor, own, now)
+			if err != nil {
+				return Verdict{}, err
+			}
+			ok, msg = fitVerdict(d, nodes)
+		}
+		ready = ready && ok
+		msgs = append(msgs, msg)
+	}
+	if len(msgs) == 0 {
+		return Verdict{Ready: true, Message: "The workload uses no GPUs"}, nil
+	}
+	return Verdict{Ready: ready, Message: strings.Join(msgs, "; ")}, nil
+}
+
+// nodesOfAssignment are the nodes Kueue placed pods on, keyed by hostname.
+func (c *Controller) nodesOfAssignment(ctx context.Context, ta *kueue.TopologyAssignment, own func(*corev1.Pod) bool, now time.Time) (map[string]NodeGPUs, error) {
+	out := map[string]NodeGPUs{}
+	if len(ta.Levels) == 0 || ta.Levels[len(ta.Levels)-1] != corev1.LabelHostname {
+		return out, nil
+	}
+	var nodes corev1.NodeList
+	if err := c.client.List(ctx, &nodes); err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	assigned := map[string]bool{}
+	for host := range utiltas.LowestLevelValues(ta) {
+		assigned[host] = true
+	}
+	for i := range nodes.Items {
+		host := nodes.Items[i].Labels[corev1.LabelHostname]
+		if !assigned[host] {
+			continue
+		}
+		n, err := c.nodeGPUs(ctx, &nodes.Items[i], own, now)
+		if err != nil {
+			return nil, err
+		}
+		out[host] = n
+	}
+	return out, nil
+}
+
+// nodesOfFlavor are the nodes a flavor's pods may land on.
+func (c *Controller) nodesOfFlavor(ctx context.Context, flavor kueue.ResourceFlavorReference, own func(*corev1.Pod) bool, now time.Time) ([]NodeGPUs, error) {
+	var rf kueue.ResourceFlavor
+	if err := c.client.Get(ctx, client.ObjectKey{Name: string(flavor)}, &rf); err != nil {
+		return nil, fmt.Errorf("get resource flavor %s: %w", flavor, err)
+	}
+	var nodes corev1.NodeList
+	if err := c.client.List(ctx, &nodes, client.MatchingLabels(rf.Spec.NodeLabels)); err != nil {
+		return nil, fmt.Errorf("list nodes of flavor %s: %w", flavor, err)
+	}
+	var out []NodeGPUs
+	for i := range nodes.Items {
+		n, err := c.nodeGPUs(ctx, &nodes.Items[i], own, now)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func (c *Controller) nodeGPUs(ctx context.Context, node *corev1.Node, own func(*corev1.Pod) bool, now time.Time) (NodeGPUs, error) {
+	var pods corev1.PodList
+	if err := c.client.List(ctx, &pods, client.MatchingFields{indexPodNode: node.Name}); err != nil {
+		return NodeGPUs{}, fmt.Errorf("list pods on node %s: %w", node.Name, err)
+	}
+	var gn chamber.GPUNode
+	err := c.client.Get(ctx, client.ObjectKey{Name: node.Name}, &gn)
+	if apierrors.IsNotFound(err) {
+		return nodeGPUs(node, pods.Items, own, nil, now, staleAgent), nil
+	}
+	if err != nil {
+		return NodeGPUs{}, fmt.Errorf("get GPUNode %s: %w", node.Name, err)
+	}
+	return nodeGPUs(node, pods.Items, own, &gn, now, staleAgent), nil
+}
+
+// evictCooperatively gives the workload's pods notice, and evicts once the grace
+// period is over or the job says its checkpoint is saved.
+func (c *Controller) evictCooperatively(ctx context.Context, wl *kueue.Workload, e Eviction) (reconcile.Result, error) {
+	now := c.opts.Clock.Now()
+	grace, err := c.gracePeriod(ctx, wl, e)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	deadline := e.RequestedAt.Add(grace)
+	if !now.Before(deadline) {
+		return reconcile.Result{}, c.evict(ctx, wl, e)
+	}
+	pods, err := c.podsOf(ctx, wl)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	ready, err := c.checkpointReady(ctx, wl, pods)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if ready {
+		return reconcile.Result{}, c.evict(ctx, wl, e)
+	}
+	notice := deadline.UTC().Format(time.RFC3339)
+	noticed := 0
+	for i := range pods {
+		p := &pods[i]
+		if p.Annotations[AnnotationEvictionDeadline] == notice {
+			continue
+		}
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
+			AnnotationEvictionDeadline: notice, AnnotationEvictionReason: e.Reason,
+		}}})
+		if err := c.client.Patch(ctx, p, client.RawPatch(types.MergePatchType, patch)); client.IgnoreNotFound(err) != nil {
+			return reconcile.Result{}, fmt.Errorf("give pod %s/%s notice of eviction: %w", p.Namespace, p.Name, err)
+		}
+		noticed++
+	}
+	if noticed > 0 {
+		c.recorder.Eventf(wl, nil, corev1.EventTypeNormal, "EvictionNotice", "Notify",
+			"%s: the workload will be evicted and requeued at %s (grace period %s) unless it reports its checkpoint earlier (annotation %s=true on a pod or the job): %s",
+			e.Reason, notice, grace, AnnotationCheckpointReady, e.Message)
+	}
+	// The job may answer on the Job object, which is not watched: look again soon.
+	return reconcile.Result{RequeueAfter: min(deadline.Sub(now), 10*time.Second)}, nil
+}
+
+// evict sets the check to Retry: Kueue evicts the workload and requeues it.
+func (c *Controller) evict(ctx context.Context, wl *kueue.Workload, e Eviction) error {
+	msg := fmt.Sprintf("Evicted by Chamber (%s): %s", e.Reason, e.Message)
+	if err := c.setCheck(ctx, wl, kueue.CheckStateRetry, msg, nil); err != nil {
+		return err
+	}
+	c.metrics.evictions.WithLabelValues(e.Reason).Inc()
+	c.recorder.Eventf(wl, nil, corev1.EventTypeWarning, e.Reason, "Evict", msg)
+	return nil
+}
+
+// gracePeriod: the request's own, else the team's tier's, the team's, the pool's
+// tier's, the pool's, then the default.
+func (c *Controller) gracePeriod(ctx context.Context, wl *kueue.Workload, e Eviction) (time.Duration, error) {
+	if e.GracePeriod != nil {
+		return *e.GracePeriod, nil
+	}
+	tier := ""
+	if wl.Spec.PriorityClassRef != nil {
+		tier = wl.Spec.PriorityClassRef.Name
+	}
+	var policies []*chamber.EvictionPolicy
+	team, pool, err := c.teamOf(ctx, wl)
+	if err != nil {
+		return 0, err
+	}
+	if team != nil {
+		policies = append(policies, team.Spec.Eviction)
+	}
+	if pool != nil {
+		policies = append(policies, pool.Spec.Eviction)
+	}
+	return GracePeriod(tier, c.opts.GracePeriod, policies...), nil
+}
+
+// GracePeriod resolves a tier's grace period from policies, most specific first: a
+// policy's tier entry beats its general one, and an earlier policy beats a later.
+func GracePeriod(tier string, fallback time.Duration, policies ...*chamber.EvictionPolicy) time.Duration {
+	for _, p := range policies {
+		if p == nil {
+			continue
+		}
+		for _, t := range p.TierGracePeriods {
+			if t.Tier == tier {
+				return t.GracePeriod.Duration
+			}
+		}
+	}
+	for _, p := range policies {
+		if p != nil && p.GracePeriod != nil {
+			return p.GracePeriod.Duration
+		}
+	}
+	return fallback
+}
+
+// teamOf finds the Team (and its pool) whose ClusterQueue admitted the workload.
+func (c *Controller) teamOf(ctx context.Context, wl *kueue.Workload) (*chamber.Team, *chamber.GPUPool, error) {
+	if wl.Status.Admission == nil {
+		return nil, nil, nil
+	}
+	var cq kueue.ClusterQueue
+	if err := c.client.Get(ctx, client.ObjectKey{Name: string(wl.Status.Admission.ClusterQueue)}, &cq); err != nil {
+		return nil, nil, client.IgnoreNotFound(err)
+	}
+	name := cq.Labels[chamberkueue.LabelTeam]
+	if name == "" {
+		return nil, nil, nil
+	}
+	var team chamber.Team
+	if err := c.client.Get(ctx, client.ObjectKey{Name: name}, &team); err != nil {
+		return nil, nil, client.IgnoreNotFound(err)
+	}
+	var pool chamber.GPUPool
+	if err := c.client.Get(ctx, client.ObjectKey{Name: team.Spec.Pool}, &pool); err != nil {
+		return &team, nil, client.IgnoreNotFound(err)
+	}
+	return &team, &pool, nil
+}
+
+func (c *Controller) podsOf(ctx context.Context, wl *kueue.Workload) ([]corev1.Pod, error) {
+	var out []corev1.Pod
+	for _, ref := range wl.OwnerReferences {
+		var pods corev1.PodList
+		if err := c.client.List(ctx, &pods, client.InNamespace(wl.Namespace), client.MatchingFields{indexPodOwner: string(ref.UID)}); err != nil {
+			return nil, fmt.Errorf("list pods of workload %s/%s: %w", wl.Namespace, wl.Name, err)
+		}
+		out = append(out, pods.Items...)
+	}
+	return out, nil
+}
+
+// checkpointReady: a pod of the workload, or the job itself, has answered the notice.
+func (c *Controller) checkpointReady(ctx context.Context, wl *kueue.Workload, pods []corev1.Pod) (bool, error) {
+	for _, p := range pods {
+		if p.Annotations[AnnotationCheckpointReady] == "true" {
+			return true, nil
+		}
+	}
+	for _, ref := range wl.OwnerReferences {
+		owner := &metav1.PartialObjectMetadata{}
+		owner.SetGroupVersionKind(schema.FromAPIVersionAndKind(ref.APIVersion, ref.Kind))
+		err := c.client.Get(ctx, client.ObjectKey{Namespace: wl.Namespace, Name: ref.Name}, owner)
+		if apierrors.IsNotFound(err) || apimeta.IsNoMatchError(err) {
+			continue
+		}
+		if err != nil {
+			return false, fmt.Errorf("get owner %s %s of workload %s/%s: %w", ref.Kind, ref.Name, wl.Namespace, wl.Name, err)
+		}
+		if owner.Annotations[AnnotationCheckpointReady] == "true" {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+func (c *Controller) clearEviction(ctx context.Context, wl *kueue.Workload) error {
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{
+		AnnotationEvictionReason: nil, AnnotationEvictionMessage: nil,
+		AnnotationEvictionRequestedAt: nil, AnnotationEvictionGracePeriod: nil,
+	}}})
+	if err := c.client.Patch(ctx, wl, client.RawPatch(types.MergePatchType, patch)); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("clear eviction request of workload %s/%s: %w", wl.Namespace, wl.Name, err)
+	}
+	return nil
+}
+
+// setCheck writes the check's state; Kueue acts on it.
+func (c *Controller) setCheck(ctx context.Context, wl *kueue.Workload, state kueue.CheckState, msg string, requeueAfter *int32) error {
+	const maxMessage = 32 * 1024 // the API's limit on a check message
+	if len(msg) > maxMessage {
+		msg = msg[:maxMessage-3] + "..."
+	}
+	patched := wl.DeepCopy()
+	check := findCheck(patched)
+	if check.State == state && check.Message == msg {
+		return nil
+	}
+	if check.State != state {
+		check.LastTransitionTime = metav1.NewTime(c.opts.Clock.Now())
+	}
+	check.State, check.Message, check.RequeueAfterSeconds = state, msg, requeueAfter
+	if err := c.client.Status().Update(ctx, patched); err != nil {
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			// Kueue changed the workload meanwhile: the next event brings it back.
+			return nil
+		}
+		return fmt.Errorf("set check %s of workload %s/%s to %s: %w", CheckName, wl.Namespace, wl.Name, state, err)
+	}
+	return nil
+}
+
+func findCheck(wl *kueue.Workload) *kueue.AdmissionCheckState {
+	for i := range wl.Status.AdmissionChecks {
+		if wl.Status.AdmissionChecks[i].Name == CheckName {
+			return &wl.Status.AdmissionChecks[i]
+		}
+	}
+	return nil
+}
+
+func conditionTrue(wl *kueue.Workload, t string) bool {
+	return apimeta.IsStatusConditionTrue(wl.Status.Conditions, t)
+}

@@ -1,0 +1,38 @@
+package admission
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+type metrics struct {
+	verdicts  *prometheus.CounterVec
+	evictions *prometheus.CounterVec
+}
+
+// newMetrics registers the check's metrics once per process (tests and the demo may
+// build several managers).
+func newMetrics() (*metrics, error) {
+	m := &metrics{
+		verdicts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "chamber_admission_check_verdicts_total",
+			Help: "Placement verdicts of Chamber's admission check: ready (healthy GPUs), pending (waiting for them), retry (quota given back after the placement timeout).",
+		}, []string{"verdict"}),
+		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "chamber_evictions_total",
+			Help: "Workloads Chamber evicted through its admission check, by reason (IdleReclaim, GPUFault, ...); Kueue requeues them.",
+		}, []string{"reason"}),
+	}
+	for _, c := range []**prometheus.CounterVec{&m.verdicts, &m.evictions} {
+		if err := ctrlmetrics.Registry.Register(*c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if !errors.As(err, &are) {
+				return nil, err
+			}
+			*c = are.ExistingCollector.(*prometheus.CounterVec)
+		}
+	}
+	return m, nil
+}
