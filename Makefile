@@ -30,8 +30,17 @@ test: tools ## Unit and integration tests (builds the tools first when missing).
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 .PHONY: bench
-bench: ## Go benchmarks: NVML poll, agent scrape, fleet model, exporter scrape.
+bench: bench-go bench-sim ## The Go benchmarks, then the simulator's full comparison.
+
+.PHONY: bench-go
+bench-go: ## Go benchmarks: NVML poll, agent scrape, fleet model, exporter scrape.
 	$(GO) test -run '^$$' -bench . -benchmem ./healthcheck/... ./agent/... ./fleet/... ./exporter/...
+
+# The report lands in chamber-report-bench/ (report.md and plots); about 25 minutes.
+SIM_FLAGS ?=
+.PHONY: bench-sim
+bench-sim: tools ## The simulator's full comparison of plain Kubernetes, Kueue, Kueue + Chamber on the Philly trace.
+	$(GO) run ./cmd/chamber sim --out chamber-report-bench $(SIM_FLAGS)
 
 .PHONY: lint
 lint: $(BIN)/staticcheck ## gofmt, go vet and staticcheck.
@@ -46,8 +55,8 @@ generate: $(BIN)/controller-gen ## Deepcopy code and CRDs (charts/chamber/crds) 
 	$(BIN)/controller-gen crd paths=./api/... output:crd:dir=charts/chamber/crds
 
 .PHONY: demo
-demo: tools ## A local control plane with simulated GPU nodes and Kueue.
-	$(GO) run ./cmd/chamber demo
+demo: tools ## The simulator's short scenario (about 4 minutes); prints where its report is.
+	$(GO) run ./cmd/chamber demo $(SIM_FLAGS)
 
 .PHONY: clean
 clean: ## Remove the built tools.

@@ -140,7 +140,9 @@ func (r *recorder) pod(o any, deleted bool) {
 	}
 	key := pod.Namespace + "/" + pod.Name
 	running := !deleted && pod.DeletionTimestamp == nil && pod.Spec.NodeName != "" && pod.Status.Phase == corev1.PodRunning
-	ended := deleted || pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+	// A terminating pod keeps its GPUs until it is gone, for kube-scheduler and Kueue
+	// as on a real node: it ends when deleted or when it succeeds or fails.
+	ended := deleted || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
 	now := time.Now()
 
 	r.mu.Lock()

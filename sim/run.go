@@ -31,6 +31,17 @@ import (
 	"chamber.dev/chamber/test/controlplane"
 )
 
+// Chamber's idle reclaim window and eviction grace period under PolicyChamber, in
+// simulated time (Chamber's defaults), scaled to the clock by the speed-up.
+const (
+	IdleReclaimWindow = 30 * time.Minute
+	EvictionGrace     = 2 * time.Minute
+)
+
+// isolationClearAnnotation is how an operator ends Chamber's isolation of a node
+// (controllers/isolation AnnotationClear): the simulated operator sets it on repair.
+const isolationClearAnnotation = "chamber.dev/isolation-clear"
+
 // Recording is what one policy's run measured.
 type Recording struct {
 	Policy Policy
@@ -89,6 +100,9 @@ func runPolicy(ctx context.Context, sc *Scenario, p Policy, label string) (*Reco
 		opts.Kueue = false // Jobs go straight to kube-scheduler
 	}
 	opts.Progress = sc.Log
+	if sc.KeepLogs {
+		opts.LogDir = filepath.Join(sc.OutDir, "logs", string(p))
+	}
 	cp, err := controlplane.Start(ctx, opts)
 	if err != nil {
 		return nil, err
@@ -234,8 +248,19 @@ func setUpTeams(ctx context.Context, c client.Client, sc *Scenario, p Policy) ([
 	switch p {
 	case PolicyKueue:
 		objs = append(objs, chamberkueue.Cohort(pool))
+		topologies := map[kueue.TopologyReference]bool{}
 		for _, m := range sc.Models() {
-			objs = append(objs, chamberkueue.ResourceFlavor(pool, m))
+			rf := chamberkueue.ResourceFlavor(pool, m)
+			// A flavor with topology-aware scheduling needs its Topology, which the
+			// pool controller would create: one level, the node.
+			if rf.Spec.TopologyName != nil && !topologies[*rf.Spec.TopologyName] {
+				topologies[*rf.Spec.TopologyName] = true
+				objs = append(objs, &kueue.Topology{
+					ObjectMeta: metav1.ObjectMeta{Name: string(*rf.Spec.TopologyName)},
+					Spec:       kueue.TopologySpec{Levels: []kueue.TopologyLevel{{NodeLabel: corev1.LabelHostname}}},
+				})
+			}
+			objs = append(objs, rf)
 		}
 		for _, tier := range chamberkueue.DefaultPriorityTiers {
 			objs = append(objs, chamberkueue.WorkloadPriorityClass(tier))
@@ -248,6 +273,11 @@ func setUpTeams(ctx context.Context, c client.Client, sc *Scenario, p Policy) ([
 			objs = append(objs, cq, chamberkueue.LocalQueue(t, t.Name))
 		}
 	case PolicyChamber:
+		// Idle reclaim on, its window and the checkpoint grace period in simulated
+		// time; fault isolation at its defaults.
+		pool.Spec.IdleReclaim = &chamber.IdleReclaimPolicy{Enabled: ptr.To(true),
+			Window: &metav1.Duration{Duration: max(simToWall(IdleReclaimWindow, sc.Speedup), 2*time.Second)}}
+		pool.Spec.Eviction = &chamber.EvictionPolicy{GracePeriod: &metav1.Duration{Duration: max(simToWall(EvictionGrace, sc.Speedup), 500*time.Millisecond)}}
 		objs = append(objs, pool)
 		for _, t := range teams {
 			objs = append(objs, t)
@@ -272,6 +302,7 @@ func startChamber(ctx context.Context, cp *controlplane.ControlPlane, sc *Scenar
 	cfg := controllers.DefaultConfig()
 	cfg.Inventory.Fleet.IdleThresholdPercent = float64(sc.IdleBelowPercent)
 	cfg.Inventory.Fleet.IdleWindow = 2 * time.Second
+	cfg.IdleReclaim.Interval = time.Second
 	if name, err := controllers.Setup(mgr, cfg); err != nil {
 		return fmt.Errorf("set up Chamber's controller %s: %w (a second Chamber run in one process registers its metrics twice)", name, err)
 	}
@@ -280,10 +311,14 @@ func startChamber(ctx context.Context, cp *controlplane.ControlPlane, sc *Scenar
 }
 
 // waitQueuesActive waits until every team's ClusterQueue is Active, so that no job
-// meets a queue Kueue does not serve yet.
+// meets a queue Kueue does not serve yet. Kueue v0.19 can leave a ClusterQueue
+// TopologyNotFound when its Topology was created while Kueue's topology controller was
+// still starting, until something changes the queue: a queue still inactive after a
+// few seconds gets an annotation, which makes Kueue look at it again.
 func waitQueuesActive(ctx context.Context, c client.Client, teams []*chamber.Team) error {
 	deadline := time.Now().Add(2 * time.Minute)
 	for _, t := range teams {
+		nudgeAt := time.Now().Add(3 * time.Second)
 		for {
 			var cq kueue.ClusterQueue
 			err := c.Get(ctx, client.ObjectKey{Name: t.Name}, &cq)
@@ -292,6 +327,12 @@ func waitQueuesActive(ctx context.Context, c client.Client, teams []*chamber.Tea
 			}
 			if time.Now().After(deadline) {
 				return fmt.Errorf("ClusterQueue %s not Active after 2 minutes (last error: %v; conditions: %v)", t.Name, err, cq.Status.Conditions)
+			}
+			if err == nil && time.Now().After(nudgeAt) {
+				patch := client.MergeFrom(cq.DeepCopy())
+				metav1.SetMetaDataAnnotation(&cq.ObjectMeta, "sim.chamber.dev/nudged", time.Now().Format(time.RFC3339Nano))
+				_ = c.Patch(ctx, &cq, patch)
+				nudgeAt = time.Now().Add(3 * time.Second)
 			}
 			select {
 			case <-ctx.Done():
@@ -364,6 +405,9 @@ func jobObject(j *Job, p Policy, sc *Scenario) *batchv1.Job {
 				}},
 				Spec: corev1.PodSpec{
 					RestartPolicy: corev1.RestartPolicyNever,
+					// A preempted or evicted pod is gone within a second (the API server's
+					// least grace period), not the default 30 s, hours of simulated time.
+					TerminationGracePeriodSeconds: ptr.To[int64](0),
 					Containers: []corev1.Container{{
 						Name: "train", Image: "sim.chamber.dev/train",
 						Resources: corev1.ResourceRequirements{
@@ -413,8 +457,21 @@ func injectFaults(ctx context.Context, c client.Client, sc *Scenario, nodes map[
 			}
 			n.repairGPU(gpu)
 			_ = setAllocatable(ctx, c, n.name, n.healthy())
+			clearIsolation(ctx, c, n.name)
 		})
 	}
+}
+
+// clearIsolation is the operator's word that a repaired node may return, given only
+// to a node Chamber isolated (it carries chamber.dev/isolated-at).
+func clearIsolation(ctx context.Context, c client.Client, node string) {
+	var n corev1.Node
+	if err := c.Get(ctx, client.ObjectKey{Name: node}, &n); err != nil || n.Annotations["chamber.dev/isolated-at"] == "" {
+		return
+	}
+	patch := client.MergeFrom(n.DeepCopy())
+	n.Annotations[isolationClearAnnotation] = "true"
+	_ = c.Patch(ctx, &n, patch)
 }
 
 // deletePod kills a pod at once, as a crashed container would end it; its Job

@@ -123,6 +123,8 @@ type Scenario struct {
 	MetricsAddr string
 	// Seed drives the fault injector.
 	Seed uint64
+	// KeepLogs keeps each control plane's component logs in OutDir/logs/<policy>.
+	KeepLogs bool
 	// Progress receives the progress lines; Log the component start-up lines.
 	Progress, Log io.Writer
 	// Describe is shown in the report: the trace, the slice, the command.

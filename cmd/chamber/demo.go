@@ -28,12 +28,12 @@ import (
 
 const demoModel = "NVIDIA-H100-80GB-HBM3"
 
-// runDemo starts the local control plane (kwok GPU nodes, kube-scheduler, Kueue) and
-// Chamber's controllers, describes a pool shared by two teams, and plays a contended
-// workload: one team borrows the other's idle GPUs, then the owner reclaims them and
-// the borrower's preempted jobs resume by themselves. It runs until Ctrl-C.
-func runDemo(args []string) error {
-	fs := flag.NewFlagSet("demo", flag.ExitOnError)
+// runBorrowDemo starts the local control plane (kwok GPU nodes, kube-scheduler, Kueue)
+// and Chamber's controllers, describes a pool shared by two teams, and plays a
+// contended workload: one team borrows the other's idle GPUs, then the owner reclaims
+// them and the borrower's preempted jobs resume by themselves. It runs until Ctrl-C.
+func runBorrowDemo(args []string) error {
+	fs := flag.NewFlagSet("borrow-demo", flag.ExitOnError)
 	nodes := fs.Int("nodes", 4, "simulated GPU nodes (8 H100 each), shared by two teams")
 	jobDuration := fs.Duration("job-duration", 45*time.Second, "how long each Job's pod runs")
 	metricsAddr := fs.String("metrics-bind-address", "127.0.0.1:8080", "where Chamber's controller serves /metrics")

@@ -10,8 +10,10 @@ import (
 const usage = `usage: chamber <command> [flags]
 
 commands:
-  demo    a local control plane with simulated GPU nodes, Kueue and Chamber, running a workload
-  sim     replay a GPU cluster trace under plain Kubernetes, Kueue and Kueue + Chamber, and report
+  demo         the simulator's short scenario (about 4 minutes): a slice of a real GPU trace
+               under plain Kubernetes, Kueue and Kueue + Chamber, and a report comparing them
+  sim          the full comparison (make bench); every parameter is a flag: chamber sim -h
+  borrow-demo  two teams share a pool: one borrows the other's idle GPUs, then gives them back
 `
 
 func main() {
@@ -25,6 +27,8 @@ func main() {
 		err = runDemo(os.Args[2:])
 	case "sim":
 		err = runSim(os.Args[2:])
+	case "borrow-demo":
+		err = runBorrowDemo(os.Args[2:])
 	case "-h", "--help", "help":
 		fmt.Print(usage)
 		return
