@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/go-logr/logr"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -17,6 +18,10 @@ import (
 	"chamber.dev/chamber/controllers"
 	"chamber.dev/chamber/test/controlplane"
 )
+
+// Config is the control plane's rest config once Main has started it, for tests
+// that need their own informers or watches.
+var Config *rest.Config
 
 // Main starts a full control plane (Kueue, kube-scheduler, kwok, Chamber's CRDs) and
 // every controller of controllers.Setup with cfg, runs the package's tests with a
@@ -55,5 +60,6 @@ func Main(m *testing.M, cfg controllers.Config, k8s *client.Client) int {
 		}
 	}()
 	*k8s = c
+	Config = cp.Config
 	return m.Run()
 }
