@@ -16,6 +16,7 @@ import (
 	"chamber.dev/chamber/controllers/admission"
 	"chamber.dev/chamber/controllers/idlereclaim"
 	"chamber.dev/chamber/controllers/inventory"
+	"chamber.dev/chamber/controllers/isolation"
 	"chamber.dev/chamber/controllers/pool"
 	"chamber.dev/chamber/controllers/team"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
@@ -33,6 +34,9 @@ type Config struct {
 	// evictions). AdmissionCheck off leaves Kueue's ClusterQueues without it.
 	Admission      admission.Options
 	AdmissionCheck bool
+	// Isolation configures fault isolation (zero fields take their defaults); its
+	// clock is Clock.
+	Isolation isolation.Options
 	// IdleReclaim configures idle reclaim (the policies are on pools and teams); its
 	// clock is Clock.
 	IdleReclaim idlereclaim.Options
@@ -72,6 +76,11 @@ var controllerList = []struct {
 		inv.Clock = cfg.Clock
 		_, err := inventory.Register(mgr, inv)
 		return err
+	}},
+	{"isolation", func(mgr ctrl.Manager, cfg Config) error {
+		opts := cfg.Isolation
+		opts.Clock = cfg.Clock
+		return isolation.Register(mgr, opts)
 	}},
 	{"idlereclaim", func(mgr ctrl.Manager, cfg Config) error {
 		opts := cfg.IdleReclaim

@@ -1,0 +1,847 @@
+// Package isolation runs Chamber's fault isolation. When a node agent reports a GPU
+// Unhealthy, the controller taints and cordons its node (or, at GPU level, holds the
+// failing GPUs), names the fault in a Node condition and an Event, and asks Chamber's
+// admission check to evict every Kueue workload on the node, so that Kueue requeues
+// them onto healthy hardware. A circuit breaker per pool and a rate limit bound what
+// it does; transient faults return the node after a run of healthy reports, hardware
+// faults stay until an operator clears them. Silence is never a fault: a node whose
+// agent stopped reporting is Unknown, and nothing is done to it.
+package isolation
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/flowcontrol"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+	utiltas "sigs.k8s.io/kueue/pkg/util/tas"
+
+	chamber "chamber.dev/chamber/api/v1alpha1"
+	"chamber.dev/chamber/controllers/admission"
+	"chamber.dev/chamber/fleet"
+	chamberkueue "chamber.dev/chamber/integrations/kueue"
+)
+
+// What the controller writes on Nodes and GPUPools.
+const (
+	// TaintKey is the NoSchedule taint on an isolated node; its value is the fault's
+	// reason (XID79, ECCDoubleBit, ...).
+	TaintKey = fleet.TaintGPUUnhealthy
+	// ConditionIsolated is the Node condition: True while Chamber isolates the node
+	// (reason: the fault), False once healthy again or while isolation is withheld
+	// (reasons DryRun, IsolationHalted), Unknown while the agent is silent.
+	ConditionIsolated corev1.NodeConditionType = "ChamberIsolated"
+	// ConditionIsolationHalted is the GPUPool condition of the circuit breaker: True
+	// while Chamber isolates nothing more in the pool.
+	ConditionIsolationHalted = "IsolationHalted"
+
+	// AnnotationIsolatedAt (RFC 3339) marks a node Chamber isolated, and when.
+	AnnotationIsolatedAt = "chamber.dev/isolated-at"
+	// AnnotationReason names the fault, e.g. "XID79 on GPU 3".
+	AnnotationReason = "chamber.dev/isolation-reason"
+	// AnnotationPersistent is "true" for a hardware fault, which only an operator
+	// clears; "false" for a transient one, which clears after healthy reports.
+	AnnotationPersistent = "chamber.dev/isolation-persistent"
+	// AnnotationLevel is the isolation level applied: Node or GPU.
+	AnnotationLevel = "chamber.dev/isolation-level"
+	// AnnotationGPUs lists the failing GPUs' indices, e.g. "3,5".
+	AnnotationGPUs = "chamber.dev/isolated-gpus"
+	// AnnotationTainted and AnnotationCordoned say that Chamber added the taint and
+	// set spec.unschedulable: only then does it take them off again, so a node an
+	// operator cordoned stays cordoned.
+	AnnotationTainted  = "chamber.dev/isolation-tainted"
+	AnnotationCordoned = "chamber.dev/isolation-cordoned"
+	// AnnotationHealthyReports counts the agent's healthy reports since the fault
+	// cleared: "N@<heartbeat time>".
+	AnnotationHealthyReports = "chamber.dev/isolation-healthy-reports"
+	// AnnotationClear, set to "true" on a node by an operator, ends its isolation
+	// (after a hardware fault was repaired). Chamber removes it.
+	AnnotationClear = "chamber.dev/isolation-clear"
+	// AnnotationBreakerReset, set to "true" on a GPUPool by an operator, closes the
+	// pool's circuit breaker. Chamber removes it.
+	AnnotationBreakerReset = "chamber.dev/isolation-breaker-reset"
+
+	// EvictionReason is the reason of the evictions Chamber asks for.
+	EvictionReason = "GPUFault"
+)
+
+// Node condition reasons besides the fault's own.
+const (
+	ReasonHealthy           = "Healthy"
+	ReasonRecovered         = "Recovered"
+	ReasonCleared           = "Cleared"
+	ReasonDryRun            = "DryRun"
+	ReasonIsolationHalted   = "IsolationHalted"
+	ReasonAgentNotReporting = "AgentNotReporting"
+)
+
+// Defaults of Options and of a pool's IsolationPolicy.
+const (
+	DefaultUnknownAfterHeartbeats = 3
+	DefaultRateLimit              = 1.0
+	DefaultRateBurst              = 10
+	DefaultMaxIsolatedPercent     = 50
+	DefaultBreakerWindow          = 5 * time.Minute
+	DefaultRecoveryReports        = 3
+	// defaultHeartbeat is assumed for agents that do not say theirs (the agent's default).
+	defaultHeartbeat = 30 * time.Second
+)
+
+// Options configures fault isolation; the pool's IsolationPolicy says the rest.
+type Options struct {
+	// UnknownAfterHeartbeats: a node whose agent has missed this many of its heartbeats
+	// is Unknown. Default 3.
+	UnknownAfterHeartbeats int
+	// RateLimit is how many nodes per second Chamber may isolate fleet-wide once Burst
+	// is spent. Default 1 per second, burst 10.
+	RateLimit float64
+	// RateBurst: see RateLimit.
+	RateBurst int
+	// EvictionGracePeriod is the checkpoint grace period of a workload evicted from
+	// failed hardware; it replaces the team's and tier's. Default 0: a GPU that fell
+	// off the bus cannot checkpoint, and a job left on a failing GPU may corrupt its run.
+	EvictionGracePeriod time.Duration
+	// HoldNamespace is where GPU-level isolation's hold pods live. Default kube-system.
+	HoldNamespace string
+	// Clock is the time source; the real clock when nil.
+	Clock clock.PassiveClock
+}
+
+// DefaultOptions are the options unless flags say otherwise.
+func DefaultOptions() Options {
+	return Options{UnknownAfterHeartbeats: DefaultUnknownAfterHeartbeats, RateLimit: DefaultRateLimit, RateBurst: DefaultRateBurst}
+}
+
+func (o Options) withDefaults() Options {
+	d := DefaultOptions()
+	if o.UnknownAfterHeartbeats <= 0 {
+		o.UnknownAfterHeartbeats = d.UnknownAfterHeartbeats
+	}
+	if o.RateLimit <= 0 {
+		o.RateLimit = d.RateLimit
+	}
+	if o.RateBurst <= 0 {
+		o.RateBurst = d.RateBurst
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	return o
+}
+
+// Controller isolates the nodes of failing GPUs. It reconciles Nodes, one at a time,
+// so that the circuit breaker counts every isolation it makes.
+type Controller struct {
+	client client.Client
+	// reader reads what the cache does not hold: pods by node, a pod owner's owner.
+	reader   client.Reader
+	recorder events.EventRecorder
+	opts     Options
+	limiter  flowcontrol.PassiveRateLimiter
+
+	mu sync.Mutex
+	// isolated is when this process isolated each node, by pool: the breaker counts
+	// them before the cache shows the node's annotation.
+	isolated map[string]map[string]time.Time
+	// unknown is the pool of each node whose agent is silent, for the gauge.
+	unknown map[string]string
+	// breakers is each pool's breaker as this process last set it, ahead of the cache.
+	breakers map[string]bool
+	// asked is when this process asked for each workload's eviction: the cache may
+	// not show the request yet when the next report comes.
+	asked map[types.UID]time.Time
+}
+
+// New returns a controller; Register adds one to a manager.
+func New(c client.Client, reader client.Reader, recorder events.EventRecorder, opts Options) *Controller {
+	opts = opts.withDefaults()
+	return &Controller{
+		client: c, reader: reader, recorder: recorder, opts: opts,
+		limiter:  flowcontrol.NewTokenBucketPassiveRateLimiterWithClock(float32(opts.RateLimit), opts.RateBurst, opts.Clock),
+		isolated: map[string]map[string]time.Time{},
+		unknown:  map[string]string{},
+		breakers: map[string]bool{},
+		asked:    map[types.UID]time.Time{},
+	}
+}
+
+// Register adds the controller to the manager.
+func Register(mgr ctrl.Manager, opts Options) error {
+	c := New(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetEventRecorder("chamber-isolation"), opts)
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("isolation").
+		For(&corev1.Node{}, builder.WithPredicates(predicate.Funcs{
+			// kwok and kubelet heartbeats change node status only; isolation cares about
+			// what people and Chamber change.
+			UpdateFunc: func(e event.UpdateEvent) bool {
+				return nodeSignature(e.ObjectOld.(*corev1.Node)) != nodeSignature(e.ObjectNew.(*corev1.Node))
+			},
+		})).
+		// Every agent report counts: recovery counts healthy reports.
+		Watches(&chamber.GPUNode{}, handler.EnqueueRequestsFromMapFunc(sameName)).
+		Watches(&chamber.GPUPool{}, handler.EnqueueRequestsFromMapFunc(c.poolNodes), builder.WithPredicates(predicate.Or(
+			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
+		Complete(reconcile.AsReconciler(mgr.GetClient(), c))
+}
+
+func sameName(_ context.Context, obj client.Object) []reconcile.Request {
+	return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: obj.GetName()}}}
+}
+
+func (c *Controller) poolNodes(ctx context.Context, obj client.Object) []reconcile.Request {
+	var nodes corev1.NodeList
+	if err := c.client.List(ctx, &nodes, client.MatchingLabels(obj.(*chamber.GPUPool).Spec.NodeLabels)); err != nil {
+		return nil
+	}
+	var reqs []reconcile.Request
+	for i := range nodes.Items {
+		if gpuCapacity(&nodes.Items[i]) > 0 {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKey{Name: nodes.Items[i].Name}})
+		}
+	}
+	return reqs
+}
+
+// nodeSignature is what of a node the controller acts on.
+func nodeSignature(n *corev1.Node) string {
+	capacity := n.Status.Capacity[chamberkueue.ResourceGPU]
+	return fmt.Sprintf("%v|%v|%v|%t|%s", n.Labels, n.Annotations, n.Spec.Taints, n.Spec.Unschedulable, capacity.String())
+}
+
+func gpuCapacity(n *corev1.Node) int64 {
+	q := n.Status.Capacity[chamberkueue.ResourceGPU]
+	return q.Value()
+}
+
+// Reconcile isolates the node when its agent reports a GPU Unhealthy, and brings it
+// back when the policy allows.
+func (c *Controller) Reconcile(ctx context.Context, node *corev1.Node) (reconcile.Result, error) {
+	if gpuCapacity(node) == 0 {
+		return reconcile.Result{}, nil
+	}
+	now := c.opts.Clock.Now()
+	pool, err := c.poolOf(ctx, node)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if pool == nil {
+		// Chamber manages the capacity of pool nodes only.
+		c.setUnknown(node.Name, "", false)
+		return reconcile.Result{}, nil
+	}
+	if pool.Annotations[AnnotationBreakerReset] == "true" {
+		if err := c.resetBreaker(ctx, pool); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	breakerOpen.WithLabelValues(pool.Name).Set(map[bool]float64{true: 1}[c.halted(pool)])
+	var agent chamber.GPUNode
+	switch err := c.client.Get(ctx, client.ObjectKey{Name: node.Name}, &agent); {
+	case apierrors.IsNotFound(err):
+		agentOrNil := (*chamber.GPUNode)(nil)
+		return c.reconcileReport(ctx, node, pool, readReport(agentOrNil, now, c.opts.UnknownAfterHeartbeats), now)
+	case err != nil:
+		return reconcile.Result{}, fmt.Errorf("get GPUNode %s: %w", node.Name, err)
+	}
+	return c.reconcileReport(ctx, node, pool, readReport(&agent, now, c.opts.UnknownAfterHeartbeats), now)
+}
+
+func (c *Controller) reconcileReport(ctx context.Context, node *corev1.Node, pool *chamber.GPUPool, rep report, now time.Time) (reconcile.Result, error) {
+	c.setUnknown(node.Name, pool.Name, rep.health == chamber.GPUUnknown && rep.hasAgent)
+	policy := policyOf(pool)
+	var res reconcile.Result
+	var err error
+	switch {
+	case node.Annotations[AnnotationIsolatedAt] != "":
+		res, err = c.reconcileIsolated(ctx, node, pool, policy, rep, now)
+	case rep.health == chamber.GPUUnhealthy:
+		res, err = c.isolate(ctx, node, pool, policy, rep, now)
+	case rep.health == chamber.GPUUnknown && rep.hasAgent:
+		err = c.setCondition(ctx, node, corev1.ConditionUnknown, rep.unknownReason, rep.unknownMessage, corev1.EventTypeWarning)
+	case returned(node):
+		// Recovered or Cleared says more than Healthy; it stays until the next change.
+	default:
+		err = c.setCondition(ctx, node, corev1.ConditionFalse, ReasonHealthy, "the node agent reports every GPU usable", corev1.EventTypeNormal)
+	}
+	if apierrors.IsConflict(err) {
+		// The cache had not caught up with the node: read it again shortly.
+		return reconcile.Result{RequeueAfter: 100 * time.Millisecond}, nil
+	}
+	if err != nil {
+		return reconcile.Result{}, fmt.Errorf("node %s: %w", node.Name, err)
+	}
+	// Look again when the agent's report goes stale: no write tells that it stopped.
+	if rep.health != chamber.GPUUnknown && !rep.staleAt.IsZero() {
+		if d := rep.staleAt.Sub(now) + 100*time.Millisecond; res.RequeueAfter == 0 || d < res.RequeueAfter {
+			res.RequeueAfter = d
+		}
+	}
+	return res, nil
+}
+
+// returned: the node's condition says it came back from an isolation.
+func returned(node *corev1.Node) bool {
+	for _, c := range node.Status.Conditions {
+		if c.Type == ConditionIsolated {
+			return c.Status == corev1.ConditionFalse && (c.Reason == ReasonRecovered || c.Reason == ReasonCleared)
+		}
+	}
+	return false
+}
+
+// isolate takes a node with Unhealthy GPUs out of service, within the dry run, the
+// breaker and the rate limit.
+func (c *Controller) isolate(ctx context.Context, node *corev1.Node, pool *chamber.GPUPool, policy chamber.IsolationPolicy, rep report, now time.Time) (reconcile.Result, error) {
+	what := rep.describe()
+	if policy.DryRun {
+		if changed, err := c.setConditionChanged(ctx, node, corev1.ConditionFalse, ReasonDryRun, "would isolate: "+what); err != nil || !changed {
+			return reconcile.Result{}, err
+		}
+		wls, err := c.workloadsOn(ctx, node.Name, nil)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		c.recorder.Eventf(node, nil, corev1.EventTypeWarning, "WouldIsolate", "Isolate",
+			"dry run: would %s and evict %d workloads %v: %s", levelAction(policy.Level), len(wls), names(wls), what)
+		dryRuns.WithLabelValues(pool.Name, rep.primary().reason).Inc()
+		return reconcile.Result{}, nil
+	}
+	if c.halted(pool) {
+		return reconcile.Result{}, c.withhold(ctx, node, pool, what)
+	}
+	count, total, err := c.isolatedInWindow(ctx, pool, policy, now)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if limit := breakerLimit(policy, total); count+1 > limit {
+		msg := fmt.Sprintf("%d of the pool's %d nodes were isolated within %s, the most the breaker allows (%d%%); node %s (%s) is not isolated. Repair the fleet, then set %s=true on the pool",
+			count, total, breakerWindow(policy), maxIsolatedPercent(policy), node.Name, what, AnnotationBreakerReset)
+		if err := c.openBreaker(ctx, pool, msg); err != nil {
+			return reconcile.Result{}, err
+		}
+		return reconcile.Result{}, c.withhold(ctx, node, pool, what)
+	}
+	if !c.limiter.TryAccept() {
+		rateLimited.Inc()
+		return reconcile.Result{RequeueAfter: time.Duration(float64(time.Second) / c.opts.RateLimit)}, nil
+	}
+
+	level := policy.Level
+	if level == "" {
+		level = chamber.IsolateNode
+	}
+	if err := c.patchIsolated(ctx, node, rep, level, now); err != nil {
+		return reconcile.Result{}, err
+	}
+	c.remember(pool.Name, node.Name, now)
+	primary := rep.primary()
+	isolations.WithLabelValues(pool.Name, string(level), primary.reason).Inc()
+	c.recorder.Eventf(node, nil, corev1.EventTypeWarning, "Isolated", "Isolate", "%s: %s", levelAction(level), what)
+	if err := c.setCondition(ctx, node, corev1.ConditionTrue, primary.reason, isolatedMessage(rep, level), ""); err != nil {
+		return reconcile.Result{}, err
+	}
+	if level == chamber.IsolateGPU {
+		if err := c.holdGPUs(ctx, node, rep.failingGPUs()); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	return reconcile.Result{}, c.evict(ctx, node, pool, rep, level, now)
+}
+
+// withhold records that a node would have been isolated but the breaker is open.
+func (c *Controller) withhold(ctx context.Context, node *corev1.Node, pool *chamber.GPUPool, what string) error {
+	changed, err := c.setConditionChanged(ctx, node, corev1.ConditionFalse, ReasonIsolationHalted,
+		fmt.Sprintf("not isolated: the circuit breaker of pool %s is open (%s)", pool.Name, what))
+	if changed {
+		withheld.WithLabelValues(pool.Name).Inc()
+		c.recorder.Eventf(node, pool, corev1.EventTypeWarning, "IsolationHalted", "Isolate",
+			"not isolated, the circuit breaker of pool %s is open: %s", pool.Name, what)
+	}
+	return err
+}
+
+// reconcileIsolated handles a node Chamber isolated: an operator's clear, recovery
+// from a transient fault, workloads still on it.
+func (c *Controller) reconcileIsolated(ctx context.Context, node *corev1.Node, pool *chamber.GPUPool, policy chamber.IsolationPolicy, rep report, now time.Time) (reconcile.Result, error) {
+	if node.Annotations[AnnotationClear] == "true" {
+		return reconcile.Result{}, c.release(ctx, node, pool, ReasonCleared, "an operator cleared the isolation ("+AnnotationClear+")")
+	}
+	persistent := node.Annotations[AnnotationPersistent] == "true"
+	level := chamber.IsolationLevel(node.Annotations[AnnotationLevel])
+	switch rep.health {
+	case chamber.GPUUnhealthy:
+		// Still failing: the healthy run starts again, a new hardware fault makes the
+		// isolation persistent, and any workload still there is evicted.
+		want := map[string]any{AnnotationHealthyReports: nil}
+		if rep.persistent() && !persistent {
+			want[AnnotationPersistent] = "true"
+			want[AnnotationReason] = rep.describe()
+		}
+		if level == chamber.IsolateGPU {
+			gpus := rep.failingGPUs()
+			want[AnnotationGPUs] = joinInts(gpus)
+			if err := c.holdGPUs(ctx, node, gpus); err != nil {
+				return reconcile.Result{}, err
+			}
+		}
+		if err := c.annotate(ctx, node, want); err != nil {
+			return reconcile.Result{}, err
+		}
+		return reconcile.Result{}, c.evict(ctx, node, pool, rep, level, now)
+	case chamber.GPUUnknown:
+		// Silence neither isolates nor recovers.
+		return reconcile.Result{}, nil
+	}
+	if persistent {
+		return reconcile.Result{}, nil
+	}
+	// A transient fault: count the agent's healthy reports, each heartbeat once.
+	n, last := parseHealthyReports(node.Annotations[AnnotationHealthyReports])
+	if !rep.heartbeat.After(last) {
+		return reconcile.Result{}, nil
+	}
+	n++
+	if n >= recoveryReports(policy) {
+		return reconcile.Result{}, c.release(ctx, node, pool, ReasonRecovered,
+			fmt.Sprintf("the transient fault cleared: %d healthy reports in a row", n))
+	}
+	return reconcile.Result{}, c.annotate(ctx, node, map[string]any{
+		AnnotationHealthyReports: strconv.Itoa(n) + "@" + rep.heartbeat.UTC().Format(time.RFC3339Nano),
+	})
+}
+
+// patchIsolated taints and cordons the node (Node level) and records the isolation
+// in its annotations, in one write.
+func (c *Controller) patchIsolated(ctx context.Context, node *corev1.Node, rep report, level chamber.IsolationLevel, now time.Time) error {
+	primary := rep.primary()
+	return c.updateNode(ctx, node.Name, func(n *corev1.Node) {
+		if n.Annotations == nil {
+			n.Annotations = map[string]string{}
+		}
+		n.Annotations[AnnotationIsolatedAt] = now.UTC().Format(time.RFC3339)
+		n.Annotations[AnnotationReason] = rep.describe()
+		n.Annotations[AnnotationPersistent] = strconv.FormatBool(rep.persistent())
+		n.Annotations[AnnotationLevel] = string(level)
+		n.Annotations[AnnotationGPUs] = joinInts(rep.failingGPUs())
+		delete(n.Annotations, AnnotationHealthyReports)
+		delete(n.Annotations, AnnotationClear)
+		if level != chamber.IsolateNode {
+			return
+		}
+		if !slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == TaintKey }) {
+			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: TaintKey, Value: primary.reason, Effect: corev1.TaintEffectNoSchedule,
+				TimeAdded: &metav1.Time{Time: now}})
+			n.Annotations[AnnotationTainted] = "true"
+		}
+		if !n.Spec.Unschedulable {
+			n.Spec.Unschedulable = true
+			n.Annotations[AnnotationCordoned] = "true"
+		}
+	})
+}
+
+// release ends an isolation: it takes off only the taint and cordon Chamber set.
+// The condition is written first: a reconcile that sees the annotations gone then
+// sees it too (one watch delivers both in order).
+func (c *Controller) release(ctx context.Context, node *corev1.Node, pool *chamber.GPUPool, reason, msg string) error {
+	if err := c.setCondition(ctx, node, corev1.ConditionFalse, reason, msg, ""); err != nil {
+		return err
+	}
+	err := c.updateNode(ctx, node.Name, func(n *corev1.Node) {
+		if n.Annotations[AnnotationTainted] == "true" {
+			n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == TaintKey })
+		}
+		if n.Annotations[AnnotationCordoned] == "true" {
+			n.Spec.Unschedulable = false
+		}
+		for _, k := range []string{AnnotationIsolatedAt, AnnotationReason, AnnotationPersistent, AnnotationLevel, AnnotationGPUs,
+			AnnotationTainted, AnnotationCordoned, AnnotationHealthyReports, AnnotationClear} {
+			delete(n.Annotations, k)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	if err := c.releaseGPUs(ctx, node.Name); err != nil {
+		return err
+	}
+	recoveries.WithLabelValues(pool.Name, reason).Inc()
+	c.recorder.Eventf(node, nil, corev1.EventTypeNormal, reason, "Release", "back in service: %s", msg)
+	return nil
+}
+
+// updateNode applies change to the node and writes it with optimistic locking, so a
+// concurrent change by someone else is never overwritten.
+func (c *Controller) updateNode(ctx context.Context, name string, change func(*corev1.Node)) error {
+	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		var n corev1.Node
+		if err := c.client.Get(ctx, client.ObjectKey{Name: name}, &n); err != nil {
+			return err
+		}
+		orig := n.DeepCopy()
+		change(&n)
+		return c.client.Patch(ctx, &n, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+	})
+	if err != nil {
+		return fmt.Errorf("update node %s: %w", name, err)
+	}
+	return nil
+}
+
+// annotate sets (string) or removes (nil) annotations, where they differ. The write
+// fails with a conflict when the node read is stale (the cache may not show
+// Chamber's own last write yet), so a count is never taken from an old value.
+func (c *Controller) annotate(ctx context.Context, node *corev1.Node, want map[string]any) error {
+	orig := node.DeepCopy()
+	changed := false
+	for k, v := range want {
+		have, ok := node.Annotations[k]
+		switch v := v.(type) {
+		case string:
+			if !ok || v != have {
+				if node.Annotations == nil {
+					node.Annotations = map[string]string{}
+				}
+				node.Annotations[k], changed = v, true
+			}
+		default:
+			if ok {
+				delete(node.Annotations, k)
+				changed = true
+			}
+		}
+	}
+	if !changed {
+		return nil
+	}
+	if err := c.client.Patch(ctx, node, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("annotate node %s: %w", node.Name, err)
+	}
+	return nil
+}
+
+// setCondition sets the node's ChamberIsolated condition where it differs, and
+// records a transition as an Event of eventType (none when empty). A healthy node
+// that never had the condition is left without one.
+func (c *Controller) setCondition(ctx context.Context, node *corev1.Node, status corev1.ConditionStatus, reason, msg, eventType string) error {
+	changed, err := c.setConditionChanged(ctx, node, status, reason, msg)
+	if err == nil && changed && eventType != "" {
+		c.recorder.Eventf(node, nil, eventType, reason, "Observe", "%s", msg)
+	}
+	return err
+}
+
+func (c *Controller) setConditionChanged(ctx context.Context, node *corev1.Node, status corev1.ConditionStatus, reason, msg string) (bool, error) {
+	var have *corev1.NodeCondition
+	for i := range node.Status.Conditions {
+		if node.Status.Conditions[i].Type == ConditionIsolated {
+			have = &node.Status.Conditions[i]
+		}
+	}
+	if have == nil && reason == ReasonHealthy {
+		return false, nil
+	}
+	if have != nil && have.Status == status && have.Reason == reason && have.Message == msg {
+		return false, nil
+	}
+	now := metav1.NewTime(c.opts.Clock.Now())
+	cond := corev1.NodeCondition{Type: ConditionIsolated, Status: status, Reason: reason, Message: msg, LastHeartbeatTime: now, LastTransitionTime: now}
+	if have != nil && have.Status == status {
+		cond.LastTransitionTime = have.LastTransitionTime
+	}
+	// A strategic merge patch keyed by type leaves the other conditions (the kubelet's,
+	// kwok's, the agent's GPUHealthy) alone.
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.NodeCondition{cond}}})
+	if err != nil {
+		return false, err
+	}
+	if err := c.client.Status().Patch(ctx, node, client.RawPatch(types.StrategicMergePatchType, patch)); err != nil {
+		return false, fmt.Errorf("set condition %s: %w", ConditionIsolated, err)
+	}
+	return true, nil
+}
+
+// evict asks Chamber's admission check to evict every admitted workload with pods on
+// the node (at GPU level, those on the failing GPUs where the agent says which).
+func (c *Controller) evict(ctx context.Context, node *corev1.Node, pool *chamber.GPUPool, rep report, level chamber.IsolationLevel, now time.Time) error {
+	var only map[types.NamespacedName]bool
+	if level == chamber.IsolateGPU {
+		only = rep.podsOnFailingGPUs()
+	}
+	wls, err := c.workloadsOn(ctx, node.Name, only)
+	if err != nil {
+		return err
+	}
+	grace := c.opts.EvictionGracePeriod
+	var asked []*kueue.Workload
+	for _, wl := range wls {
+		if have, ok := admission.RequestedEviction(wl); (ok && have.Reason == EvictionReason) || c.askedRecently(wl.UID, now) {
+			continue
+		}
+		msg := fmt.Sprintf("evicted from node %s, isolated for a GPU fault (%s); Kueue requeues it onto healthy GPUs", node.Name, rep.describe())
+		if err := admission.RequestEviction(ctx, c.client, wl, admission.Eviction{Reason: EvictionReason, Message: msg, RequestedAt: now, GracePeriod: &grace}); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			return err
+		}
+		c.rememberAsked(wl.UID, now)
+		asked = append(asked, wl)
+	}
+	if len(asked) > 0 {
+		evictions.WithLabelValues(pool.Name).Add(float64(len(asked)))
+		c.recorder.Eventf(node, nil, corev1.EventTypeWarning, "EvictionRequested", "Evict",
+			"asked Kueue to evict and requeue %d workloads: %v", len(asked), names(asked))
+	}
+	return nil
+}
+
+// askAgain is how long an eviction request is not repeated: the admission controller
+// clears a request once Kueue evicted the workload, which by then has left the node.
+const askAgain = time.Minute
+
+func (c *Controller) askedRecently(uid types.UID, now time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	at, ok := c.asked[uid]
+	return ok && now.Sub(at) < askAgain
+}
+
+func (c *Controller) rememberAsked(uid types.UID, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, at := range c.asked {
+		if now.Sub(at) >= askAgain {
+			delete(c.asked, k)
+		}
+	}
+	c.asked[uid] = now
+}
+
+// workloadsOn finds the admitted, unfinished Kueue workloads with pods bound to the
+// node, or placed on it by topology-aware scheduling. only, when set, keeps the
+// workloads of those pods (GPU level, where the agent names each GPU's pod).
+func (c *Controller) workloadsOn(ctx context.Context, nodeName string, only map[types.NamespacedName]bool) ([]*kueue.Workload, error) {
+	var pods corev1.PodList
+	// The cache holds no index by node; the API server answers this field selector,
+	// and isolations are rare.
+	if err := c.reader.List(ctx, &pods, client.MatchingFields{"spec.nodeName": nodeName}); err != nil {
+		return nil, fmt.Errorf("list pods on node %s: %w", nodeName, err)
+	}
+	found := map[types.NamespacedName]*kueue.Workload{}
+	byNamespace := map[string][]kueue.Workload{}
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		// A terminating pod is on its way out: its workload was evicted, and may
+		// already run elsewhere.
+		if pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		if only != nil && !only[client.ObjectKeyFromObject(pod)] {
+			continue
+		}
+		wls, ok := byNamespace[pod.Namespace]
+		if !ok {
+			var list kueue.WorkloadList
+			if err := c.client.List(ctx, &list, client.InNamespace(pod.Namespace)); err != nil {
+				return nil, fmt.Errorf("list workloads in %s: %w", pod.Namespace, err)
+			}
+			wls = list.Items
+			byNamespace[pod.Namespace] = wls
+		}
+		if wl := c.workloadOf(ctx, pod, wls); wl != nil && running(wl) {
+			found[client.ObjectKeyFromObject(wl)] = wl
+		}
+	}
+	if only == nil {
+		// Pods of a workload TAS placed on the node may not be bound yet.
+		var all kueue.WorkloadList
+		if err := c.client.List(ctx, &all); err != nil {
+			return nil, fmt.Errorf("list workloads: %w", err)
+		}
+		for i := range all.Items {
+			wl := &all.Items[i]
+			if running(wl) && utiltas.HasTASAssignmentOnNode(wl.Status.Admission, nodeName) {
+				found[client.ObjectKeyFromObject(wl)] = wl
+			}
+		}
+	}
+	out := make([]*kueue.Workload, 0, len(found))
+	for _, wl := range found {
+		out = append(out, wl)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		return out[i].Namespace+"/"+out[i].Name < out[j].Namespace+"/"+out[j].Name
+	})
+	return out, nil
+}
+
+// workloadOf finds the pod's workload: Kueue's Workload is owned by the job object
+// (a Job), which owns the pod, or by the pod's owner's owner (a JobSet's Jobs), or
+// by the pod itself (plain pods).
+func (c *Controller) workloadOf(ctx context.Context, pod *corev1.Pod, wls []kueue.Workload) *kueue.Workload {
+	owned := func(uid types.UID) *kueue.Workload {
+		for i := range wls {
+			for _, ref := range wls[i].OwnerReferences {
+				if ref.UID == uid {
+					return &wls[i]
+				}
+			}
+		}
+		return nil
+	}
+	if wl := owned(pod.UID); wl != nil {
+		return wl
+	}
+	owner := metav1.GetControllerOf(pod)
+	if owner == nil {
+		return nil
+	}
+	if wl := owned(owner.UID); wl != nil {
+		return wl
+	}
+	meta := &metav1.PartialObjectMetadata{}
+	meta.SetGroupVersionKind(schemaGVK(owner))
+	if err := c.reader.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: owner.Name}, meta); err != nil {
+		return nil
+	}
+	if up := metav1.GetControllerOf(meta); up != nil {
+		return owned(up.UID)
+	}
+	return nil
+}
+
+// running: Kueue reserved quota for it and it has not finished.
+func running(wl *kueue.Workload) bool {
+	return apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadQuotaReserved) &&
+		!apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadFinished)
+}
+
+// poolOf is the pool whose node labels the node has; the most specific wins, then
+// the first by name (as in the fleet inventory).
+func (c *Controller) poolOf(ctx context.Context, node *corev1.Node) (*chamber.GPUPool, error) {
+	var pools chamber.GPUPoolList
+	if err := c.client.List(ctx, &pools); err != nil {
+		return nil, fmt.Errorf("list GPUPools: %w", err)
+	}
+	var best *chamber.GPUPool
+	for i := range pools.Items {
+		p := &pools.Items[i]
+		if !labels.SelectorFromSet(p.Spec.NodeLabels).Matches(labels.Set(node.Labels)) {
+			continue
+		}
+		if best == nil || len(p.Spec.NodeLabels) > len(best.Spec.NodeLabels) ||
+			(len(p.Spec.NodeLabels) == len(best.Spec.NodeLabels) && p.Name < best.Name) {
+			best = p
+		}
+	}
+	return best, nil
+}
+
+// levelAction says what an isolation level does, for Events.
+func levelAction(level chamber.IsolationLevel) string {
+	if level == chamber.IsolateGPU {
+		return "hold the failing GPUs"
+	}
+	return "taint " + TaintKey + ":NoSchedule and cordon the node"
+}
+
+func isolatedMessage(rep report, level chamber.IsolationLevel) string {
+	clears := fmt.Sprintf("a transient fault: it returns after healthy reports, or when an operator sets %s=true", AnnotationClear)
+	if rep.persistent() {
+		clears = fmt.Sprintf("a hardware fault: it stays isolated until an operator sets %s=true", AnnotationClear)
+	}
+	return fmt.Sprintf("%s (%s level); %s", rep.describe(), level, clears)
+}
+
+func names(wls []*kueue.Workload) []string {
+	out := make([]string, len(wls))
+	for i, wl := range wls {
+		out[i] = wl.Namespace + "/" + wl.Name
+	}
+	return out
+}
+
+func joinInts(xs []int) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, ",")
+}
+
+func parseHealthyReports(s string) (int, time.Time) {
+	count, at, ok := strings.Cut(s, "@")
+	if !ok {
+		return 0, time.Time{}
+	}
+	n, err := strconv.Atoi(count)
+	if err != nil {
+		return 0, time.Time{}
+	}
+	t, err := time.Parse(time.RFC3339Nano, at)
+	if err != nil {
+		return 0, time.Time{}
+	}
+	return n, t
+}
+
+// Policy values, with defaults.
+
+func policyOf(pool *chamber.GPUPool) chamber.IsolationPolicy {
+	if pool.Spec.Isolation == nil {
+		return chamber.IsolationPolicy{}
+	}
+	return *pool.Spec.Isolation
+}
+
+func maxIsolatedPercent(p chamber.IsolationPolicy) int32 {
+	if p.MaxIsolatedPercent == nil {
+		return DefaultMaxIsolatedPercent
+	}
+	return *p.MaxIsolatedPercent
+}
+
+func breakerWindow(p chamber.IsolationPolicy) time.Duration {
+	if p.BreakerWindow == nil {
+		return DefaultBreakerWindow
+	}
+	return p.BreakerWindow.Duration
+}
+
+func recoveryReports(p chamber.IsolationPolicy) int {
+	if p.RecoveryReports == nil {
+		return DefaultRecoveryReports
+	}
+	return int(*p.RecoveryReports)
+}
+
+// breakerLimit is how many of total nodes may be isolated within the window: the
+// percentage rounded down, but at least one, so a small pool can isolate a node.
+func breakerLimit(p chamber.IsolationPolicy, total int) int {
+	return max(1, int(math.Floor(float64(maxIsolatedPercent(p))*float64(total)/100)))
+}

@@ -1,0 +1,100 @@
+package isolation
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	chamberkueue "chamber.dev/chamber/integrations/kueue"
+)
+
+// GPU-level isolation takes the failing GPUs out of the node's capacity with a "GPU
+// hold" pod bound to the node: it requests as many nvidia.com/gpu as the node has
+// failing GPUs, so kube-scheduler and Kueue's topology-aware scheduling (which counts
+// pods it did not admit as usage) place nothing on them. On a real node the device
+// plugin, not Chamber, picks which GPUs the hold pod gets: unless the plugin itself
+// withholds the failing ones, it may get healthy ones. That is why Node level is
+// the default.
+const (
+	// LabelGPUHold marks Chamber's GPU hold pods; its value is the node's name.
+	LabelGPUHold = "chamber.dev/gpu-hold"
+	// DefaultHoldNamespace is where the hold pods live unless Options say otherwise.
+	DefaultHoldNamespace = "kube-system"
+	// holdImage is the pause image: the hold pod runs nothing.
+	holdImage = "registry.k8s.io/pause:3.10"
+)
+
+func holdPodName(node string) string { return "chamber-gpu-hold-" + node }
+
+func (c *Controller) holdNamespace() string {
+	if c.opts.HoldNamespace != "" {
+		return c.opts.HoldNamespace
+	}
+	return DefaultHoldNamespace
+}
+
+// holdGPUs makes the node's hold pod request len(gpus) GPUs. A pod's requests cannot
+// change, so a hold of another size is replaced.
+func (c *Controller) holdGPUs(ctx context.Context, node *corev1.Node, gpus []int) error {
+	key := client.ObjectKey{Namespace: c.holdNamespace(), Name: holdPodName(node.Name)}
+	var have corev1.Pod
+	err := c.reader.Get(ctx, key, &have)
+	switch {
+	case err == nil:
+		q := have.Spec.Containers[0].Resources.Limits[chamberkueue.ResourceGPU]
+		if q.Value() == int64(len(gpus)) && have.DeletionTimestamp == nil {
+			return nil
+		}
+		if err := c.client.Delete(ctx, &have, client.GracePeriodSeconds(0)); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("replace GPU hold pod of node %s: %w", node.Name, err)
+		}
+	case !apierrors.IsNotFound(err):
+		return fmt.Errorf("get GPU hold pod of node %s: %w", node.Name, err)
+	}
+	if len(gpus) == 0 {
+		return nil
+	}
+	gpuQty := *resource.NewQuantity(int64(len(gpus)), resource.DecimalSI)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: key.Namespace, Name: key.Name,
+			Labels:      map[string]string{LabelGPUHold: node.Name, "app.kubernetes.io/managed-by": "chamber"},
+			Annotations: map[string]string{AnnotationGPUs: joinInts(gpus)},
+			// The node owns its hold: deleting the node deletes it.
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID}},
+		},
+		Spec: corev1.PodSpec{
+			NodeName:                      node.Name,
+			Tolerations:                   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+			TerminationGracePeriodSeconds: ptr.To[int64](0),
+			AutomountServiceAccountToken:  ptr.To(false),
+			Containers: []corev1.Container{{
+				Name:  "hold",
+				Image: holdImage,
+				Resources: corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{chamberkueue.ResourceGPU: gpuQty},
+					Limits:   corev1.ResourceList{chamberkueue.ResourceGPU: gpuQty},
+				},
+			}},
+		},
+	}
+	if err := c.client.Create(ctx, pod); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create GPU hold pod of node %s: %w", node.Name, err)
+	}
+	return nil
+}
+
+// releaseGPUs deletes the node's hold pod, if any.
+func (c *Controller) releaseGPUs(ctx context.Context, node string) error {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: c.holdNamespace(), Name: holdPodName(node)}}
+	if err := c.client.Delete(ctx, pod, client.GracePeriodSeconds(0)); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete GPU hold pod of node %s: %w", node, err)
+	}
+	return nil
+}

@@ -1,0 +1,578 @@
+package isolation_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/onsi/gomega"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	utilclock "k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+	testingjob "sigs.k8s.io/kueue/pkg/util/testingjobs/job"
+
+	"chamber.dev/chamber/agent"
+	chamber "chamber.dev/chamber/api/v1alpha1"
+	"chamber.dev/chamber/controllers"
+	"chamber.dev/chamber/controllers/admission"
+	"chamber.dev/chamber/controllers/controllertest"
+	"chamber.dev/chamber/controllers/isolation"
+	"chamber.dev/chamber/healthcheck"
+	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/test/controlplane"
+)
+
+const h100 = "NVIDIA-H100-80GB-HBM3"
+
+var k8s client.Client
+
+// TestMain runs one control plane (Kueue, kube-scheduler, kwok) and Chamber's
+// controllers in-process, isolation among them, on the real clock: node agents run
+// on the real clock, and their heartbeats decide what is stale. Each test has a pool,
+// nodes, a team and a namespace of its own.
+func TestMain(m *testing.M) {
+	os.Exit(controllertest.Main(m, controllers.DefaultConfig(), &k8s))
+}
+
+func newG(t *testing.T) *gomega.WithT {
+	g := gomega.NewWithT(t)
+	g.SetDefaultEventuallyTimeout(2 * time.Minute)
+	g.SetDefaultEventuallyPollingInterval(100 * time.Millisecond)
+	return g
+}
+
+func create(t *testing.T, obj client.Object) {
+	t.Helper()
+	if err := k8s.Create(context.Background(), obj); err != nil {
+		t.Fatalf("create %T %s: %v", obj, obj.GetName(), err)
+	}
+}
+
+func poolLabels(pool string) map[string]string {
+	return map[string]string{"chamber.dev/test-pool": pool}
+}
+
+// fixture creates a pool with the isolation policy and a team of the same name with
+// a namespace and gpus H100s of quota.
+func fixture(t *testing.T, pool string, policy *chamber.IsolationPolicy, gpus int) {
+	t.Helper()
+	create(t, &chamber.GPUPool{ObjectMeta: metav1.ObjectMeta{Name: pool}, Spec: chamber.GPUPoolSpec{NodeLabels: poolLabels(pool), Isolation: policy}})
+	create(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: pool}})
+	create(t, &chamber.Team{
+		ObjectMeta: metav1.ObjectMeta{Name: pool},
+		Spec:       chamber.TeamSpec{Pool: pool, Namespaces: []string{pool}, Quotas: []chamber.TeamQuota{{Model: h100, GPUs: int32(gpus)}}},
+	})
+}
+
+// nodes creates kwok nodes of 8 H100s in the pool.
+func nodes(t *testing.T, pool string, names ...string) {
+	t.Helper()
+	var gpuNodes []controlplane.GPUNode
+	for _, n := range names {
+		gpuNodes = append(gpuNodes, controlplane.GPUNode{Name: n, GPUs: 8, Product: h100, Labels: poolLabels(pool)})
+	}
+	if err := controlplane.CreateGPUNodes(context.Background(), k8s, gpuNodes...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// startAgent runs the real node agent for node on go-nvml's DGX H100 fake, polling
+// every second and writing at least every heartbeat. stop ends it, as a crash would.
+func startAgent(t *testing.T, node string, heartbeat time.Duration) (gpus *healthcheck.FakeGPUs, stop func()) {
+	t.Helper()
+	fake, err := healthcheck.NewFake("dgxh100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fake, runAgent(t, node, fake, heartbeat)
+}
+
+// runAgent runs an agent on the fake GPUs, as after a restart of the agent.
+func runAgent(t *testing.T, node string, fake *healthcheck.FakeGPUs, heartbeat time.Duration) (stop func()) {
+	t.Helper()
+	cfg := agent.DefaultConfig()
+	cfg.NodeName = node
+	cfg.PollInterval, cfg.HeartbeatInterval, cfg.UtilizationWindow = time.Second, heartbeat, 2*time.Second
+	cfg.MetricsBindAddress = "0"
+	a, err := agent.New(agent.Options{Config: cfg, NVML: fake, Client: k8s, Clock: utilclock.RealClock{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	started := time.Now().Truncate(time.Second)
+	go func() {
+		_ = a.Run(ctx)
+		close(done)
+	}()
+	// The agent watches NVML events before its first write: faults raised after it
+	// reach it (the fakes deliver events to watched GPUs only).
+	for {
+		var gn chamber.GPUNode
+		err := k8s.Get(ctx, client.ObjectKey{Name: node}, &gn)
+		if err == nil && gn.Status.LastHeartbeatTime != nil && !gn.Status.LastHeartbeatTime.Time.Before(started) {
+			break
+		}
+		if time.Since(started) > time.Minute {
+			t.Fatalf("agent of %s wrote no status within a minute (last error: %v)", node, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	stopped := false
+	stop = func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			<-done
+		}
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// submit creates a Job of one pod holding 8 GPUs for ten minutes.
+func submit(t *testing.T, ns, name string) {
+	t.Helper()
+	create(t, testingjob.MakeJob(name, ns).Queue("default").Suspend(false).
+		RequestAndLimit(chamberkueue.ResourceGPU, "8").
+		PodAnnotation("pod-complete.stage.kwok.x-k8s.io/delay", "10m").
+		PodAnnotation("pod-complete.stage.kwok.x-k8s.io/jitter-delay", "10m").Obj())
+}
+
+// runningPod is the job's one live pod, once Running.
+func runningPod(g gomega.Gomega, ns, job string) *corev1.Pod {
+	var pods corev1.PodList
+	g.Expect(k8s.List(context.Background(), &pods, client.InNamespace(ns), client.MatchingLabels{"job-name": job})).To(gomega.Succeed())
+	live := slices.DeleteFunc(pods.Items, func(p corev1.Pod) bool { return p.DeletionTimestamp != nil })
+	g.Expect(live).To(gomega.HaveLen(1))
+	g.Expect(live[0].Status.Phase).To(gomega.Equal(corev1.PodRunning))
+	return &live[0]
+}
+
+// workloads are the Kueue workloads of a job.
+func workloads(g gomega.Gomega, ns, job string) []kueue.Workload {
+	var list kueue.WorkloadList
+	g.Expect(k8s.List(context.Background(), &list, client.InNamespace(ns))).To(gomega.Succeed())
+	return slices.DeleteFunc(list.Items, func(wl kueue.Workload) bool {
+		return !slices.ContainsFunc(wl.OwnerReferences, func(r metav1.OwnerReference) bool { return r.Name == job })
+	})
+}
+
+func getNode(g gomega.Gomega, name string) *corev1.Node {
+	var n corev1.Node
+	g.Expect(k8s.Get(context.Background(), client.ObjectKey{Name: name}, &n)).To(gomega.Succeed())
+	return &n
+}
+
+func tainted(n *corev1.Node) bool {
+	return slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool {
+		return t.Key == isolation.TaintKey && t.Effect == corev1.TaintEffectNoSchedule
+	})
+}
+
+func condition(n *corev1.Node) *corev1.NodeCondition {
+	for i := range n.Status.Conditions {
+		if n.Status.Conditions[i].Type == isolation.ConditionIsolated {
+			return &n.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// isolated: Chamber's taint, cordon and condition are all there.
+func isolated(g gomega.Gomega, name, reason string) {
+	n := getNode(g, name)
+	g.Expect(tainted(n)).To(gomega.BeTrue(), "node %s untainted", name)
+	g.Expect(n.Spec.Unschedulable).To(gomega.BeTrue(), "node %s not cordoned", name)
+	cond := condition(n)
+	g.Expect(cond).NotTo(gomega.BeNil())
+	g.Expect(cond.Status).To(gomega.Equal(corev1.ConditionTrue))
+	g.Expect(cond.Reason).To(gomega.Equal(reason))
+}
+
+// inService: no taint, no cordon.
+func inService(g gomega.Gomega, name string) {
+	n := getNode(g, name)
+	g.Expect(tainted(n)).To(gomega.BeFalse(), "node %s tainted", name)
+	g.Expect(n.Spec.Unschedulable).To(gomega.BeFalse(), "node %s cordoned", name)
+}
+
+// nodeEvents are the reasons of the Events about a node.
+func nodeEvents(g gomega.Gomega, name string) []string {
+	var list eventsv1.EventList
+	g.Expect(k8s.List(context.Background(), &list)).To(gomega.Succeed())
+	var out []string
+	for _, e := range list.Items {
+		if e.Regarding.Kind == "Node" && e.Regarding.Name == name && e.ReportingController == "chamber-isolation" {
+			out = append(out, e.Reason)
+		}
+	}
+	return out
+}
+
+// reconcileNode runs the isolation reconciler once on the node, synchronously, so
+// that a test asserting that nothing happens knows the controller has seen the
+// latest report. It is a second instance beside the manager's, with the same effects.
+func reconcileNode(t *testing.T, name string) {
+	t.Helper()
+	var n corev1.Node
+	if err := k8s.Get(context.Background(), client.ObjectKey{Name: name}, &n); err != nil {
+		t.Fatal(err)
+	}
+	c := isolation.New(k8s, k8s, events.NewFakeRecorder(100), isolation.DefaultOptions())
+	if _, err := c.Reconcile(context.Background(), &n); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// value reads one series from the controller's metrics registry; labels are name,
+// value pairs. Absent series read 0.
+func value(g gomega.Gomega, name string, labels ...string) float64 {
+	families, err := metrics.Registry.Gather()
+	g.Expect(err).NotTo(gomega.HaveOccurred())
+	for _, mf := range families {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range mf.GetMetric() {
+			have := map[string]string{}
+			for _, l := range m.GetLabel() {
+				have[l.GetName()] = l.GetValue()
+			}
+			for i := 0; i+1 < len(labels); i += 2 {
+				if have[labels[i]] != labels[i+1] {
+					continue series
+				}
+			}
+			if m.Gauge != nil {
+				return m.GetGauge().GetValue()
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
+}
+
+// undisturbed: the job's one workload has no eviction request and its pod runs.
+func undisturbed(g gomega.Gomega, ns, job string) {
+	wls := workloads(g, ns, job)
+	g.Expect(wls).To(gomega.HaveLen(1))
+	_, asked := admission.RequestedEviction(&wls[0])
+	g.Expect(asked).To(gomega.BeFalse(), "eviction requested")
+	runningPod(g, ns, job)
+}
+
+// Test 1. An XID 79 on one GPU of the node running a job: the node is tainted and
+// cordoned, the workload evicted through Chamber's admission check and requeued by
+// Kueue, and the job's new pod runs on a healthy node; one workload, one pod, no
+// failure counted against the job; the pool's healthy capacity shrinks.
+func TestXID79MovesWorkloadToHealthyNode(t *testing.T) {
+	t.Parallel()
+	g := newG(t)
+	ctx := context.Background()
+	fixture(t, "move", nil, 16)
+	// The job lands on move-3 because it is the only node at first.
+	nodes(t, "move", "move-3")
+	gpus, _ := startAgent(t, "move-3", 2*time.Second)
+	submit(t, "move", "train")
+	var first *corev1.Pod
+	g.Eventually(func(g gomega.Gomega) { first = runningPod(g, "move", "train") }).Should(gomega.Succeed())
+	g.Expect(first.Spec.NodeName).To(gomega.Equal("move-3"))
+	wls := workloads(g, "move", "train")
+	g.Expect(wls).To(gomega.HaveLen(1))
+	uid := wls[0].UID
+
+	nodes(t, "move", "move-1", "move-2")
+	g.Eventually(func(g gomega.Gomega) {
+		var pool chamber.GPUPool
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Name: "move"}, &pool)).To(gomega.Succeed())
+		g.Expect(pool.Status.Models).To(gomega.HaveLen(1))
+		g.Expect(pool.Status.Models[0].Healthy).To(gomega.Equal(int64(24)))
+	}).Should(gomega.Succeed())
+
+	if err := gpus.RaiseXID(3, 79); err != nil {
+		t.Fatal(err)
+	}
+	g.Eventually(func(g gomega.Gomega) {
+		isolated(g, "move-3", "XID79")
+		n := getNode(g, "move-3")
+		g.Expect(n.Annotations).To(gomega.HaveKeyWithValue(isolation.AnnotationPersistent, "true"))
+		g.Expect(condition(n).Message).To(gomega.ContainSubstring("XID79 on GPU 3"))
+	}).Should(gomega.Succeed())
+
+	// The job's pod is replaced by one on a healthy node, under the same workload.
+	var moved *corev1.Pod
+	g.Eventually(func(g gomega.Gomega) {
+		moved = runningPod(g, "move", "train")
+		g.Expect(moved.Spec.NodeName).To(gomega.BeElementOf("move-1", "move-2"))
+	}).Should(gomega.Succeed())
+	g.Expect(moved.UID).NotTo(gomega.Equal(first.UID))
+	wls = workloads(g, "move", "train")
+	g.Expect(wls).To(gomega.HaveLen(1))
+	wl := wls[0]
+	g.Expect(wl.UID).To(gomega.Equal(uid))
+	g.Expect(apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadAdmitted)).To(gomega.BeTrue())
+	g.Expect(wl.Status.SchedulingStats).NotTo(gomega.BeNil())
+	g.Expect(wl.Status.SchedulingStats.Evictions).To(gomega.ContainElement(gomega.HaveField("Reason", kueue.WorkloadEvictedByAdmissionCheck)))
+
+	var job batchv1.Job
+	g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: "move", Name: "train"}, &job)).To(gomega.Succeed())
+	g.Expect(job.Status.Failed).To(gomega.BeZero(), "the eviction is not the job's failure")
+
+	g.Eventually(func(g gomega.Gomega) {
+		var pool chamber.GPUPool
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Name: "move"}, &pool)).To(gomega.Succeed())
+		g.Expect(pool.Status.Models[0].Healthy).To(gomega.Equal(int64(16)), "move-3's GPUs no longer count")
+	}).Should(gomega.Succeed())
+	g.Expect(nodeEvents(g, "move-3")).To(gomega.ContainElements("Isolated", "EvictionRequested"))
+	g.Expect(value(g, "chamber_isolations_total", "pool", "move", "level", "Node", "reason", "XID79")).To(gomega.Equal(1.0))
+	g.Expect(value(g, "chamber_isolation_evictions_total", "pool", "move")).To(gomega.Equal(1.0))
+}
+
+// Test 2. XID 13 is an application error: it isolates nothing and evicts nothing.
+func TestXID13IsolatesNothing(t *testing.T) {
+	t.Parallel()
+	g := newG(t)
+	ctx := context.Background()
+	fixture(t, "app", nil, 8)
+	nodes(t, "app", "app-1")
+	gpus, _ := startAgent(t, "app-1", 2*time.Second)
+	submit(t, "app", "train")
+	g.Eventually(func(g gomega.Gomega) { runningPod(g, "app", "train") }).Should(gomega.Succeed())
+
+	// XID 13 on GPU 0, then a sustained NVLink error rate on GPU 1 (Degraded): once
+	// the agent reports the second, it has handled the first.
+	if err := gpus.RaiseXID(0, 13); err != nil {
+		t.Fatal(err)
+	}
+	if err := gpus.AddNVLinkErrors(1, 10_000); err != nil {
+		t.Fatal(err)
+	}
+	g.Eventually(func(g gomega.Gomega) {
+		var gn chamber.GPUNode
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Name: "app-1"}, &gn)).To(gomega.Succeed())
+		g.Expect(gn.Status.GPUs[1].Health).To(gomega.Equal(chamber.GPUDegraded))
+		g.Expect(gn.Status.GPUs[0].Health).To(gomega.Equal(chamber.GPUHealthy))
+	}).Should(gomega.Succeed())
+	reconcileNode(t, "app-1")
+
+	inService(g, "app-1")
+	g.Expect(condition(getNode(g, "app-1"))).To(gomega.BeNil())
+	undisturbed(g, "app", "train")
+}
+
+// Test 3. Faults on 6 of 10 nodes at once: the breaker (50% in 5 minutes) lets 5 be
+// isolated, then halts, says so on the pool and in a metric, and holds until an
+// operator resets it.
+func TestCircuitBreaker(t *testing.T) {
+	t.Parallel()
+	g := newG(t)
+	ctx := context.Background()
+	fixture(t, "breaker", nil, 8)
+	var names []string
+	for i := range 10 {
+		names = append(names, fmt.Sprintf("breaker-%d", i))
+	}
+	nodes(t, "breaker", names...)
+	fakes := map[string]*healthcheck.FakeGPUs{}
+	for _, n := range names {
+		fakes[n], _ = startAgent(t, n, 5*time.Second)
+	}
+	failing := names[:6]
+	for _, n := range failing {
+		if err := fakes[n].RaiseXID(0, 79); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Every failing node ends with the condition: isolated, or withheld by the breaker.
+	var isolatedNodes, withheld []string
+	g.Eventually(func(g gomega.Gomega) {
+		isolatedNodes, withheld = nil, nil
+		for _, name := range failing {
+			cond := condition(getNode(g, name))
+			g.Expect(cond).NotTo(gomega.BeNil(), "node %s has no %s condition yet", name, isolation.ConditionIsolated)
+			switch {
+			case cond.Status == corev1.ConditionTrue:
+				isolatedNodes = append(isolatedNodes, name)
+			case cond.Reason == isolation.ReasonIsolationHalted:
+				withheld = append(withheld, name)
+			}
+		}
+		g.Expect(len(isolatedNodes) + len(withheld)).To(gomega.Equal(6))
+	}).Should(gomega.Succeed())
+	g.Expect(isolatedNodes).To(gomega.HaveLen(5))
+	g.Expect(withheld).To(gomega.HaveLen(1))
+	inService(g, withheld[0])
+	for _, n := range names[6:] {
+		inService(g, n)
+	}
+	var pool chamber.GPUPool
+	g.Expect(k8s.Get(ctx, client.ObjectKey{Name: "breaker"}, &pool)).To(gomega.Succeed())
+	halted := apimeta.FindStatusCondition(pool.Status.Conditions, isolation.ConditionIsolationHalted)
+	g.Expect(halted).NotTo(gomega.BeNil())
+	g.Expect(halted.Status).To(gomega.Equal(metav1.ConditionTrue))
+	g.Expect(apimeta.IsStatusConditionTrue(pool.Status.Conditions, chamber.ConditionReady)).To(gomega.BeTrue(), "the pool controller keeps its Ready condition")
+	g.Expect(value(g, "chamber_isolation_breaker_open", "pool", "breaker")).To(gomega.Equal(1.0))
+	g.Expect(nodeEvents(g, withheld[0])).To(gomega.ContainElement(isolation.ReasonIsolationHalted))
+
+	// The operator resets the breaker: the withheld node is isolated now.
+	pool.Annotations = map[string]string{isolation.AnnotationBreakerReset: "true"}
+	g.Expect(k8s.Update(ctx, &pool)).To(gomega.Succeed())
+	g.Eventually(func(g gomega.Gomega) { isolated(g, withheld[0], "XID79") }).Should(gomega.Succeed())
+	g.Expect(k8s.Get(ctx, client.ObjectKey{Name: "breaker"}, &pool)).To(gomega.Succeed())
+	g.Expect(pool.Annotations).NotTo(gomega.HaveKey(isolation.AnnotationBreakerReset))
+	g.Expect(apimeta.IsStatusConditionFalse(pool.Status.Conditions, isolation.ConditionIsolationHalted)).To(gomega.BeTrue())
+	g.Expect(value(g, "chamber_isolation_breaker_open", "pool", "breaker")).To(gomega.Equal(0.0))
+}
+
+// Test 4. An agent killed: after three missed heartbeats its node is Unknown; it is
+// neither tainted nor cordoned, and its workload stays.
+func TestSilentAgentIsUnknown(t *testing.T) {
+	t.Parallel()
+	g := newG(t)
+	fixture(t, "silent", nil, 8)
+	nodes(t, "silent", "silent-1")
+	_, stop := startAgent(t, "silent-1", time.Second)
+	submit(t, "silent", "train")
+	g.Eventually(func(g gomega.Gomega) { runningPod(g, "silent", "train") }).Should(gomega.Succeed())
+	g.Eventually(func(g gomega.Gomega) {
+		var gn chamber.GPUNode
+		g.Expect(k8s.Get(context.Background(), client.ObjectKey{Name: "silent-1"}, &gn)).To(gomega.Succeed())
+		g.Expect(gn.Status.Health).To(gomega.Equal(chamber.GPUHealthy))
+	}).Should(gomega.Succeed())
+
+	stop()
+	g.Eventually(func(g gomega.Gomega) {
+		cond := condition(getNode(g, "silent-1"))
+		g.Expect(cond).NotTo(gomega.BeNil())
+		g.Expect(cond.Status).To(gomega.Equal(corev1.ConditionUnknown))
+		g.Expect(cond.Reason).To(gomega.Equal(isolation.ReasonAgentNotReporting))
+	}).Should(gomega.Succeed())
+	g.Expect(value(g, "chamber_isolation_unknown_nodes", "pool", "silent")).To(gomega.Equal(1.0))
+	g.Expect(nodeEvents(g, "silent-1")).To(gomega.ContainElement(isolation.ReasonAgentNotReporting))
+	inService(g, "silent-1")
+	undisturbed(g, "silent", "train")
+}
+
+// Test 5a. A double-bit ECC error is a hardware fault: the node stays isolated after
+// the GPU is reset and reports healthy again, until an operator clears it.
+func TestHardwareFaultWaitsForOperator(t *testing.T) {
+	t.Parallel()
+	g := newG(t)
+	ctx := context.Background()
+	fixture(t, "dbe", nil, 8)
+	nodes(t, "dbe", "dbe-1")
+	gpus, stop := startAgent(t, "dbe-1", time.Second)
+	if err := gpus.RaiseDoubleBitECC(2); err != nil {
+		t.Fatal(err)
+	}
+	g.Eventually(func(g gomega.Gomega) { isolated(g, "dbe-1", "ECCDoubleBit") }).Should(gomega.Succeed())
+
+	// The GPU is reset and the node rebooted (the agent keeps a hardware fault until
+	// it restarts); the agent reports it healthy, more times than the recovery
+	// policy's 3 reports.
+	stop()
+	if err := gpus.ResetGPU(2); err != nil {
+		t.Fatal(err)
+	}
+	runAgent(t, "dbe-1", gpus, time.Second)
+	var healthySince time.Time
+	g.Eventually(func(g gomega.Gomega) {
+		var gn chamber.GPUNode
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Name: "dbe-1"}, &gn)).To(gomega.Succeed())
+		g.Expect(gn.Status.Health).To(gomega.Equal(chamber.GPUHealthy))
+		healthySince = gn.Status.LastHeartbeatTime.Time
+	}).Should(gomega.Succeed())
+	g.Eventually(func(g gomega.Gomega) {
+		var gn chamber.GPUNode
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Name: "dbe-1"}, &gn)).To(gomega.Succeed())
+		g.Expect(gn.Status.LastHeartbeatTime.Sub(healthySince)).To(gomega.BeNumerically(">=", 4*time.Second))
+	}).Should(gomega.Succeed())
+	reconcileNode(t, "dbe-1")
+	g.Expect(getNode(g, "dbe-1").Annotations).NotTo(gomega.HaveKey(isolation.AnnotationHealthyReports))
+	isolated(g, "dbe-1", "ECCDoubleBit")
+
+	// The operator clears it.
+	n := getNode(g, "dbe-1")
+	n.Annotations[isolation.AnnotationClear] = "true"
+	g.Expect(k8s.Update(ctx, n)).To(gomega.Succeed())
+	g.Eventually(func(g gomega.Gomega) {
+		n := getNode(g, "dbe-1")
+		g.Expect(tainted(n)).To(gomega.BeFalse())
+		g.Expect(n.Spec.Unschedulable).To(gomega.BeFalse())
+		g.Expect(n.Annotations).NotTo(gomega.HaveKey(isolation.AnnotationClear))
+		g.Expect(n.Annotations).NotTo(gomega.HaveKey(isolation.AnnotationIsolatedAt))
+		g.Expect(condition(n).Reason).To(gomega.Equal(isolation.ReasonCleared))
+	}).Should(gomega.Succeed())
+	g.Expect(nodeEvents(g, "dbe-1")).To(gomega.ContainElements("Isolated", isolation.ReasonCleared))
+}
+
+// Test 5b. A transient fault returns the node by itself after 3 consecutive healthy
+// reports. The agent's XID catalog marks every Unhealthy fault persistent, so this
+// test writes the GPUNode as a source reporting a transient Unhealthy fault would.
+func TestTransientFaultRecovers(t *testing.T) {
+	t.Parallel()
+	g := newG(t)
+	fixture(t, "transient", &chamber.IsolationPolicy{RecoveryReports: ptr.To[int32](3)}, 8)
+	nodes(t, "transient", "transient-1")
+	gpu := chamber.GPUStatus{Index: 5, Health: chamber.GPUUnhealthy, Faults: []chamber.GPUFault{{
+		Reason: "XID119", Severity: chamber.GPUUnhealthy, Action: "ResetGPU", Message: "XID 119: GSP RPC timeout",
+	}}}
+	beat := time.Now()
+	report(t, "transient-1", beat, gpu)
+	g.Eventually(func(g gomega.Gomega) { isolated(g, "transient-1", "XID119") }).Should(gomega.Succeed())
+
+	// Heartbeats are stored to the second: each report is a second after the last.
+	for i := 1; i <= 2; i++ {
+		report(t, "transient-1", beat.Add(time.Duration(i)*time.Second), chamber.GPUStatus{Index: 5, Health: chamber.GPUHealthy})
+		g.Eventually(func(g gomega.Gomega) {
+			g.Expect(getNode(g, "transient-1").Annotations[isolation.AnnotationHealthyReports]).To(gomega.HavePrefix(fmt.Sprintf("%d@", i)))
+		}).Should(gomega.Succeed())
+		isolated(g, "transient-1", "XID119")
+	}
+	report(t, "transient-1", beat.Add(3*time.Second), chamber.GPUStatus{Index: 5, Health: chamber.GPUHealthy})
+	g.Eventually(func(g gomega.Gomega) {
+		n := getNode(g, "transient-1")
+		g.Expect(tainted(n)).To(gomega.BeFalse())
+		g.Expect(n.Spec.Unschedulable).To(gomega.BeFalse())
+		g.Expect(condition(n).Reason).To(gomega.Equal(isolation.ReasonRecovered))
+	}).Should(gomega.Succeed())
+	g.Expect(nodeEvents(g, "transient-1")).To(gomega.ContainElements("Isolated", isolation.ReasonRecovered))
+}
+
+// report writes the node's GPUNode status as an agent would, with 8 GPUs healthy but
+// for the one given.
+func report(t *testing.T, node string, heartbeat time.Time, gpu chamber.GPUStatus) {
+	t.Helper()
+	ctx := context.Background()
+	gn := &chamber.GPUNode{ObjectMeta: metav1.ObjectMeta{Name: node}}
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(gn), gn); err != nil {
+		if err := k8s.Create(ctx, gn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gn.Status = chamber.GPUNodeStatus{Health: gpu.Health, LastHeartbeatTime: &metav1.Time{Time: heartbeat}, HeartbeatSeconds: 30}
+	for i := range int32(8) {
+		s := chamber.GPUStatus{Index: i, Model: h100, Health: chamber.GPUHealthy}
+		if i == gpu.Index {
+			s = gpu
+		}
+		gn.Status.GPUs = append(gn.Status.GPUs, s)
+	}
+	if err := k8s.Status().Update(ctx, gn); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,148 @@
+package isolation
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	chamber "chamber.dev/chamber/api/v1alpha1"
+)
+
+// fault is one Unhealthy fault of one GPU, as its agent reports it.
+type fault struct {
+	gpu        int
+	reason     string
+	message    string
+	persistent bool
+}
+
+// report is what the agent's GPUNode says about the node, for isolation: Healthy
+// (Degraded GPUs still run work), Unhealthy, or Unknown.
+type report struct {
+	health chamber.GPUHealth
+	// hasAgent: a GPUNode exists. A node never reported on is simply not watched.
+	hasAgent bool
+	// unknownReason and unknownMessage say why health is Unknown.
+	unknownReason, unknownMessage string
+	heartbeat                     time.Time
+	// staleAt is when the report stops counting, unless the agent writes again.
+	staleAt time.Time
+	faults  []fault
+	// pods holds the pod on each GPU; mapped says the agent can tell (it reads the
+	// kubelet's pod-resources), so that a GPU without a pod is free.
+	pods   map[int]*chamber.PodReference
+	mapped bool
+}
+
+// readReport reads the agent's GPUNode (nil when there is none). A report older than
+// unknownAfter heartbeats is Unknown: silence is never a fault.
+func readReport(gn *chamber.GPUNode, now time.Time, unknownAfter int) report {
+	if gn == nil || gn.Status.LastHeartbeatTime == nil {
+		// No agent, or one that has not reported yet: nothing to watch.
+		return report{health: chamber.GPUUnknown}
+	}
+	r := report{hasAgent: true, health: chamber.GPUUnknown, pods: map[int]*chamber.PodReference{}}
+	interval := time.Duration(gn.Status.HeartbeatSeconds) * time.Second
+	if interval <= 0 {
+		interval = defaultHeartbeat
+	}
+	r.heartbeat = gn.Status.LastHeartbeatTime.Time
+	r.staleAt = r.heartbeat.Add(time.Duration(unknownAfter) * interval)
+	if !now.Before(r.staleAt) {
+		r.unknownReason = ReasonAgentNotReporting
+		r.unknownMessage = fmt.Sprintf("the node agent has not reported since %s (it reports every %s): GPU health unknown; silence isolates nothing",
+			r.heartbeat.UTC().Format(time.RFC3339), interval)
+		return r
+	}
+	if gn.Status.Health == chamber.GPUUnknown {
+		r.unknownReason, r.unknownMessage = "GPUHealthUnknown", "the node agent cannot read the GPUs (NVML unavailable): GPU health unknown"
+		return r
+	}
+	r.health = chamber.GPUHealthy
+	for _, g := range gn.Status.GPUs {
+		r.pods[int(g.Index)] = g.Pod
+		r.mapped = r.mapped || g.Pod != nil
+		if g.Health != chamber.GPUUnhealthy {
+			continue
+		}
+		r.health = chamber.GPUUnhealthy
+		n := len(r.faults)
+		for _, f := range g.Faults {
+			if f.Severity == chamber.GPUUnhealthy {
+				r.faults = append(r.faults, fault{gpu: int(g.Index), reason: f.Reason, message: f.Message, persistent: f.Persistent})
+			}
+		}
+		if len(r.faults) == n {
+			r.faults = append(r.faults, fault{gpu: int(g.Index), reason: "GPUUnhealthy", message: "the agent reports the GPU Unhealthy"})
+		}
+	}
+	return r
+}
+
+// primary is the fault that names the isolation: the first hardware fault, else the
+// first fault.
+func (r report) primary() fault {
+	for _, f := range r.faults {
+		if f.persistent {
+			return f
+		}
+	}
+	if len(r.faults) == 0 {
+		return fault{reason: "GPUUnhealthy"}
+	}
+	return r.faults[0]
+}
+
+func (r report) persistent() bool {
+	return slices.ContainsFunc(r.faults, func(f fault) bool { return f.persistent })
+}
+
+// describe names the faults for people: "XID79 on GPU 3 (XID 79: GPU has fallen off the bus)".
+func (r report) describe() string {
+	parts := make([]string, len(r.faults))
+	for i, f := range r.faults {
+		parts[i] = fmt.Sprintf("%s on GPU %d", f.reason, f.gpu)
+		if f.message != "" {
+			parts[i] += " (" + f.message + ")"
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+// failingGPUs are the indices of the Unhealthy GPUs, in order.
+func (r report) failingGPUs() []int {
+	var out []int
+	for _, f := range r.faults {
+		if !slices.Contains(out, f.gpu) {
+			out = append(out, f.gpu)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// podsOnFailingGPUs are the pods holding the failing GPUs, or nil when the agent
+// cannot tell which pod holds which GPU (no kubelet pod-resources, as on kwok
+// nodes): then every workload on the node must go.
+func (r report) podsOnFailingGPUs() map[types.NamespacedName]bool {
+	if !r.mapped {
+		return nil
+	}
+	out := map[types.NamespacedName]bool{}
+	for _, gpu := range r.failingGPUs() {
+		if p := r.pods[gpu]; p != nil {
+			out[types.NamespacedName{Namespace: p.Namespace, Name: p.Name}] = true
+		}
+	}
+	return out
+}
+
+func schemaGVK(ref *metav1.OwnerReference) schema.GroupVersionKind {
+	return schema.FromAPIVersionAndKind(ref.APIVersion, ref.Kind)
+}
