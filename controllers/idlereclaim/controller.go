@@ -65,6 +65,9 @@ type Options struct {
 	// Interval is how often a workload holding GPUs is looked at again; contention and
 	// utilization are read from the cache each time.
 	Interval time.Duration
+	// MaxHold is the longest a reclaimed workload is kept out of its queue for the
+	// workload it was reclaimed for (see hold.go).
+	MaxHold time.Duration
 	// Clock is the time source; the real clock when nil.
 	Clock clock.PassiveClock
 }
@@ -73,7 +76,7 @@ type Options struct {
 const DefaultInterval = 30 * time.Second
 
 // DefaultOptions are the controller's options unless flags say otherwise.
-func DefaultOptions() Options { return Options{Interval: DefaultInterval} }
+func DefaultOptions() Options { return Options{Interval: DefaultInterval, MaxHold: DefaultMaxHold} }
 
 // Controller reconciles admitted Workloads of pools with idle reclaim on.
 type Controller struct {
@@ -120,6 +123,9 @@ func newController(c client.Client, reader client.Reader, recorder events.EventR
 	if opts.Interval <= 0 {
 		opts.Interval = DefaultInterval
 	}
+	if opts.MaxHold <= 0 {
+		opts.MaxHold = DefaultMaxHold
+	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
@@ -153,6 +159,9 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 
 func (c *Controller) reconcile(ctx context.Context, wl *kueue.Workload) (reconcile.Result, error) {
 	key := client.ObjectKeyFromObject(wl)
+	if done, res, err := c.reconcileHold(ctx, wl); done || err != nil {
+		return res, err
+	}
 	if !holdsGPUs(wl) {
 		// Not admitted (any more), finished or on its way out: a new admission
 		// starts from nothing. Kueue's update of the Workload brings it back here.
@@ -229,6 +238,9 @@ func (c *Controller) reconcile(ctx context.Context, wl *kueue.Workload) (reconci
 	}
 
 	idleFor := now.Sub(lowSince)
+	if err := c.markReclaimed(ctx, wl, waiting, now); err != nil {
+		return reconcile.Result{}, err
+	}
 	err = admission.RequestEviction(ctx, c.client, wl, admission.Eviction{
 		Reason: ReasonIdleReclaim,
 		Message: fmt.Sprintf("idle reclaim: its %d GPUs stayed below %d%% utilization for %s while %s/%s waited for them",

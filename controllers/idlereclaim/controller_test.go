@@ -342,7 +342,7 @@ func TestRequestFails(t *testing.T) {
 	before := metricsOf("team-a")
 	r.mustReconcile()
 	r.step(window)
-	if _, err := r.reconcile(); err == nil || !strings.Contains(err.Error(), "request eviction of workload team-a/train") {
+	if _, err := r.reconcile(); err == nil || !strings.Contains(err.Error(), "workload team-a/train") {
 		t.Fatalf("reconcile error %v, want the failed request with its workload", err)
 	}
 	if got := metricsOf("team-a").minus(before).evictions; got != 0 {
@@ -410,5 +410,108 @@ func (r *run) setUtilization(percent int32) {
 	}
 	if err := r.client.Update(context.Background(), &gn); err != nil {
 		r.t.Fatal(err)
+	}
+}
+
+// TestHold: a reclaimed workload is deactivated once Kueue evicts it, and activated
+// again when the workload it was reclaimed for has quota, stops waiting, or MaxHold
+// (10m by default) has passed; workloads others deactivate or evict are theirs.
+func TestHold(t *testing.T) {
+	reclaimed := func(w *world) {
+		w.wl.Annotations = map[string]string{AnnotationReclaimedFor: "team-b/wait", AnnotationReclaimedAt: start.Format(time.RFC3339),
+			admission.AnnotationEvictionReason: ReasonIdleReclaim}
+	}
+	evicted := func(w *world) {
+		reclaimed(w)
+		delete(w.wl.Annotations, admission.AnnotationEvictionReason)
+		w.wl.Status.Conditions = append(w.wl.Status.Conditions, metav1.Condition{Type: kueue.WorkloadEvicted, Status: metav1.ConditionTrue,
+			Reason: kueue.WorkloadEvictedByAdmissionCheck, LastTransitionTime: metav1.NewTime(start)})
+	}
+	held := func(w *world) {
+		evicted(w)
+		w.wl.Annotations[AnnotationHeld] = "true"
+		w.wl.Spec.Active = ptr.To(false)
+	}
+	cases := map[string]struct {
+		change     func(w *world)
+		after      time.Duration
+		wantActive bool
+		// wantMarks: the reclaimed-for annotation is still there; wantHeld: the held one.
+		wantMarks, wantHeld bool
+		wantEvent           string
+	}{
+		"eviction still under notice": {change: reclaimed, wantActive: true, wantMarks: true},
+		"evicted by Kueue: held": {
+			change: evicted, wantMarks: true, wantHeld: true, wantEvent: ReasonHeld,
+		},
+		"already back in the queue: held": {
+			change: func(w *world) {
+				reclaimed(w)
+				delete(w.wl.Annotations, admission.AnnotationEvictionReason)
+				w.wl.Status.Admission, w.wl.Status.Conditions = nil, nil
+			},
+			wantMarks: true, wantHeld: true, wantEvent: ReasonHeld,
+		},
+		"a GPU fault's eviction took over": {
+			change: func(w *world) {
+				reclaimed(w)
+				w.wl.Annotations[admission.AnnotationEvictionReason] = "GPUFault"
+			},
+			wantActive: true,
+		},
+		"deactivated by someone else": {
+			change: func(w *world) { evicted(w); w.wl.Spec.Active = ptr.To(false) },
+		},
+		"held while the other waits": {change: held, after: 9 * time.Minute, wantMarks: true, wantHeld: true},
+		"the other has quota: released": {
+			change: func(w *world) {
+				held(w)
+				w.waiting = waitingWorkload("wait", "team-b", start).SimpleReserveQuota("team-b", h100, start).Obj()
+			},
+			wantActive: true, wantEvent: ReasonReleased,
+		},
+		"the other is gone: released": {
+			change:     func(w *world) { held(w); w.waiting = nil },
+			wantActive: true, wantEvent: ReasonReleased,
+		},
+		"held for MaxHold: released": {change: held, after: 10 * time.Minute, wantActive: true, wantEvent: ReasonReleased},
+		"an unreadable time: released": {
+			change:     func(w *world) { held(w); w.wl.Annotations[AnnotationReclaimedAt] = "yesterday" },
+			wantActive: true, wantEvent: ReasonReleased,
+		},
+		"activated by someone else": {
+			change:     func(w *world) { held(w); w.wl.Spec.Active = ptr.To(true) },
+			wantActive: true,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			w := newWorld()
+			tc.change(w)
+			r := w.start(t, interceptor.Funcs{})
+			r.clock.Step(tc.after)
+			r.mustReconcile()
+			var wl kueue.Workload
+			if err := r.client.Get(context.Background(), types.NamespacedName{Namespace: "team-a", Name: "train"}, &wl); err != nil {
+				t.Fatal(err)
+			}
+			_, marks := wl.Annotations[AnnotationReclaimedFor]
+			got := []any{ptr.Deref(wl.Spec.Active, true), marks, wl.Annotations[AnnotationHeld] == "true"}
+			if diff := cmp.Diff([]any{tc.wantActive, tc.wantMarks, tc.wantHeld}, got); diff != "" {
+				t.Errorf("[active, reclaimed-for, held] (-want +got):\n%s", diff)
+			}
+			var events []string
+			for len(r.recorder.Events) > 0 {
+				e := <-r.recorder.Events
+				events = append(events, strings.Fields(e)[1])
+			}
+			var want []string
+			if tc.wantEvent != "" {
+				want = []string{tc.wantEvent}
+			}
+			if diff := cmp.Diff(want, events); diff != "" {
+				t.Errorf("event reasons (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

@@ -1,0 +1,310 @@
+package idlereclaim_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/onsi/gomega"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+	testingjob "sigs.k8s.io/kueue/pkg/util/testingjobs/job"
+
+	"chamber.dev/chamber/agent"
+	chamber "chamber.dev/chamber/api/v1alpha1"
+	"chamber.dev/chamber/controllers"
+	"chamber.dev/chamber/controllers/admission"
+	"chamber.dev/chamber/controllers/controllertest"
+	"chamber.dev/chamber/controllers/idlereclaim"
+	"chamber.dev/chamber/healthcheck"
+	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/test/controlplane"
+)
+
+const h100 = "NVIDIA-H100-80GB-HBM3"
+
+var (
+	k8s client.Client
+	// clock is the controllers' and the node agents' one time source: the test steps
+	// it through the reclaim window, and agents, idle reclaim and the admission check
+	// all see the same time.
+	clock = clocktesting.NewFakeClock(time.Now().Truncate(time.Second))
+)
+
+// TestMain runs one control plane (Kueue, kube-scheduler, kwok) and every controller
+// of controllers.Setup, idle reclaim looking at each workload every second.
+func TestMain(m *testing.M) {
+	cfg := controllers.DefaultConfig()
+	cfg.Clock = clock
+	cfg.IdleReclaim.Interval = time.Second
+	os.Exit(controllertest.Main(m, cfg, &k8s))
+}
+
+func create(t *testing.T, obj client.Object) {
+	t.Helper()
+	if err := k8s.Create(context.Background(), obj); err != nil {
+		t.Fatalf("create %T %s: %v", obj, obj.GetName(), err)
+	}
+}
+
+// The scenario. Team reclaim-a has no quota of its own and borrows the whole
+// pool from reclaim-b, which lends it but does not preempt borrowers
+// (reclaimWithinCohort Never): Kueue alone would leave reclaim-b's job waiting. Of
+// reclaim-a's four 8-GPU jobs, one leaves its GPUs at 0%, one keeps them busy, one is
+// opted out and one is production. When reclaim-b's job waits, the idle one is warned,
+// evicted through the admission check once the window has passed, and requeued; the
+// waiting job runs on its GPUs; when that job is done the idle one is admitted again
+// and runs. The other three are left alone throughout.
+func TestIdleWorkloadReclaimed(t *testing.T) {
+	g := gomega.NewWithT(t)
+	g.SetDefaultEventuallyTimeout(2 * time.Minute)
+	g.SetDefaultEventuallyPollingInterval(250 * time.Millisecond)
+	ctx := context.Background()
+	const window = 30 * time.Second
+
+	labels := map[string]string{"chamber.dev/test-pool": "reclaim"}
+	create(t, &chamber.GPUPool{ObjectMeta: metav1.ObjectMeta{Name: "reclaim"}, Spec: chamber.GPUPoolSpec{
+		NodeLabels:  labels,
+		IdleReclaim: &chamber.IdleReclaimPolicy{Enabled: ptr.To(true), Window: &metav1.Duration{Duration: window}},
+	}})
+	nodes := []string{"reclaim-idle", "reclaim-busy", "reclaim-optout", "reclaim-prod"}
+	var gpuNodes []controlplane.GPUNode
+	for _, n := range nodes {
+		gpuNodes = append(gpuNodes, controlplane.GPUNode{Name: n, GPUs: 8, Product: h100, Labels: labels})
+	}
+	if err := controlplane.CreateGPUNodes(ctx, k8s, gpuNodes...); err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range []string{"reclaim-a", "reclaim-b"} {
+		create(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	}
+	create(t, &chamber.Team{ObjectMeta: metav1.ObjectMeta{Name: "reclaim-a"}, Spec: chamber.TeamSpec{
+		Pool: "reclaim", Namespaces: []string{"reclaim-a"},
+		Quotas: []chamber.TeamQuota{{Model: h100, GPUs: 0}},
+		// No checkpoint to wait for: evicted as soon as reclaimed.
+		Eviction: &chamber.EvictionPolicy{GracePeriod: &metav1.Duration{}},
+	}})
+	create(t, &chamber.Team{ObjectMeta: metav1.ObjectMeta{Name: "reclaim-b"}, Spec: chamber.TeamSpec{
+		Pool: "reclaim", Namespaces: []string{"reclaim-b"},
+		Quotas:     []chamber.TeamQuota{{Model: h100, GPUs: 32}},
+		Preemption: &chamber.TeamPreemption{ReclaimWithinCohort: "Never"},
+	}})
+
+	startAgents(t, nodes, "reclaim-busy")
+	submit(t, "reclaim-a", "idle", "reclaim-idle", "10m", nil)
+	submit(t, "reclaim-a", "busy", "reclaim-busy", "10m", nil)
+	submit(t, "reclaim-a", "optout", "reclaim-optout", "10m", func(j *testingjob.JobWrapper) {
+		j.SetAnnotation(idlereclaim.AnnotationIdleReclaim, "false")
+	})
+	submit(t, "reclaim-a", "prod", "reclaim-prod", "10m", func(j *testingjob.JobWrapper) { j.WorkloadPriorityClass("production") })
+	spared := []string{"busy", "optout", "prod"}
+	g.Eventually(func(g gomega.Gomega) {
+		for _, j := range append([]string{"idle"}, spared...) {
+			g.Expect(podPhase(g, "reclaim-a", j)).To(gomega.Equal(corev1.PodRunning), "job %s", j)
+		}
+	}).Should(gomega.Succeed())
+
+	submit(t, "reclaim-b", "waits", "", "15s", nil)
+	g.Eventually(func(g gomega.Gomega) {
+		g.Expect(eventReasons(g, "reclaim-a", "idle")).To(gomega.ContainElement(idlereclaim.ReasonIdleGPUs))
+	}).Should(gomega.Succeed())
+	g.Expect(admitted(g, "reclaim-b", "waits")).To(gomega.BeFalse(), "Kueue admitted the waiting job by itself")
+	idleWL := workload(g, "reclaim-a", "idle")
+	_, requested := admission.RequestedEviction(idleWL)
+	g.Expect(requested).To(gomega.BeFalse(), "eviction asked for before the window passed")
+
+	clock.Step(window)
+	// Evicted through the check and held back; the waiting job gets the GPUs.
+	g.Eventually(func(g gomega.Gomega) {
+		wl := workload(g, "reclaim-a", "idle")
+		g.Expect(evictedByCheck(wl)).To(gomega.BeTrue())
+		g.Expect(admitted(g, "reclaim-a", "idle")).To(gomega.BeFalse())
+		g.Expect(admitted(g, "reclaim-b", "waits")).To(gomega.BeTrue())
+		g.Expect(eventReasons(g, "reclaim-a", "idle")).To(gomega.ContainElement(idlereclaim.ReasonHeld))
+	}).Should(gomega.Succeed())
+	// While the idle job waits in reclaim-a's queue, the team's others are under
+	// contention too, past the window: idle reclaim looks at them every second.
+	g.Consistently(func(g gomega.Gomega) {
+		for _, j := range spared {
+			g.Expect(admitted(g, "reclaim-a", j)).To(gomega.BeTrue(), "job %s", j)
+			_, requested := admission.RequestedEviction(workload(g, "reclaim-a", j))
+			g.Expect(requested).To(gomega.BeFalse(), "eviction asked for job %s", j)
+			g.Expect(eventReasons(g, "reclaim-a", j)).NotTo(gomega.ContainElement(idlereclaim.ReasonIdleGPUs), "job %s", j)
+		}
+	}, 3*time.Second, 250*time.Millisecond).Should(gomega.Succeed())
+	g.Expect(metric(g, "chamber_idle_reclaim_warnings_total", "reclaim-a")).To(gomega.Equal(1.0))
+	g.Expect(metric(g, "chamber_idle_reclaim_evictions_total", "reclaim-a")).To(gomega.Equal(1.0))
+	// 8 GPUs, idle for the window on the controllers' clock.
+	g.Expect(metric(g, "chamber_idle_reclaimed_gpu_hours_total", "reclaim-a")).To(gomega.BeNumerically("~", 8*window.Hours(), 1e-9))
+
+	// The waiting job runs and completes; the reclaimed job, requeued once the other
+	// had quota, is admitted again when the GPUs free and runs.
+	g.Eventually(func(g gomega.Gomega) {
+		g.Expect(eventReasons(g, "reclaim-a", "idle")).To(gomega.ContainElement(idlereclaim.ReasonReleased))
+		g.Expect(jobComplete(g, "reclaim-b", "waits")).To(gomega.BeTrue())
+		g.Expect(admitted(g, "reclaim-a", "idle")).To(gomega.BeTrue())
+		g.Expect(podPhase(g, "reclaim-a", "idle")).To(gomega.Equal(corev1.PodRunning))
+	}).Should(gomega.Succeed())
+	for _, j := range spared {
+		g.Expect(evictedByCheck(workload(g, "reclaim-a", j))).To(gomega.BeFalse(), "job %s", j)
+	}
+}
+
+// startAgents runs a real node agent on go-nvml's DGX H100 fakes for each node, on the
+// test's clock. The GPUs of busy are at 90% from the start; the others stay at 0%.
+// Without a kubelet the agents name no pod on the GPUs, and idle reclaim judges a pod
+// by its whole node: one job per node here.
+func startAgents(t *testing.T, nodes []string, busy string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{}, len(nodes))
+	for _, node := range nodes {
+		fake, err := healthcheck.NewFake("dgxh100")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if node == busy {
+			for i := range 8 {
+				if err := fake.SetUtilization(i, 90, 40); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		cfg := agent.DefaultConfig()
+		cfg.NodeName = node
+		// A report stays fresh for three heartbeats (60s), longer than the clock's one
+		// step through the window, and its mean covers the whole test.
+		cfg.PollInterval, cfg.HeartbeatInterval, cfg.UtilizationWindow = 5*time.Second, 20*time.Second, 10*time.Minute
+		cfg.MetricsBindAddress = "0"
+		a, err := agent.New(agent.Options{Config: cfg, NVML: fake, Client: k8s, Clock: clock})
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			_ = a.Run(ctx)
+			done <- struct{}{}
+		}()
+	}
+	t.Cleanup(func() {
+		cancel()
+		for range nodes {
+			<-done
+		}
+	})
+}
+
+// submit creates a Job of one pod holding 8 GPUs for d (kwok's delay), pinned to node
+// unless node is "".
+func submit(t *testing.T, ns, name, node, d string, change func(*testingjob.JobWrapper)) {
+	t.Helper()
+	j := testingjob.MakeJob(name, ns).Queue("default").Suspend(false).
+		RequestAndLimit(chamberkueue.ResourceGPU, "8").
+		PodAnnotation("pod-complete.stage.kwok.x-k8s.io/delay", d).
+		PodAnnotation("pod-complete.stage.kwok.x-k8s.io/jitter-delay", d)
+	if node != "" {
+		j.NodeSelector(corev1.LabelHostname, node)
+	}
+	if change != nil {
+		change(j)
+	}
+	create(t, j.Obj())
+}
+
+func workload(g gomega.Gomega, ns, job string) *kueue.Workload {
+	var list kueue.WorkloadList
+	g.Expect(k8s.List(context.Background(), &list, client.InNamespace(ns))).To(gomega.Succeed())
+	for i := range list.Items {
+		for _, ref := range list.Items[i].OwnerReferences {
+			if ref.Kind == "Job" && ref.Name == job {
+				return &list.Items[i]
+			}
+		}
+	}
+	g.Expect(fmt.Sprintf("workload of job %s/%s", ns, job)).To(gomega.BeEmpty())
+	return nil
+}
+
+func admitted(g gomega.Gomega, ns, job string) bool {
+	return apimeta.IsStatusConditionTrue(workload(g, ns, job).Status.Conditions, kueue.WorkloadAdmitted)
+}
+
+// evictedByCheck: Kueue evicted the workload at least once because an admission check
+// (Chamber's) turned Retry.
+func evictedByCheck(wl *kueue.Workload) bool {
+	if s := wl.Status.SchedulingStats; s != nil {
+		for _, e := range s.Evictions {
+			if e.Reason == kueue.WorkloadEvictedByAdmissionCheck && e.Count > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// podPhase is the phase of the job's one live pod.
+func podPhase(g gomega.Gomega, ns, job string) corev1.PodPhase {
+	var pods corev1.PodList
+	g.Expect(k8s.List(context.Background(), &pods, client.InNamespace(ns), client.MatchingLabels{"job-name": job})).To(gomega.Succeed())
+	var live []corev1.Pod
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil {
+			live = append(live, p)
+		}
+	}
+	g.Expect(live).To(gomega.HaveLen(1), "pods of job %s/%s", ns, job)
+	return live[0].Status.Phase
+}
+
+func jobComplete(g gomega.Gomega, ns, name string) bool {
+	var j batchv1.Job
+	g.Expect(k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &j)).To(gomega.Succeed())
+	for _, c := range j.Status.Conditions {
+		if c.Type == batchv1.JobComplete && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+// eventReasons lists the reasons of the Events about the job's Workload.
+func eventReasons(g gomega.Gomega, ns, job string) []string {
+	wl := workload(g, ns, job)
+	var events eventsv1.EventList
+	g.Expect(k8s.List(context.Background(), &events, client.InNamespace(ns))).To(gomega.Succeed())
+	var reasons []string
+	for _, e := range events.Items {
+		if e.Regarding.Kind == "Workload" && e.Regarding.Name == wl.Name {
+			reasons = append(reasons, e.Reason)
+		}
+	}
+	return reasons
+}
+
+// metric reads a counter of the controllers' registry for a team; 0 when absent.
+func metric(g gomega.Gomega, name, team string) float64 {
+	families, err := metrics.Registry.Gather()
+	g.Expect(err).NotTo(gomega.HaveOccurred())
+	for _, mf := range families {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "team" && l.GetValue() == team {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
