@@ -37,6 +37,7 @@ func main() {
 		idleWindow         = flag.Duration("idle-window", fleet.DefaultIdleWindow, "how long a held GPU's utilization must stay below the threshold to count as idle")
 		perGPUMetrics      = flag.Bool("per-gpu-metrics", false, "export chamber_gpu_state, one series per GPU (the node agent already exports per-GPU metrics)")
 		reclaimInterval    = flag.Duration("idle-reclaim-interval", idlereclaim.DefaultInterval, "how often idle reclaim looks again at each workload holding GPUs (the policies are on pools and teams)")
+		reclaimMaxHold     = flag.Duration("idle-reclaim-max-hold", idlereclaim.DefaultMaxHold, "the longest a reclaimed workload is kept out of its queue so that the workload it was reclaimed for gets its GPUs")
 		admissionCheck     = flag.Bool("admission-check", true, "attach Chamber's admission check (placement on healthy GPUs, evictions) to every team's ClusterQueue")
 		placementTimeout   = flag.Duration("placement-timeout", admission.DefaultPlacementTimeout, "how long a workload with reserved quota waits for healthy GPUs before its quota goes back to the queue")
 		gracePeriod        = flag.Duration("eviction-grace-period", admission.DefaultGracePeriod, "how long the pods of a workload Chamber evicts have to checkpoint, unless its pool or team says otherwise")
@@ -70,6 +71,10 @@ func main() {
 		fail("--idle-reclaim-interval must be at least 1s, got %s", *reclaimInterval)
 	}
 	cfg.IdleReclaim.Interval = *reclaimInterval
+	if *reclaimMaxHold < time.Second {
+		fail("--idle-reclaim-max-hold must be at least 1s, got %s", *reclaimMaxHold)
+	}
+	cfg.IdleReclaim.MaxHold = *reclaimMaxHold
 	if *placementTimeout < time.Second {
 		fail("--placement-timeout must be at least 1s, got %s", *placementTimeout)
 	}
