@@ -85,7 +85,6 @@ func (c *Controller) openBreaker(ctx context.Context, pool *chamber.GPUPool, msg
 	breakerOpen.WithLabelValues(pool.Name).Set(1)
 	opened, err := c.setPoolCondition(ctx, pool.Name, metav1.ConditionTrue, ReasonTooManyIsolations, msg)
 	if opened {
-		breakerTrips.WithLabelValues(pool.Name).Inc()
 		c.recorder.Eventf(pool, nil, corev1.EventTypeWarning, ConditionIsolationHalted, "Isolate", "circuit breaker open: %s", msg)
 	}
 	return err

@@ -346,7 +346,6 @@ func (c *Controller) isolate(ctx context.Context, node *corev1.Node, pool *chamb
 		return reconcile.Result{}, c.withhold(ctx, node, pool, what)
 	}
 	if !c.limiter.TryAccept() {
-		rateLimited.Inc()
 		return reconcile.Result{RequeueAfter: time.Duration(float64(time.Second) / c.opts.RateLimit)}, nil
 	}
 

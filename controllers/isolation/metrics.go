@@ -10,10 +10,6 @@ var (
 		Name: "chamber_isolation_breaker_open",
 		Help: "1 while the pool's isolation circuit breaker is open: Chamber isolates no more of its nodes until an operator resets it.",
 	}, []string{"pool"})
-	breakerTrips = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "chamber_isolation_breaker_trips_total",
-		Help: "Times the pool's isolation circuit breaker opened.",
-	}, []string{"pool"})
 	isolations = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "chamber_isolations_total",
 		Help: "Nodes Chamber isolated for GPU faults, by isolation level and the fault's reason (XID79, ECCDoubleBit, ...).",
@@ -38,12 +34,8 @@ var (
 		Name: "chamber_isolation_unknown_nodes",
 		Help: "GPU nodes whose agent stopped reporting: their health is unknown and nothing is isolated for it.",
 	}, []string{"pool"})
-	rateLimited = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "chamber_isolation_rate_limited_total",
-		Help: "Isolations delayed by the fleet-wide rate limit.",
-	})
 )
 
 func init() {
-	metrics.Registry.MustRegister(breakerOpen, breakerTrips, isolations, withheld, dryRuns, evictions, recoveries, unknownNodes, rateLimited)
+	metrics.Registry.MustRegister(breakerOpen, isolations, withheld, dryRuns, evictions, recoveries, unknownNodes)
 }

@@ -1,0 +1,447 @@
+package isolation
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+
+	chamber "chamber.dev/chamber/api/v1alpha1"
+	"chamber.dev/chamber/controllers/admission"
+	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/test/controlplane"
+)
+
+var start = time.Date(2026, 11, 15, 12, 0, 0, 0, time.UTC)
+
+func TestBreakerLimit(t *testing.T) {
+	for name, tc := range map[string]struct {
+		percent int32
+		nodes   int
+		want    int
+	}{
+		"half of ten":          {percent: 50, nodes: 10, want: 5},
+		"half of three":        {percent: 50, nodes: 3, want: 1},
+		"a one-node pool":      {percent: 50, nodes: 1, want: 1},
+		"ten percent of 1000":  {percent: 10, nodes: 1000, want: 100},
+		"everything":           {percent: 100, nodes: 7, want: 7},
+		"one percent of fifty": {percent: 1, nodes: 50, want: 1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got := breakerLimit(chamber.IsolationPolicy{MaxIsolatedPercent: ptr.To(tc.percent)}, tc.nodes); got != tc.want {
+				t.Errorf("breakerLimit(%d%%, %d nodes) = %d, want %d", tc.percent, tc.nodes, got, tc.want)
+			}
+		})
+	}
+}
+
+// gpuNode is a GPUNode of 8 healthy GPUs reporting at heartbeat every 30 s; faulty
+// sets GPU i's health and faults.
+func gpuNode(name string, heartbeat time.Time, faulty map[int32][]chamber.GPUFault) *chamber.GPUNode {
+	gn := &chamber.GPUNode{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: chamber.GPUNodeStatus{
+		Health: chamber.GPUHealthy, LastHeartbeatTime: &metav1.Time{Time: heartbeat}, HeartbeatSeconds: 30,
+	}}
+	for i := range int32(8) {
+		g := chamber.GPUStatus{Index: i, Health: chamber.GPUHealthy}
+		if faults, ok := faulty[i]; ok {
+			g.Faults, g.Health = faults, chamber.GPUDegraded
+			for _, f := range faults {
+				if f.Severity == chamber.GPUUnhealthy {
+					g.Health, gn.Status.Health = chamber.GPUUnhealthy, chamber.GPUUnhealthy
+				}
+			}
+		}
+		gn.Status.GPUs = append(gn.Status.GPUs, g)
+	}
+	return gn
+}
+
+var (
+	xid79 = chamber.GPUFault{Reason: "XID79", Severity: chamber.GPUUnhealthy, Persistent: true, Message: "XID 79: GPU has fallen off the bus"}
+	xid92 = chamber.GPUFault{Reason: "XID92", Severity: chamber.GPUDegraded, Message: "XID 92: High single-bit ECC error rate"}
+	gsp   = chamber.GPUFault{Reason: "XID119", Severity: chamber.GPUUnhealthy, Message: "XID 119: GSP RPC timeout"}
+)
+
+func TestReadReport(t *testing.T) {
+	for name, tc := range map[string]struct {
+		gn            *chamber.GPUNode
+		wantHealth    chamber.GPUHealth
+		wantAgent     bool
+		wantDescribe  string
+		wantPersist   bool
+		wantFailing   []int
+		wantUnknownRe string
+	}{
+		"no agent":           {wantHealth: chamber.GPUUnknown},
+		"healthy":            {gn: gpuNode("n", start, nil), wantHealth: chamber.GPUHealthy, wantAgent: true},
+		"degraded runs work": {gn: gpuNode("n", start, map[int32][]chamber.GPUFault{1: {xid92}}), wantHealth: chamber.GPUHealthy, wantAgent: true},
+		"XID 79 is hardware": {
+			gn:         gpuNode("n", start, map[int32][]chamber.GPUFault{3: {xid79}}),
+			wantHealth: chamber.GPUUnhealthy, wantAgent: true, wantPersist: true, wantFailing: []int{3},
+			wantDescribe: "XID79 on GPU 3 (XID 79: GPU has fallen off the bus)",
+		},
+		"two GPUs, one transient": {
+			gn:         gpuNode("n", start, map[int32][]chamber.GPUFault{2: {gsp}, 6: {xid79, xid92}}),
+			wantHealth: chamber.GPUUnhealthy, wantAgent: true, wantPersist: true, wantFailing: []int{2, 6},
+			wantDescribe: "XID119 on GPU 2 (XID 119: GSP RPC timeout); XID79 on GPU 6 (XID 79: GPU has fallen off the bus)",
+		},
+		// An old report of a fault is silence too: it isolates nothing.
+		"stale fault": {
+			gn:         gpuNode("n", start.Add(-91*time.Second), map[int32][]chamber.GPUFault{3: {xid79}}),
+			wantHealth: chamber.GPUUnknown, wantAgent: true, wantUnknownRe: ReasonAgentNotReporting,
+		},
+		"NVML unavailable": {
+			gn: func() *chamber.GPUNode {
+				gn := gpuNode("n", start, nil)
+				gn.Status.Health, gn.Status.GPUs = chamber.GPUUnknown, nil
+				return gn
+			}(),
+			wantHealth: chamber.GPUUnknown, wantAgent: true, wantUnknownRe: "GPUHealthUnknown",
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := readReport(tc.gn, start, DefaultUnknownAfterHeartbeats)
+			got := []any{r.health, r.hasAgent, r.describe(), r.persistent(), r.failingGPUs(), r.unknownReason}
+			want := []any{tc.wantHealth, tc.wantAgent, tc.wantDescribe, tc.wantPersist, tc.wantFailing, tc.wantUnknownRe}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("report (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// env is a controller on a fake API server and a fake clock.
+type env struct {
+	t      *testing.T
+	client client.WithWatch
+	clock  *clocktesting.FakeClock
+	ctrl   *Controller
+	events *events.FakeRecorder
+}
+
+func newEnv(t *testing.T, opts Options, funcs *interceptor.Funcs, objs ...client.Object) *env {
+	t.Helper()
+	b := fake.NewClientBuilder().WithScheme(controlplane.Scheme).WithObjects(objs...).
+		WithStatusSubresource(&corev1.Node{}, &chamber.GPUPool{}, &chamber.GPUNode{}, &kueue.Workload{}).
+		WithIndex(&corev1.Pod{}, "spec.nodeName", func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} })
+	if funcs != nil {
+		b = b.WithInterceptorFuncs(*funcs)
+	}
+	c := b.Build()
+	clk := clocktesting.NewFakeClock(start)
+	opts.Clock = clk
+	rec := events.NewFakeRecorder(100)
+	return &env{t: t, client: c, clock: clk, ctrl: New(c, c, rec, opts), events: rec}
+}
+
+func pool(name string, policy *chamber.IsolationPolicy) *chamber.GPUPool {
+	return &chamber.GPUPool{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: chamber.GPUPoolSpec{NodeLabels: map[string]string{"pool": name}, Isolation: policy}}
+}
+
+func node(name, pool string) *corev1.Node {
+	gpus := *resource.NewQuantity(8, resource.DecimalSI)
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"pool": pool}},
+		Status:     corev1.NodeStatus{Capacity: corev1.ResourceList{chamberkueue.ResourceGPU: gpus}, Allocatable: corev1.ResourceList{chamberkueue.ResourceGPU: gpus}},
+	}
+}
+
+// reconcile runs the reconciler on the node as stored, like Karpenter's ExpectObjectReconciled.
+func (e *env) reconcile(name string) time.Duration {
+	e.t.Helper()
+	var n corev1.Node
+	if err := e.client.Get(context.Background(), client.ObjectKey{Name: name}, &n); err != nil {
+		e.t.Fatal(err)
+	}
+	res, err := e.ctrl.Reconcile(context.Background(), &n)
+	if err != nil {
+		e.t.Fatalf("reconcile %s: %v", name, err)
+	}
+	return res.RequeueAfter
+}
+
+func (e *env) node(name string) *corev1.Node {
+	e.t.Helper()
+	var n corev1.Node
+	if err := e.client.Get(context.Background(), client.ObjectKey{Name: name}, &n); err != nil {
+		e.t.Fatal(err)
+	}
+	return &n
+}
+
+// state sums up a node for comparison: tainted, cordoned, and its condition.
+type state struct {
+	Tainted, Cordoned bool
+	Status            corev1.ConditionStatus
+	Reason            string
+}
+
+func (e *env) state(name string) state {
+	n := e.node(name)
+	s := state{Cordoned: n.Spec.Unschedulable}
+	for _, t := range n.Spec.Taints {
+		s.Tainted = s.Tainted || t.Key == TaintKey
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == ConditionIsolated {
+			s.Status, s.Reason = c.Status, c.Reason
+		}
+	}
+	return s
+}
+
+func (e *env) annotate(obj client.Object, key, value string) {
+	e.t.Helper()
+	if err := e.client.Get(context.Background(), client.ObjectKeyFromObject(obj), obj); err != nil {
+		e.t.Fatal(err)
+	}
+	a := obj.GetAnnotations()
+	if a == nil {
+		a = map[string]string{}
+	}
+	a[key] = value
+	obj.SetAnnotations(a)
+	if err := e.client.Update(context.Background(), obj); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// report writes the node's GPUNode status with a heartbeat now.
+func (e *env) report(name string, faulty map[int32][]chamber.GPUFault) {
+	e.t.Helper()
+	var gn chamber.GPUNode
+	if err := e.client.Get(context.Background(), client.ObjectKey{Name: name}, &gn); err != nil {
+		e.t.Fatal(err)
+	}
+	gn.Status = gpuNode(name, e.clock.Now(), faulty).Status
+	if err := e.client.Status().Update(context.Background(), &gn); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// eventReasons drains the recorded Events' reasons.
+func (e *env) eventReasons() []string {
+	var out []string
+	for {
+		select {
+		case ev := <-e.events.Events:
+			out = append(out, strings.Fields(ev)[1])
+		default:
+			return out
+		}
+	}
+}
+
+var isolatedState = func(reason string) state {
+	return state{Tainted: true, Cordoned: true, Status: corev1.ConditionTrue, Reason: reason}
+}
+
+// A node an operator cordoned stays cordoned after Chamber's isolation ends; the
+// taint Chamber added goes.
+func TestOperatorCordonStays(t *testing.T) {
+	n := node("n1", "p")
+	n.Spec.Unschedulable = true
+	e := newEnv(t, Options{}, nil, pool("p", nil), n, gpuNode("n1", start, map[int32][]chamber.GPUFault{0: {xid79}}))
+	e.reconcile("n1")
+	if diff := cmp.Diff(isolatedState("XID79"), e.state("n1")); diff != "" {
+		t.Fatalf("isolated node (-want +got):\n%s", diff)
+	}
+	if got := e.node("n1").Annotations; got[AnnotationCordoned] != "" || got[AnnotationTainted] != "true" {
+		t.Fatalf("annotations %v: want Chamber's taint recorded, the operator's cordon not", got)
+	}
+	e.annotate(e.node("n1"), AnnotationClear, "true")
+	e.reconcile("n1")
+	want := state{Cordoned: true, Status: corev1.ConditionFalse, Reason: ReasonCleared}
+	if diff := cmp.Diff(want, e.state("n1")); diff != "" {
+		t.Errorf("cleared node (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"Isolated", ReasonCleared}, e.eventReasons()); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+}
+
+// A dry run reports what it would do and changes nothing.
+func TestDryRun(t *testing.T) {
+	e := newEnv(t, Options{}, nil, pool("p", &chamber.IsolationPolicy{DryRun: true}), node("n1", "p"),
+		gpuNode("n1", start, map[int32][]chamber.GPUFault{0: {xid79}}))
+	e.reconcile("n1")
+	e.reconcile("n1")
+	if diff := cmp.Diff(state{Status: corev1.ConditionFalse, Reason: ReasonDryRun}, e.state("n1")); diff != "" {
+		t.Errorf("node (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"WouldIsolate"}, e.eventReasons()); diff != "" {
+		t.Errorf("events, one per fault (-want +got):\n%s", diff)
+	}
+}
+
+// The rate limit delays an isolation past its burst; the node is isolated once the
+// clock has moved on.
+func TestRateLimit(t *testing.T) {
+	bad := map[int32][]chamber.GPUFault{0: {xid79}}
+	e := newEnv(t, Options{RateLimit: 0.5, RateBurst: 1}, nil, pool("p", &chamber.IsolationPolicy{MaxIsolatedPercent: ptr.To[int32](100)}),
+		node("n1", "p"), node("n2", "p"), gpuNode("n1", start, bad), gpuNode("n2", start, bad))
+	e.reconcile("n1")
+	if requeue := e.reconcile("n2"); requeue != 2*time.Second {
+		t.Errorf("rate-limited reconcile requeues after %s, want 2s", requeue)
+	}
+	if diff := cmp.Diff(state{}, e.state("n2")); diff != "" {
+		t.Errorf("rate-limited node (-want +got):\n%s", diff)
+	}
+	e.clock.Step(2 * time.Second)
+	e.reconcile("n2")
+	if diff := cmp.Diff(isolatedState("XID79"), e.state("n2")); diff != "" {
+		t.Errorf("node after the wait (-want +got):\n%s", diff)
+	}
+}
+
+// The breaker stays open after its window has passed, until an operator resets it;
+// isolations before the reset do not count against the next ones.
+func TestBreakerHoldsUntilReset(t *testing.T) {
+	bad := map[int32][]chamber.GPUFault{0: {xid79}}
+	p := pool("p", nil)
+	objs := []client.Object{p}
+	for _, n := range []string{"n1", "n2", "n3", "n4"} {
+		objs = append(objs, node(n, "p"), gpuNode(n, start, bad))
+	}
+	e := newEnv(t, Options{}, nil, objs...)
+	for _, n := range []string{"n1", "n2", "n3"} {
+		e.reconcile(n)
+	}
+	got := []state{e.state("n1"), e.state("n2"), e.state("n3")}
+	withheld := state{Status: corev1.ConditionFalse, Reason: ReasonIsolationHalted}
+	if diff := cmp.Diff([]state{isolatedState("XID79"), isolatedState("XID79"), withheld}, got); diff != "" {
+		t.Fatalf("two of four may go (-want +got):\n%s", diff)
+	}
+	halted := func() *metav1.Condition {
+		var have chamber.GPUPool
+		if err := e.client.Get(context.Background(), client.ObjectKey{Name: "p"}, &have); err != nil {
+			t.Fatal(err)
+		}
+		return apimeta.FindStatusCondition(have.Status.Conditions, ConditionIsolationHalted)
+	}
+	if c := halted(); c == nil || c.Status != metav1.ConditionTrue {
+		t.Fatalf("IsolationHalted = %v, want True", c)
+	}
+
+	// The window passes and fresh reports come: still halted.
+	e.clock.Step(DefaultBreakerWindow + time.Minute)
+	for _, n := range []string{"n3", "n4"} {
+		e.report(n, bad)
+		e.reconcile(n)
+	}
+	if diff := cmp.Diff([]state{withheld, withheld}, []state{e.state("n3"), e.state("n4")}); diff != "" {
+		t.Fatalf("after the window, before a reset (-want +got):\n%s", diff)
+	}
+
+	e.annotate(&chamber.GPUPool{ObjectMeta: metav1.ObjectMeta{Name: "p"}}, AnnotationBreakerReset, "true")
+	e.reconcile("n3")
+	e.reconcile("n4")
+	if diff := cmp.Diff([]state{isolatedState("XID79"), isolatedState("XID79")}, []state{e.state("n3"), e.state("n4")}); diff != "" {
+		t.Errorf("after the reset (-want +got):\n%s", diff)
+	}
+	if c := halted(); c == nil || c.Status != metav1.ConditionFalse || c.Reason != ReasonBreakerReset {
+		t.Errorf("IsolationHalted = %v, want False %s", c, ReasonBreakerReset)
+	}
+}
+
+// At GPU level the node stays schedulable and a hold pod takes the failing GPUs;
+// only the workload on the failing GPU is evicted; the hold goes with the fault.
+func TestGPULevel(t *testing.T) {
+	bad := gpuNode("n1", start, map[int32][]chamber.GPUFault{2: {gsp}})
+	bad.Status.GPUs[2].Pod = &chamber.PodReference{Namespace: "ns", Name: "a-0"}
+	bad.Status.GPUs[5].Pod = &chamber.PodReference{Namespace: "ns", Name: "b-0"}
+	objs := []client.Object{pool("p", &chamber.IsolationPolicy{Level: chamber.IsolateGPU, RecoveryReports: ptr.To[int32](1)}), node("n1", "p"), bad}
+	for _, job := range []string{"a", "b"} {
+		objs = append(objs, workloadWithPod(job, "n1")...)
+	}
+	e := newEnv(t, Options{}, nil, objs...)
+	e.reconcile("n1")
+	if diff := cmp.Diff(state{Status: corev1.ConditionTrue, Reason: "XID119"}, e.state("n1")); diff != "" {
+		t.Errorf("node (-want +got):\n%s", diff)
+	}
+	var hold corev1.Pod
+	if err := e.client.Get(context.Background(), client.ObjectKey{Namespace: DefaultHoldNamespace, Name: holdPodName("n1")}, &hold); err != nil {
+		t.Fatalf("hold pod: %v", err)
+	}
+	q := hold.Spec.Containers[0].Resources.Limits[chamberkueue.ResourceGPU]
+	if hold.Spec.NodeName != "n1" || q.Value() != 1 {
+		t.Errorf("hold pod on %q for %s GPUs, want n1 and 1", hold.Spec.NodeName, q.String())
+	}
+	evicted := map[string]bool{}
+	for _, job := range []string{"a", "b"} {
+		var wl kueue.Workload
+		if err := e.client.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: job}, &wl); err != nil {
+			t.Fatal(err)
+		}
+		_, evicted[job] = admission.RequestedEviction(&wl)
+	}
+	if diff := cmp.Diff(map[string]bool{"a": true, "b": false}, evicted); diff != "" {
+		t.Errorf("evicted (-want +got):\n%s", diff)
+	}
+
+	// The transient fault clears: one healthy report returns the GPU.
+	e.clock.Step(30 * time.Second)
+	e.report("n1", nil)
+	e.reconcile("n1")
+	if diff := cmp.Diff(state{Status: corev1.ConditionFalse, Reason: ReasonRecovered}, e.state("n1")); diff != "" {
+		t.Errorf("recovered node (-want +got):\n%s", diff)
+	}
+	if err := e.client.Get(context.Background(), client.ObjectKeyFromObject(&hold), &hold); !apierrors.IsNotFound(err) {
+		t.Errorf("hold pod after recovery: %v, want NotFound", err)
+	}
+}
+
+// workloadWithPod is an admitted Job's Workload and its running pod on the node.
+func workloadWithPod(job, nodeName string) []client.Object {
+	jobUID := "uid-" + job
+	wl := &kueue.Workload{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: job, OwnerReferences: []metav1.OwnerReference{{
+			APIVersion: "batch/v1", Kind: "Job", Name: job, UID: types.UID(jobUID), Controller: ptr.To(true)}}},
+		Status: kueue.WorkloadStatus{Conditions: []metav1.Condition{{Type: kueue.WorkloadQuotaReserved, Status: metav1.ConditionTrue,
+			Reason: "QuotaReserved", LastTransitionTime: metav1.NewTime(start)}}},
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: job + "-0", OwnerReferences: []metav1.OwnerReference{{
+			APIVersion: "batch/v1", Kind: "Job", Name: job, UID: types.UID(jobUID), Controller: ptr.To(true)}}},
+		Spec:   corev1.PodSpec{NodeName: nodeName, Containers: []corev1.Container{{Name: "c"}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning},
+	}
+	return []client.Object{wl, pod}
+}
+
+// A conflict writing the node (someone else changed it) is retried on a fresh read,
+// never written over.
+func TestNodeConflictRetried(t *testing.T) {
+	conflicts := 1
+	funcs := &interceptor.Funcs{Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+		if _, ok := obj.(*corev1.Node); ok && conflicts > 0 && patch.Type() == "application/merge-patch+json" {
+			conflicts--
+			return apierrors.NewConflict(schema.GroupResource{Resource: "nodes"}, obj.GetName(), nil)
+		}
+		return c.Patch(ctx, obj, patch, opts...)
+	}}
+	e := newEnv(t, Options{}, funcs, pool("p", nil), node("n1", "p"), gpuNode("n1", start, map[int32][]chamber.GPUFault{0: {xid79}}))
+	e.reconcile("n1")
+	if diff := cmp.Diff(isolatedState("XID79"), e.state("n1")); diff != "" {
+		t.Errorf("node (-want +got):\n%s", diff)
+	}
+	if conflicts != 0 {
+		t.Error("the interceptor saw no node patch")
+	}
+}
