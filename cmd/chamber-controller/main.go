@@ -22,6 +22,7 @@ import (
 	"chamber.dev/chamber/controllers"
 	"chamber.dev/chamber/controllers/admission"
 	"chamber.dev/chamber/controllers/idlereclaim"
+	"chamber.dev/chamber/controllers/isolation"
 	"chamber.dev/chamber/fleet"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
@@ -41,6 +42,11 @@ func main() {
 		admissionCheck     = flag.Bool("admission-check", true, "attach Chamber's admission check (placement on healthy GPUs, evictions) to every team's ClusterQueue")
 		placementTimeout   = flag.Duration("placement-timeout", admission.DefaultPlacementTimeout, "how long a workload with reserved quota waits for healthy GPUs before its quota goes back to the queue")
 		gracePeriod        = flag.Duration("eviction-grace-period", admission.DefaultGracePeriod, "how long the pods of a workload Chamber evicts have to checkpoint, unless its pool or team says otherwise")
+		isolationRate      = flag.Float64("isolation-rate-limit", isolation.DefaultRateLimit, "how many nodes per second fault isolation may isolate, fleet-wide, once its burst is spent")
+		isolationBurst     = flag.Int("isolation-rate-burst", isolation.DefaultRateBurst, "how many nodes fault isolation may isolate at once before the rate limit applies")
+		isolationUnknown   = flag.Int("isolation-unknown-after-heartbeats", isolation.DefaultUnknownAfterHeartbeats, "missed node agent heartbeats after which a node's GPU health is Unknown (never a reason to isolate)")
+		isolationGrace     = flag.Duration("isolation-eviction-grace-period", 0, "checkpoint grace period of workloads evicted from failed GPUs (0: at once; a failed GPU cannot checkpoint)")
+		isolationHoldNS    = flag.String("isolation-hold-namespace", isolation.DefaultHoldNamespace, "namespace of the pods that hold failing GPUs under GPU-level isolation")
 	)
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
@@ -82,6 +88,11 @@ func main() {
 		fail("--eviction-grace-period must not be negative, got %s", *gracePeriod)
 	}
 	cfg.AdmissionCheck = *admissionCheck
+	if *isolationRate <= 0 || *isolationBurst < 1 || *isolationUnknown < 1 || *isolationGrace < 0 {
+		fail("--isolation-rate-limit must be positive, --isolation-rate-burst and --isolation-unknown-after-heartbeats at least 1, --isolation-eviction-grace-period not negative")
+	}
+	cfg.Isolation = isolation.Options{RateLimit: *isolationRate, RateBurst: *isolationBurst, UnknownAfterHeartbeats: *isolationUnknown,
+		EvictionGracePeriod: *isolationGrace, HoldNamespace: *isolationHoldNS}
 	cfg.Admission.PlacementTimeout = *placementTimeout
 	cfg.Admission.GracePeriod = *gracePeriod
 
