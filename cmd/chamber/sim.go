@@ -41,12 +41,12 @@ var simDefaults = simFlags{
 
 // demoDefaults are `chamber demo`'s (make demo): the simulator on 32 GPUs and the
 // busiest 90 minutes of the week's second day, a quarter of the jobs, cut at an hour:
-// about a minute per policy. Faults are five times more frequent than in the bench so
-// that a short run shows some.
+// about a minute per policy. Faults are fifteen times more frequent than in the bench
+// so that a short run shows a couple.
 var demoDefaults = simFlags{
 	trace: "../shared/data/philly_week.csv", nodes: "4xdgxh100", policies: "kubernetes,kueue,chamber",
 	metricsAddr: "127.0.0.1:8080", start: 24 * time.Hour, window: 90 * time.Minute, keep: 0.25,
-	maxDuration: time.Hour, speedup: 120, faultRate: 10, repair: time.Hour, price: 2.49,
+	maxDuration: time.Hour, speedup: 120, faultRate: 30, repair: time.Hour, price: 2.49,
 	seed: 1, timeout: 5 * time.Minute,
 }
 

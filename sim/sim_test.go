@@ -1,0 +1,92 @@
+package sim
+
+import (
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestShortScenario runs the instrument end to end on real components: 24 jobs of the
+// Philly trace on one 8-GPU node, under the three policies, with a GPU fault or two. It
+// checks that every job finishes, that the simulator's watch agrees with the Jobs in the
+// API server and Chamber's metrics with both, and that the report has every table and
+// plot. It asserts no figure: those are what the simulator is for. About two minutes.
+func TestShortScenario(t *testing.T) {
+	trace, bad, err := ReadTraceFile("testdata/philly_slice.csv", false)
+	if err != nil || len(bad) > 0 {
+		t.Fatalf("read the test trace: %v %v", err, bad)
+	}
+	jobs, err := Prepare(trace, TraceSlice{Keep: 1, MaxDuration: time.Hour, MaxGPUs: 8, Seed: 1}, DefaultUtilizationModel())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := &Scenario{
+		Jobs: jobs, Nodes: []NodeGroup{{Count: 1, GPUs: 8, Product: "NVIDIA-H100-80GB-HBM3", Fake: "dgxh100"}},
+		Speedup: 600, FaultsPer1000GPUHours: 60, RepairTime: 30 * time.Minute, PricePerGPUHour: 2.49,
+		IdleBelowPercent: 5, BackoffLimit: 3, SampleEvery: 500 * time.Millisecond, Timeout: 2 * time.Minute,
+		Policies: AllPolicies, OutDir: t.TempDir(), MetricsAddr: "0", Seed: 1,
+		Progress: io.Discard, Log: io.Discard,
+	}
+	if testing.Verbose() {
+		sc.Progress = os.Stderr
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	path, recs, err := Run(ctx, sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rec := range recs {
+		complete, failed := 0, 0
+		for _, j := range rec.Jobs {
+			switch {
+			case j.Finished.IsZero():
+				t.Errorf("%s: job %s never finished", rec.Policy, j.Job.Name)
+			case j.Failed:
+				failed++
+			default:
+				complete++
+			}
+			// The watch's times against the API's whole-second timestamps.
+			if d := j.Submitted.Sub(j.APICreated); d < -time.Second || d > 2*time.Second {
+				t.Errorf("%s: job %s submitted at %v by the watch, created at %v by the API", rec.Policy, j.Job.Name, j.Submitted, j.APICreated)
+			}
+		}
+		if complete != rec.APIComplete || failed != rec.APIFailed || rec.APIOther != 0 {
+			t.Errorf("%s: the watch saw %d complete and %d failed Jobs; the API has %d complete, %d failed, %d other",
+				rec.Policy, complete, failed, rec.APIComplete, rec.APIFailed, rec.APIOther)
+		}
+		if rec.Policy != PolicyChamber {
+			continue
+		}
+		if len(rec.MetricsCheck) < 4 {
+			t.Errorf("Chamber's metrics: %d checks, want the GPU, pending and per-team checks", len(rec.MetricsCheck))
+		}
+		for _, c := range rec.MetricsCheck {
+			if !c.Agrees {
+				t.Errorf("Chamber's %s = %g, the API objects say %g", c.Metric, c.Chamber, c.Measured)
+			}
+		}
+	}
+	report, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, table := range ReportTables {
+		if !strings.Contains(string(report), table+"\n") {
+			t.Errorf("the report has no %q", table)
+		}
+	}
+	for _, plot := range []string{plotAllocation, plotQueue, plotWaitCDF} {
+		if fi, err := os.Stat(filepath.Join(sc.OutDir, plot)); err != nil || fi.Size() == 0 {
+			t.Errorf("plot %s: %v", plot, err)
+		}
+	}
+	if t.Failed() {
+		t.Logf("report:\n%s", report)
+	}
+}
