@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+	kueueac "sigs.k8s.io/kueue/client-go/applyconfiguration/kueue/v1beta2"
 	utiltas "sigs.k8s.io/kueue/pkg/util/tas"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
@@ -498,24 +499,30 @@ func (c *Controller) clearEviction(ctx context.Context, wl *kueue.Workload) erro
 	return nil
 }
 
-// setCheck writes the check's state; Kueue acts on it.
+// setCheck writes the check's state; Kueue acts on it. It applies only its own
+// entry of status.admissionChecks (server-side apply, as Kueue's own check controllers
+// do), so it never conflicts with Kueue's writes to the rest of the workload.
 func (c *Controller) setCheck(ctx context.Context, wl *kueue.Workload, state kueue.CheckState, msg string, requeueAfter *int32) error {
 	const maxMessage = 32 * 1024 // the API's limit on a check message
 	if len(msg) > maxMessage {
 		msg = msg[:maxMessage-3] + "..."
 	}
-	patched := wl.DeepCopy()
-	check := findCheck(patched)
-	if check.State == state && check.Message == msg {
+	current := findCheck(wl)
+	if current.State == state && current.Message == msg && ptr.Equal(current.RequeueAfterSeconds, requeueAfter) {
 		return nil
 	}
-	if check.State != state {
-		check.LastTransitionTime = metav1.NewTime(c.opts.Clock.Now())
+	transition := current.LastTransitionTime
+	if current.State != state {
+		transition = metav1.NewTime(c.opts.Clock.Now())
 	}
-	check.State, check.Message, check.RequeueAfterSeconds = state, msg, requeueAfter
-	if err := c.client.Status().Update(ctx, patched); err != nil {
+	check := kueueac.AdmissionCheckState().WithName(CheckName).WithState(state).WithMessage(msg).WithLastTransitionTime(transition)
+	if requeueAfter != nil {
+		check = check.WithRequeueAfterSeconds(*requeueAfter)
+	}
+	apply := kueueac.Workload(wl.Name, wl.Namespace).WithUID(wl.UID).WithStatus(kueueac.WorkloadStatus().WithAdmissionChecks(check))
+	if err := c.client.Status().Apply(ctx, apply, client.FieldOwner(ControllerName), client.ForceOwnership); err != nil {
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-			// Kueue changed the workload meanwhile: the next event brings it back.
+			// The workload was deleted or replaced meanwhile.
 			return nil
 		}
 		return fmt.Errorf("set check %s of workload %s/%s to %s: %w", CheckName, wl.Namespace, wl.Name, state, err)

@@ -225,9 +225,9 @@ func TestEvictsSooner(t *testing.T) {
 		want       bool
 	}{
 		"a request without its own grace never replaces one": {next: Eviction{RequestedAt: now}, have: Eviction{RequestedAt: now, GracePeriod: &hour}},
-		"an immediate one replaces a policy one":              {next: Eviction{RequestedAt: now, GracePeriod: &zero}, have: Eviction{RequestedAt: now}, want: true},
-		"an earlier deadline replaces a later one":            {next: Eviction{RequestedAt: now, GracePeriod: &zero}, have: Eviction{RequestedAt: now, GracePeriod: &hour}, want: true},
-		"a later deadline does not":                           {next: Eviction{RequestedAt: now.Add(2 * time.Hour), GracePeriod: &zero}, have: Eviction{RequestedAt: now, GracePeriod: &hour}},
+		"an immediate one replaces a policy one":             {next: Eviction{RequestedAt: now, GracePeriod: &zero}, have: Eviction{RequestedAt: now}, want: true},
+		"an earlier deadline replaces a later one":           {next: Eviction{RequestedAt: now, GracePeriod: &zero}, have: Eviction{RequestedAt: now, GracePeriod: &hour}, want: true},
+		"a later deadline does not":                          {next: Eviction{RequestedAt: now.Add(2 * time.Hour), GracePeriod: &zero}, have: Eviction{RequestedAt: now, GracePeriod: &hour}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -1,0 +1,396 @@
+package admission_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+
+	"chamber.dev/chamber/controllers/admission"
+	"chamber.dev/chamber/controllers/controllertest"
+	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/test/controlplane"
+)
+
+// workloadClass is one kind of workload of Kueue's scheduler performance test
+// (test/performance/scheduler/configs/baseline/generator.yaml): count workloads per
+// ClusterQueue, one created every interval, each running for runtime once admitted.
+type workloadClass struct {
+	name     string
+	count    int
+	interval time.Duration
+	runtime  time.Duration
+	priority int32
+	gpus     int64
+}
+
+// baseline is Kueue's baseline scenario, with GPUs for its CPU units: 5 cohorts of 6
+// ClusterQueues (nominal 20, borrowing limit 100), 500 workloads per ClusterQueue,
+// 15,000 in all.
+var baseline = []workloadClass{
+	{name: "small", count: 350, interval: 100 * time.Millisecond, runtime: 200 * time.Millisecond, priority: 50, gpus: 1},
+	{name: "medium", count: 100, interval: 500 * time.Millisecond, runtime: 500 * time.Millisecond, priority: 100, gpus: 5},
+	{name: "large", count: 50, interval: 1200 * time.Millisecond, runtime: time.Second, priority: 200, gpus: 20},
+}
+
+const (
+	perfCohorts       = 5
+	perfQueuesPerCoh  = 6
+	perfNominalQuota  = 20
+	perfBorrowLimit   = 100
+	perfNodes         = 10
+	perfGPUsPerNode   = 64
+	perfFlavor        = "perf-gpu"
+	perfRunTimeout    = 30 * time.Minute
+	perfScaleVariable = "CHAMBER_PERF_SCALE"
+)
+
+// shapeResult is what one run of the scenario measured.
+type shapeResult struct {
+	workloads     int
+	wall          time.Duration
+	meanAdmission time.Duration
+	p50, p99      time.Duration
+}
+
+// BenchmarkSchedulerShape runs the shape of Kueue's scheduler performance test twice
+// on the same control plane (real kube-apiserver, the real Kueue binary, Chamber's
+// controllers running): once with Kueue alone deciding admission, once with
+// Chamber's admission check on every ClusterQueue. The workloads ask for GPUs on
+// the flavor of 10 kwok nodes of 64 GPUs, so the check does its full work: it reads
+// the flavor's nodes, their pods and agents before it says Ready. It reports the
+// total wall time and the mean time from creation to admission of each run, and
+// their ratios. CHAMBER_PERF_SCALE (default 1) scales the number of workloads.
+//
+//	go test -run '^$' -bench SchedulerShape -benchtime 1x ./controllers/admission/
+func BenchmarkSchedulerShape(b *testing.B) {
+	scale := 1.0
+	if s := os.Getenv(perfScaleVariable); s != "" {
+		v, err := strconv.ParseFloat(s, 64)
+		if err != nil || v <= 0 || v > 1 {
+			b.Fatalf("%s=%q: want a number in (0, 1]", perfScaleVariable, s)
+		}
+		scale = v
+	}
+	perfNodesOnce(b)
+	for i := range b.N {
+		kueueOnly := runShape(b, fmt.Sprintf("perf%d-kueue", i), false, scale)
+		withCheck := runShape(b, fmt.Sprintf("perf%d-chamber", i), true, scale)
+		for _, r := range []struct {
+			name string
+			res  shapeResult
+		}{{"Kueue alone", kueueOnly}, {"Kueue + Chamber's check", withCheck}} {
+			b.Logf("%-24s %5d workloads: wall %6.1fs, time to admission mean %6.0f ms, p50 %6.0f ms, p99 %6.0f ms",
+				r.name, r.res.workloads, r.res.wall.Seconds(), ms(r.res.meanAdmission), ms(r.res.p50), ms(r.res.p99))
+		}
+		b.ReportMetric(kueueOnly.wall.Seconds(), "kueue-wall-s")
+		b.ReportMetric(withCheck.wall.Seconds(), "check-wall-s")
+		b.ReportMetric(ms(kueueOnly.meanAdmission), "kueue-admit-ms")
+		b.ReportMetric(ms(withCheck.meanAdmission), "check-admit-ms")
+		b.ReportMetric(withCheck.wall.Seconds()/kueueOnly.wall.Seconds(), "wall-ratio")
+		b.ReportMetric(ms(withCheck.meanAdmission)/math.Max(ms(kueueOnly.meanAdmission), 1e-3), "admit-ratio")
+	}
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+var perfSetup sync.Once
+
+// perfNodesOnce makes the GPU nodes and the flavor every run uses.
+func perfNodesOnce(b *testing.B) {
+	perfSetup.Do(func() {
+		labels := map[string]string{"chamber.dev/test-pool": perfFlavor}
+		var nodes []controlplane.GPUNode
+		for i := range perfNodes {
+			nodes = append(nodes, controlplane.GPUNode{Name: fmt.Sprintf("perf-%d", i), GPUs: perfGPUsPerNode, Product: h100, Labels: labels})
+		}
+		ctx := context.Background()
+		if err := controlplane.CreateGPUNodes(ctx, k8s, nodes...); err != nil {
+			b.Fatal(err)
+		}
+		if err := k8s.Create(ctx, &kueue.ResourceFlavor{ObjectMeta: metav1.ObjectMeta{Name: perfFlavor}, Spec: kueue.ResourceFlavorSpec{NodeLabels: labels}}); err != nil {
+			b.Fatal(err)
+		}
+	})
+}
+
+// runShape creates the ClusterQueues and workloads of one run in namespace ns, plays
+// the workloads (each finishes its runtime after admission, as Kueue's runner does)
+// and measures.
+func runShape(b *testing.B, ns string, withCheck bool, scale float64) shapeResult {
+	ctx, cancel := context.WithTimeout(context.Background(), perfRunTimeout)
+	defer cancel()
+	must := func(err error) {
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	must(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	var queues []string
+	for c := range perfCohorts {
+		for q := range perfQueuesPerCoh {
+			name := fmt.Sprintf("%s-c%d-q%d", ns, c, q)
+			cq := &kueue.ClusterQueue{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: kueue.ClusterQueueSpec{
+				CohortName:        kueue.CohortReference(fmt.Sprintf("%s-c%d", ns, c)),
+				NamespaceSelector: &metav1.LabelSelector{},
+				Preemption:        &kueue.ClusterQueuePreemption{ReclaimWithinCohort: kueue.PreemptionPolicyAny, WithinClusterQueue: kueue.PreemptionPolicyLowerPriority},
+				ResourceGroups: []kueue.ResourceGroup{{CoveredResources: []corev1.ResourceName{chamberkueue.ResourceGPU}, Flavors: []kueue.FlavorQuotas{{
+					Name: perfFlavor, Resources: []kueue.ResourceQuota{{Name: chamberkueue.ResourceGPU,
+						NominalQuota: *resource.NewQuantity(perfNominalQuota, resource.DecimalSI), BorrowingLimit: resource.NewQuantity(perfBorrowLimit, resource.DecimalSI)}},
+				}}}},
+			}}
+			if withCheck {
+				cq.Spec.AdmissionChecksStrategy = &kueue.AdmissionChecksStrategy{AdmissionChecks: []kueue.AdmissionCheckStrategyRule{{Name: admission.CheckName}}}
+			}
+			must(k8s.Create(ctx, cq))
+			must(k8s.Create(ctx, &kueue.LocalQueue{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: kueue.LocalQueueSpec{ClusterQueue: kueue.ClusterQueueReference(name)}}))
+			queues = append(queues, name)
+		}
+	}
+	for _, name := range queues {
+		waitActive(b, ctx, name)
+	}
+
+	rec := newRecorder()
+	stop := watchWorkloads(b, ctx, ns, rec)
+	defer stop()
+
+	total := 0
+	var wg sync.WaitGroup
+	start := time.Now()
+	for _, q := range queues {
+		for _, class := range baseline {
+			count := max(1, int(float64(class.count)*scale))
+			total += count
+			wg.Go(func() {
+				for i := range count {
+					at := start.Add(time.Duration(i) * class.interval)
+					time.Sleep(time.Until(at))
+					wl := perfWorkload(ns, fmt.Sprintf("%s-%s-%d", q, class.name, i), q, class)
+					rec.created(types.NamespacedName{Namespace: ns, Name: wl.Name}, class.runtime)
+					if err := k8s.Create(ctx, wl); err != nil {
+						b.Errorf("create workload %s: %v", wl.Name, err)
+						return
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	done := rec.waitFinished(total)
+	progress := time.NewTicker(10 * time.Second)
+	defer progress.Stop()
+	for {
+		select {
+		case <-done:
+			return rec.result(start)
+		case <-progress.C:
+			fmt.Fprintf(os.Stderr, "%s: %d of %d workloads admitted, %d finished, %s\n", ns, rec.admittedCount(), total, rec.finishedCount(), time.Since(start).Round(time.Second))
+		case <-ctx.Done():
+			b.Fatalf("%s: %d of %d workloads finished within %s", ns, rec.finishedCount(), total, perfRunTimeout)
+		}
+	}
+}
+
+func waitActive(b *testing.B, ctx context.Context, name string) {
+	for {
+		var cq kueue.ClusterQueue
+		if err := k8s.Get(ctx, client.ObjectKey{Name: name}, &cq); err == nil && apimeta.IsStatusConditionTrue(cq.Status.Conditions, kueue.ClusterQueueActive) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			b.Fatalf("ClusterQueue %s never became active", name)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func perfWorkload(ns, name, queue string, class workloadClass) *kueue.Workload {
+	gpus := *resource.NewQuantity(class.gpus, resource.DecimalSI)
+	return &kueue.Workload{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: kueue.WorkloadSpec{
+			QueueName: kueue.LocalQueueName(queue),
+			Priority:  ptr.To(class.priority),
+			PodSets: []kueue.PodSet{{Name: "main", Count: 1, Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+				RestartPolicy: corev1.RestartPolicyNever,
+				Containers: []corev1.Container{{Name: "c", Image: "busybox", Resources: corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{chamberkueue.ResourceGPU: gpus}, Limits: corev1.ResourceList{chamberkueue.ResourceGPU: gpus},
+				}}},
+			}}}},
+		},
+	}
+}
+
+// recorder keeps each workload's creation, admission and finish times.
+type recorder struct {
+	mu       sync.Mutex
+	runtime  map[types.NamespacedName]time.Duration
+	createAt map[types.NamespacedName]time.Time
+	admitAt  map[types.NamespacedName]time.Time
+	finished map[types.NamespacedName]time.Time
+	notify   chan struct{}
+}
+
+func newRecorder() *recorder {
+	return &recorder{runtime: map[types.NamespacedName]time.Duration{}, createAt: map[types.NamespacedName]time.Time{},
+		admitAt: map[types.NamespacedName]time.Time{}, finished: map[types.NamespacedName]time.Time{}, notify: make(chan struct{}, 1)}
+}
+
+func (r *recorder) created(key types.NamespacedName, runtime time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.createAt[key], r.runtime[key] = time.Now(), runtime
+}
+
+// admitted records the first admission and returns the workload's runtime, or false
+// when it was admitted before.
+func (r *recorder) admitted(key types.NamespacedName) (time.Duration, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, seen := r.admitAt[key]; seen {
+		return 0, false
+	}
+	r.admitAt[key] = time.Now()
+	return r.runtime[key], true
+}
+
+func (r *recorder) finish(key types.NamespacedName) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, seen := r.finished[key]; !seen {
+		r.finished[key] = time.Now()
+		select {
+		case r.notify <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (r *recorder) admittedCount() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.admitAt)
+}
+
+func (r *recorder) finishedCount() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.finished)
+}
+
+func (r *recorder) waitFinished(total int) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		for range r.notify {
+			if r.finishedCount() >= total {
+				close(done)
+				return
+			}
+		}
+	}()
+	return done
+}
+
+func (r *recorder) result(start time.Time) shapeResult {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var waits []time.Duration
+	var sum time.Duration
+	for key, at := range r.admitAt {
+		w := at.Sub(r.createAt[key])
+		waits = append(waits, w)
+		sum += w
+	}
+	slices.Sort(waits)
+	var last time.Time
+	for _, at := range r.finished {
+		if at.After(last) {
+			last = at
+		}
+	}
+	res := shapeResult{workloads: len(r.finished), wall: last.Sub(start)}
+	if n := len(waits); n > 0 {
+		res.meanAdmission = sum / time.Duration(n)
+		res.p50, res.p99 = waits[n/2], waits[min(n-1, n*99/100)]
+	}
+	return res
+}
+
+// watchWorkloads plays Kueue's runner: an admitted workload finishes after its
+// runtime (the Finished condition, which frees its quota).
+func watchWorkloads(b *testing.B, ctx context.Context, ns string, rec *recorder) (stop func()) {
+	c, err := cache.New(controllertest.Config, cache.Options{Scheme: controlplane.Scheme, DefaultNamespaces: map[string]cache.Config{ns: {}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	inf, err := c.GetInformer(ctx, &kueue.Workload{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	handle := func(obj any) {
+		wl, ok := obj.(*kueue.Workload)
+		if !ok {
+			return
+		}
+		key := client.ObjectKeyFromObject(wl)
+		if apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadFinished) {
+			rec.finish(key)
+			return
+		}
+		if !apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadAdmitted) {
+			return
+		}
+		if runtime, first := rec.admitted(key); first {
+			time.AfterFunc(runtime, func() { finishWorkload(ctx, key) })
+		}
+	}
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    handle,
+		UpdateFunc: func(_, obj any) { handle(obj) },
+	}); err != nil {
+		b.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	go func() { _ = c.Start(runCtx) }()
+	if !c.WaitForCacheSync(ctx) {
+		b.Fatal("workload informer did not sync")
+	}
+	return cancel
+}
+
+// finishWorkload sets the Finished condition, trying again until it is written
+// (Kueue updates the same workloads all the time).
+func finishWorkload(ctx context.Context, key types.NamespacedName) {
+	backoff := wait.Backoff{Duration: 10 * time.Millisecond, Factor: 2, Jitter: 0.5, Steps: 30, Cap: 2 * time.Second}
+	_ = retry.OnError(backoff, func(err error) bool { return ctx.Err() == nil && !apierrors.IsNotFound(err) }, func() error {
+		var wl kueue.Workload
+		if err := k8s.Get(ctx, key, &wl); err != nil {
+			return err
+		}
+		apimeta.SetStatusCondition(&wl.Status.Conditions, metav1.Condition{
+			Type: kueue.WorkloadFinished, Status: metav1.ConditionTrue, Reason: "Succeeded", Message: "finished by the benchmark's runner",
+		})
+		return k8s.Status().Update(ctx, &wl)
+	})
+}
