@@ -6,6 +6,7 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
 // MetricCheck compares one of Chamber's metrics with what the simulator measured from
@@ -24,7 +25,7 @@ type MetricCheck struct {
 // GPU-seconds may differ by the watch's lag at each pod's start and end, so they agree
 // within 10% or two seconds per GPU of each pod run.
 func checkMetrics(r *recorder, sc *Scenario) []MetricCheck {
-	families, err := registry.Gather()
+	families, err := metrics.Registry.Gather()
 	if err != nil {
 		return []MetricCheck{{Metric: "gather: " + err.Error()}}
 	}

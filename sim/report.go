@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -167,7 +168,7 @@ func renderReport(sc *Scenario, recs []*Recording, results []Result) string {
 			t.row(c.Metric, num(c.Chamber, 1), num(c.Measured, 1), map[bool]string{true: "yes", false: "**no**"}[c.Agrees])
 		}
 	}
-	if !slicesContainsPolicy(recs, PolicyChamber) {
+	if !slices.ContainsFunc(recs, func(r *Recording) bool { return r.Policy == PolicyChamber }) {
 		b.WriteString("Policy (c) did not run.\n")
 	}
 
@@ -235,15 +236,6 @@ func timedOut(rec *Recording) string {
 		return " (timed out: jobs left unfinished)"
 	}
 	return ""
-}
-
-func slicesContainsPolicy(recs []*Recording, p Policy) bool {
-	for _, r := range recs {
-		if r.Policy == p {
-			return true
-		}
-	}
-	return false
 }
 
 func nodesText(sc *Scenario) string {

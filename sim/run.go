@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"net"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -21,7 +22,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
@@ -295,6 +295,14 @@ func setUpTeams(ctx context.Context, c client.Client, sc *Scenario, p Policy) ([
 // The idle window is scaled to simulated time: two seconds of clock are minutes of
 // simulated time at the usual speed-ups.
 func startChamber(ctx context.Context, cp *controlplane.ControlPlane, sc *Scenario) error {
+	if sc.MetricsAddr != "0" {
+		// The manager would fail in the background and the queues never turn Active.
+		l, err := net.Listen("tcp", sc.MetricsAddr)
+		if err != nil {
+			return fmt.Errorf("serve Chamber's metrics on %s: %w (pass --metrics-bind-address with a free port, or 0 for none)", sc.MetricsAddr, err)
+		}
+		_ = l.Close()
+	}
 	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{Scheme: controlplane.Scheme, Metrics: metricsserver.Options{BindAddress: sc.MetricsAddr}})
 	if err != nil {
 		return err
@@ -535,6 +543,3 @@ func hours(d time.Duration) string {
 	m := int(math.Round(d.Minutes()))
 	return fmt.Sprintf("%dh%02dm", m/60, m%60)
 }
-
-// registry is where Chamber's controllers register their metrics.
-var registry = metrics.Registry

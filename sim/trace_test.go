@@ -76,14 +76,8 @@ func TestReadTrace(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			got, bad, err := ReadTrace(strings.NewReader(tc.csv), "trace.csv", tc.skipBad)
-			if tc.wantErr != "" {
-				if err == nil || err.Error() != tc.wantErr {
-					t.Fatalf("error %v, want %q", err, tc.wantErr)
-				}
+			if !checkError(t, err, tc.wantErr) {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("jobs (-want +got):\n%s", diff)
@@ -108,4 +102,17 @@ func TestReadTracePhilly(t *testing.T) {
 	if len(bad) != 0 || len(jobs) != 12751 {
 		t.Errorf("got %d jobs and %d malformed rows, want 12751 and 0", len(jobs), len(bad))
 	}
+}
+
+// checkError fails the test unless err is the wanted error (none when want is empty),
+// and reports whether the test should go on to check the result.
+func checkError(t *testing.T, err error, want string) bool {
+	t.Helper()
+	switch {
+	case want == "" && err != nil:
+		t.Fatal(err)
+	case want != "" && (err == nil || err.Error() != want):
+		t.Fatalf("error %v, want %q", err, want)
+	}
+	return want == ""
 }

@@ -46,14 +46,8 @@ func TestPrepare(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			got, err := Prepare(trace, tc.slice, DefaultUtilizationModel())
-			if tc.wantErr != "" {
-				if err == nil || err.Error() != tc.wantErr {
-					t.Fatalf("error %v, want %q", err, tc.wantErr)
-				}
+			if !checkError(t, err, tc.wantErr) {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			// Tiers and utilization of model-drawn jobs are checked in their own tests.
 			opts := []cmp.Option{cmpopts.IgnoreFields(Job{}, "Tier", "Util")}
