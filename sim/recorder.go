@@ -37,7 +37,22 @@ type JobRecord struct {
 	FaultKills, Evictions int
 	// APICreated is the Job's creationTimestamp, whole seconds: a cross-check.
 	APICreated time.Time
+	// lastEnd is when its last pod run ended.
+	lastEnd time.Time
 }
+
+// waitingSince is when the job last started waiting: its submission or its last pod's end.
+func (j *JobRecord) waitingSince() time.Time {
+	if j.lastEnd.After(j.Submitted) {
+		return j.lastEnd
+	}
+	return j.Submitted
+}
+
+// QueueGrace is how long a job may wait before it counts as queued: about the time
+// kube-scheduler or Kueue, the Job controller and kwok take to start a pod on free
+// GPUs, which is not contention.
+const QueueGrace = 2 * time.Second
 
 // PodRun is one pod's time on its GPUs.
 type PodRun struct {
@@ -174,6 +189,7 @@ func (r *recorder) pod(o any, deleted bool) {
 		run.End = now
 		delete(r.pods, key)
 		run.Job.Running--
+		run.Job.lastEnd = now
 		if r.nodes[run.Node] != nil {
 			r.nodes[run.Node].release(key)
 		}
@@ -234,7 +250,9 @@ type Sample struct {
 	Allocated  int
 	Used, Idle float64
 	// Waiting counts submitted jobs with no running pod; Running those with one.
-	Waiting, Running int
+	// Queued counts the waiting jobs that have waited longer than the control plane's
+	// own start latency (QueueGrace of clock): only they show contention.
+	Waiting, Running, Queued int
 	// Teams: each team's allocated GPUs and demand (GPUs of its running and waiting
 	// jobs).
 	TeamAllocated, TeamDemand map[string]int
@@ -274,8 +292,11 @@ func (r *recorder) sample(idleBelow uint32) Sample {
 		s.TeamDemand[j.Job.Team] += j.Job.GPUs
 		if j.Running > 0 {
 			s.Running++
-		} else {
-			s.Waiting++
+			continue
+		}
+		s.Waiting++
+		if s.At.Sub(j.waitingSince()) > QueueGrace {
+			s.Queued++
 		}
 	}
 	return s

@@ -83,7 +83,7 @@ func renderReport(sc *Scenario, recs []*Recording, results []Result) string {
 	line("jobs complete / lost / unfinished", func(r Result) string {
 		return fmt.Sprintf("%d / %d / %d of %d", r.Complete, r.Lost, r.Unfinished, r.Jobs)
 	})
-	line("GPU allocation while jobs wait", func(r Result) string { return pct(r.AllocWhileWaiting) })
+	line("GPU allocation while jobs are queued", func(r Result) string { return pct(r.AllocWhileWaiting) })
 	line("GPU allocation, whole run", func(r Result) string { return pct(r.MeanAlloc) })
 	line("useful utilization (allocated x used)", func(r Result) string { return pct(r.UsefulUtil) })
 	line("allocated GPU-hours", func(r Result) string { return num(r.AllocatedGPUHours, 0) })
@@ -123,7 +123,8 @@ func renderReport(sc *Scenario, recs []*Recording, results []Result) string {
 	}
 
 	b.WriteString("\n" + ReportTables[2] + "\n\n" +
-		"Each team's GPUs held over its fair share, while jobs waited. The fair share is the weighted max-min share " +
+		"Each team's GPUs held over its fair share, while jobs were queued (waiting longer than the control plane's " +
+		"own start latency, QueueGrace = 2 s of clock). The fair share is the weighted max-min share " +
 		"(weights: the quotas) of the cluster among the teams with demand at that moment, capped at each team's " +
 		"demand; 1.00 is exactly fair. Jain's index in the summary is taken over these ratios at each moment.\n\n")
 	quotas := Quotas(sc.Jobs, sc.GPUs())
@@ -191,6 +192,9 @@ func renderReport(sc *Scenario, recs []*Recording, results []Result) string {
 	t.row("speed-up", fmt.Sprintf("%gx (1 s of clock = %s simulated)", sc.Speedup, wallToSim(time.Second, sc.Speedup)))
 	t.row("price", fmt.Sprintf("$%.2f per GPU-hour", sc.PricePerGPUHour))
 	t.row("idle", fmt.Sprintf("an allocated GPU whose agent reads below %d%%", sc.IdleBelowPercent))
+	t.row("Chamber under (c)", fmt.Sprintf("idle reclaim on the pool (window %s simulated, Chamber's default; production exempt), "+
+		"eviction grace %s simulated, fault isolation at its defaults (node level); the inventory's idle window 2 s of clock",
+		hours(IdleReclaimWindow), EvictionGrace))
 	for _, rec := range recs {
 		t.row("clock time of "+rec.Policy.Title(), rec.Wall.Round(time.Second).String()+timedOut(rec))
 		t.row("Jobs in the API at the end, "+rec.Policy.Title(), fmt.Sprintf("%d complete, %d failed, %d other", rec.APIComplete, rec.APIFailed, rec.APIOther))
@@ -209,7 +213,9 @@ const methodText = `## Method
   sets each GPU's utilization to its job's while the job holds it.
 - **Measurement.** From a watch on Pods and Jobs, timed when each change is seen (API
   timestamps have whole seconds, many simulated minutes at these speed-ups): submission,
-  first pod running, end of each pod, Job Complete or Failed. Allocation counts the GPUs of
+  first pod running, end of each pod, Job Complete or Failed. A job counts as queued once
+  it has waited 2 s of clock, about the time the control plane takes to start a pod on
+  free GPUs; "while jobs are queued" means while at least one is. Allocation counts the GPUs of
   running pods; utilization is each held GPU's last NVML reading by its agent (polled every
   0.5 s), taken only once the agent has read it since its pod started.
 - **Kueue alone** gets the ClusterQueues, Cohort, ResourceFlavors, LocalQueues and priority

@@ -13,7 +13,8 @@ type Result struct {
 	// Jobs submitted; Complete, Lost (failed: retries spent after faults) and
 	// Unfinished at the timeout.
 	Jobs, Complete, Lost, Unfinished int
-	// AllocWhileWaiting is the share of GPUs allocated while at least one job waited.
+	// AllocWhileWaiting is the share of GPUs allocated while at least one job was
+	// queued (had waited longer than QueueGrace of clock).
 	AllocWhileWaiting float64
 	// MeanAlloc is the share of GPUs allocated over the run.
 	MeanAlloc float64
@@ -26,9 +27,9 @@ type Result struct {
 	// by tier ("" for all).
 	Waits map[string][]float64
 	// Jain is Jain's index of the teams' allocation over their fair share, averaged
-	// over the time jobs waited.
+	// over the time jobs were queued.
 	Jain float64
-	// TeamShare is each team's allocation over its fair share while jobs waited.
+	// TeamShare is each team's allocation over its fair share while jobs were queued.
 	TeamShare map[string]float64
 	// Makespan runs from the first submission to the last job's end; LowerBound is
 	// the most of total GPU-time over GPUs, the longest job, and the latest
@@ -101,7 +102,7 @@ func Analyze(sc *Scenario, rec *Recording) Result {
 		used += s.Used * dt
 		alloc += float64(s.Allocated) * dt
 		res.IdleGPUHours += s.Idle * dt
-		if s.Waiting == 0 {
+		if s.Queued == 0 {
 			continue
 		}
 		waitT += dt

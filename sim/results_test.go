@@ -26,7 +26,7 @@ func TestAnalyze(t *testing.T) {
 			{Job: b, GPUs: []int{0, 1}, Start: t0.Add(time.Hour), End: t0.Add(2 * time.Hour)},
 		},
 		Samples: []Sample{
-			{At: t0, Allocated: 4, Used: 2, Idle: 1, Waiting: 1, Running: 1,
+			{At: t0, Allocated: 4, Used: 2, Idle: 1, Waiting: 1, Queued: 1, Running: 1,
 				TeamAllocated: map[string]int{"a": 4}, TeamDemand: map[string]int{"a": 4, "b": 2}},
 			{At: t0.Add(time.Hour), Allocated: 2, Used: 0, Idle: 0, Running: 1,
 				TeamAllocated: map[string]int{"b": 2}, TeamDemand: map[string]int{"b": 2}},
