@@ -19,6 +19,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -135,7 +136,14 @@ func Register(mgr ctrl.Manager, opts Options) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("admission").
-		For(&kueue.Workload{}).
+		// Each verdict waits on one API write: several at once keep up with Kueue.
+		WithOptions(controller.Options{MaxConcurrentReconciles: 8}).
+		// Only workloads of ClusterQueues with the check, or with an eviction asked.
+		For(&kueue.Workload{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+			wl := o.(*kueue.Workload)
+			_, asked := RequestedEviction(wl)
+			return asked || findCheck(wl) != nil
+		}))).
 		// A job answering the eviction notice early.
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(c.workloadOfPod), builder.WithPredicates(predicate.Funcs{
 			CreateFunc: func(event.CreateEvent) bool { return false },

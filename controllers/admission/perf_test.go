@@ -20,10 +20,13 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
+	utilclock "k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+	kueueworkload "sigs.k8s.io/kueue/pkg/workload"
+	workloadpatching "sigs.k8s.io/kueue/pkg/workload/patching"
 
 	"chamber.dev/chamber/controllers/admission"
 	"chamber.dev/chamber/controllers/controllertest"
@@ -248,13 +251,14 @@ type recorder struct {
 	runtime  map[types.NamespacedName]time.Duration
 	createAt map[types.NamespacedName]time.Time
 	admitAt  map[types.NamespacedName]time.Time
+	running  map[types.NamespacedName]bool
 	finished map[types.NamespacedName]time.Time
 	notify   chan struct{}
 }
 
 func newRecorder() *recorder {
 	return &recorder{runtime: map[types.NamespacedName]time.Duration{}, createAt: map[types.NamespacedName]time.Time{},
-		admitAt: map[types.NamespacedName]time.Time{}, finished: map[types.NamespacedName]time.Time{}, notify: make(chan struct{}, 1)}
+		admitAt: map[types.NamespacedName]time.Time{}, running: map[types.NamespacedName]bool{}, finished: map[types.NamespacedName]time.Time{}, notify: make(chan struct{}, 1)}
 }
 
 func (r *recorder) created(key types.NamespacedName, runtime time.Duration) {
@@ -264,15 +268,26 @@ func (r *recorder) created(key types.NamespacedName, runtime time.Duration) {
 }
 
 // admitted records the first admission and returns the workload's runtime, or false
-// when it was admitted before.
+// when it runs already.
 func (r *recorder) admitted(key types.NamespacedName) (time.Duration, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, seen := r.admitAt[key]; seen {
+	if _, seen := r.admitAt[key]; !seen {
+		r.admitAt[key] = time.Now()
+	}
+	if r.running[key] {
 		return 0, false
 	}
-	r.admitAt[key] = time.Now()
+	r.running[key] = true
 	return r.runtime[key], true
+}
+
+// stopped: the workload was evicted before its runtime was up; it runs again from
+// the start when Kueue admits it again.
+func (r *recorder) stopped(key types.NamespacedName) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.running[key] = false
 }
 
 func (r *recorder) finish(key types.NamespacedName) {
@@ -337,8 +352,9 @@ func (r *recorder) result(start time.Time) shapeResult {
 	return res
 }
 
-// watchWorkloads plays Kueue's runner: an admitted workload finishes after its
-// runtime (the Finished condition, which frees its quota).
+// watchWorkloads plays Kueue's runner (test/performance/scheduler/runner/controller)
+// and the job integration it stands for: an evicted workload gives its quota back,
+// and an admitted one finishes after its runtime (the Finished condition).
 func watchWorkloads(b *testing.B, ctx context.Context, ns string, rec *recorder) (stop func()) {
 	c, err := cache.New(controllertest.Config, cache.Options{Scheme: controlplane.Scheme, DefaultNamespaces: map[string]cache.Config{ns: {}}})
 	if err != nil {
@@ -358,11 +374,22 @@ func watchWorkloads(b *testing.B, ctx context.Context, ns string, rec *recorder)
 			rec.finish(key)
 			return
 		}
+		if apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadEvicted) {
+			rec.stopped(key)
+			if apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadQuotaReserved) {
+				go finishEviction(ctx, key)
+			}
+			return
+		}
 		if !apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadAdmitted) {
 			return
 		}
 		if runtime, first := rec.admitted(key); first {
-			time.AfterFunc(runtime, func() { finishWorkload(ctx, key) })
+			time.AfterFunc(runtime, func() {
+				if !finishWorkload(ctx, key) {
+					rec.stopped(key)
+				}
+			})
 		}
 	}
 	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
@@ -379,18 +406,43 @@ func watchWorkloads(b *testing.B, ctx context.Context, ns string, rec *recorder)
 	return cancel
 }
 
-// finishWorkload sets the Finished condition, trying again until it is written
-// (Kueue updates the same workloads all the time).
-func finishWorkload(ctx context.Context, key types.NamespacedName) {
-	backoff := wait.Backoff{Duration: 10 * time.Millisecond, Factor: 2, Jitter: 0.5, Steps: 30, Cap: 2 * time.Second}
-	_ = retry.OnError(backoff, func(err error) bool { return ctx.Err() == nil && !apierrors.IsNotFound(err) }, func() error {
+var runnerBackoff = wait.Backoff{Duration: 10 * time.Millisecond, Factor: 2, Jitter: 0.5, Steps: 30, Cap: 2 * time.Second}
+
+// finishEviction does what a job integration does once an evicted job stopped: the
+// workload gives its quota back and waits in the queue again.
+func finishEviction(ctx context.Context, key types.NamespacedName) {
+	_ = retry.OnError(runnerBackoff, func(err error) bool { return ctx.Err() == nil && !apierrors.IsNotFound(err) }, func() error {
 		var wl kueue.Workload
 		if err := k8s.Get(ctx, key, &wl); err != nil {
 			return err
 		}
+		if !apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadEvicted) {
+			return nil
+		}
+		return workloadpatching.PatchAdmissionStatus(ctx, k8s, &wl, utilclock.RealClock{}, func(wl *kueue.Workload) (bool, error) {
+			return kueueworkload.UnsetQuotaReservationWithCondition(wl, "Pending", "Evicted; the benchmark's runner stopped it", time.Now()), nil
+		})
+	})
+}
+
+// finishWorkload sets the Finished condition of a workload still admitted, trying
+// again until it is written (Kueue updates the same workloads all the time). It
+// reports false when the workload was evicted meanwhile.
+func finishWorkload(ctx context.Context, key types.NamespacedName) bool {
+	finished := false
+	_ = retry.OnError(runnerBackoff, func(err error) bool { return ctx.Err() == nil && !apierrors.IsNotFound(err) }, func() error {
+		var wl kueue.Workload
+		if err := k8s.Get(ctx, key, &wl); err != nil {
+			return err
+		}
+		if !apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadAdmitted) || apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadEvicted) {
+			return nil
+		}
+		finished = true
 		apimeta.SetStatusCondition(&wl.Status.Conditions, metav1.Condition{
 			Type: kueue.WorkloadFinished, Status: metav1.ConditionTrue, Reason: "Succeeded", Message: "finished by the benchmark's runner",
 		})
 		return k8s.Status().Update(ctx, &wl)
 	})
+	return finished
 }
