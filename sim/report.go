@@ -36,6 +36,9 @@ func WriteReport(sc *Scenario, recs []*Recording) (string, error) {
 	if err := writePlots(sc.OutDir, sc, recs, results); err != nil {
 		return "", err
 	}
+	if err := writeData(sc.OutDir, sc, recs); err != nil {
+		return "", err
+	}
 	path := filepath.Join(sc.OutDir, ReportFile)
 	if err := os.WriteFile(path, []byte(renderReport(sc, recs, results)), 0o644); err != nil {
 		return "", fmt.Errorf("write the report: %w", err)
@@ -199,6 +202,7 @@ func renderReport(sc *Scenario, recs []*Recording, results []Result) string {
 		t.row("clock time of "+rec.Policy.Title(), rec.Wall.Round(time.Second).String()+timedOut(rec))
 		t.row("Jobs in the API at the end, "+rec.Policy.Title(), fmt.Sprintf("%d complete, %d failed, %d other", rec.APIComplete, rec.APIFailed, rec.APIOther))
 	}
+	b.WriteString("\nRaw data beside this report: `" + JobsFile + "` (every job under every policy) and `" + SamplesFile + "` (the cluster every sample).\n")
 	b.WriteString("\n" + methodText)
 	return b.String()
 }

@@ -1,6 +1,8 @@
 package sim
 
 import (
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -8,15 +10,17 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
-// TestAnalyze checks the report's figures on a recording worked out by hand: team a's
-// 4-GPU job runs the first hour while team b's 2-GPU job waits, then b's runs.
-func TestAnalyze(t *testing.T) {
+// handRecording is a recording worked out by hand: team a's 4-GPU job runs the first
+// hour on a 4-GPU node while team b's 2-GPU job waits, then b's runs after a fault
+// killed its first pod.
+func handRecording() (*Scenario, *Recording) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	jobs := []Job{
 		{Name: "a1", Team: "a", Tier: TierProduction, GPUs: 4, Duration: time.Hour},
 		{Name: "b1", Team: "b", Tier: TierStandard, GPUs: 2, Duration: time.Hour},
 	}
-	sc := &Scenario{Jobs: jobs, Nodes: []NodeGroup{{Count: 1, GPUs: 4}}, Speedup: 1, PricePerGPUHour: 2}
+	sc := &Scenario{Jobs: jobs, Nodes: []NodeGroup{{Count: 1, GPUs: 4, Product: "H100", Fake: "dgxh100"}},
+		Speedup: 1, PricePerGPUHour: 2, Policies: []Policy{PolicyKueue}}
 	a := &JobRecord{Job: &jobs[0], Submitted: t0, FirstRun: t0, Finished: t0.Add(time.Hour)}
 	b := &JobRecord{Job: &jobs[1], Submitted: t0, FirstRun: t0.Add(time.Hour), Finished: t0.Add(2 * time.Hour), FaultKills: 1}
 	rec := &Recording{
@@ -33,22 +37,46 @@ func TestAnalyze(t *testing.T) {
 		},
 		Faults: []FaultRecord{{At: t0}},
 	}
-	got := Analyze(sc, rec)
+	return sc, rec
+}
+
+func TestAnalyze(t *testing.T) {
+	sc, rec := handRecording()
 	want := Result{
 		Policy: PolicyKueue, Jobs: 2, Complete: 2,
-		AllocWhileWaiting: 1,    // all 4 GPUs held while b waited
+		AllocWhileWaiting: 1,    // all 4 GPUs held while b was queued
 		MeanAlloc:         0.75, // (4 GPUs x 1 h + 2 x 1 h) / (4 x 2 h)
 		UsefulUtil:        0.25, // (2 GPUs used x 1 h) / (4 x 2 h)
 		AllocatedGPUHours: 6, IdleGPUHours: 1,
 		Waits: map[string][]float64{"": {0, 1}, TierProduction: {0}, TierStandard: {1}},
-		// Quotas 2 and 2; while b waited, the fair shares were 2 and 2, a held 4 and b 0.
+		// Quotas 2 and 2; while b was queued, the fair shares were 2 and 2, a held 4, b 0.
 		Jain:      0.5,
 		TeamShare: map[string]float64{"a": 2, "b": 0},
 		Makespan:  2 * time.Hour, LowerBound: 90 * time.Minute, // 6 GPU-hours over 4 GPUs
 		Faults: 1, FaultKills: 1, Restarted: 1,
 		Cost: 12, IdleCost: 2,
 	}
-	if diff := cmp.Diff(want, got, cmpopts.EquateApprox(0, 1e-9)); diff != "" {
+	if diff := cmp.Diff(want, Analyze(sc, rec), cmpopts.EquateApprox(0, 1e-9)); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
+}
+
+// TestWriteReport renders the hand-made recording: every table, plot and data file.
+func TestWriteReport(t *testing.T) {
+	sc, rec := handRecording()
+	sc.OutDir = t.TempDir()
+	path, err := WriteReport(sc, []*Recording{rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	report, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range append(ReportTables, "| makespan / lower bound | 2h00m / 1h30m (x1.33) |", "| a | 2 | 4 | 2.00 |") {
+		if !strings.Contains(string(report), want) {
+			t.Errorf("the report has no %q", want)
+		}
+	}
+	checkOutputs(t, sc.OutDir)
 }

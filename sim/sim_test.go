@@ -81,12 +81,18 @@ func TestShortScenario(t *testing.T) {
 			t.Errorf("the report has no %q", table)
 		}
 	}
-	for _, plot := range []string{plotAllocation, plotQueue, plotWaitCDF} {
-		if fi, err := os.Stat(filepath.Join(sc.OutDir, plot)); err != nil || fi.Size() == 0 {
-			t.Errorf("plot %s: %v", plot, err)
-		}
-	}
+	checkOutputs(t, sc.OutDir)
 	if t.Failed() {
 		t.Logf("report:\n%s", report)
+	}
+}
+
+// checkOutputs checks that the plots and data files are in dir and not empty.
+func checkOutputs(t *testing.T, dir string) {
+	t.Helper()
+	for _, file := range []string{plotAllocation, plotQueue, plotWaitCDF, JobsFile, SamplesFile} {
+		if fi, err := os.Stat(filepath.Join(dir, file)); err != nil || fi.Size() == 0 {
+			t.Errorf("output %s: %v", file, err)
+		}
 	}
 }

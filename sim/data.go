@@ -1,0 +1,69 @@
+package sim
+
+import (
+	"encoding/csv"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+)
+
+// Raw data files written beside the report, for analyses the report does not make.
+const (
+	JobsFile    = "jobs.csv"
+	SamplesFile = "samples.csv"
+)
+
+// writeData writes every job's record and every sample of every policy as CSV, times
+// in simulated hours since the policy's first submission (empty when it never
+// happened).
+func writeData(dir string, sc *Scenario, recs []*Recording) error {
+	at := func(rec *Recording, t time.Time) string {
+		if t.IsZero() {
+			return ""
+		}
+		return strconv.FormatFloat(wallToSim(t.Sub(rec.Start), sc.Speedup).Hours(), 'f', 4, 64)
+	}
+	jobs := [][]string{{"policy", "team", "job", "trace_job_id", "tier", "gpus", "duration_h", "utilization_pct",
+		"submitted_h", "first_running_h", "finished_h", "outcome", "pods_killed_by_faults", "pods_evicted"}}
+	samples := [][]string{{"policy", "t_h", "gpus_allocated", "gpus_used", "gpus_idle", "jobs_waiting", "jobs_queued", "jobs_running"}}
+	for _, rec := range recs {
+		for _, j := range rec.Jobs {
+			outcome := "complete"
+			switch {
+			case j.Finished.IsZero():
+				outcome = "unfinished"
+			case j.Failed:
+				outcome = "lost"
+			}
+			jobs = append(jobs, []string{string(rec.Policy), j.Job.Team, j.Job.Name, j.Job.TraceID, j.Job.Tier,
+				strconv.Itoa(j.Job.GPUs), strconv.FormatFloat(j.Job.Duration.Hours(), 'f', 4, 64), strconv.Itoa(int(j.Job.Util.GPUPercent)),
+				at(rec, j.Submitted), at(rec, j.FirstRun), at(rec, j.Finished), outcome, strconv.Itoa(j.FaultKills), strconv.Itoa(j.Evictions)})
+		}
+		for _, s := range rec.Samples {
+			samples = append(samples, []string{string(rec.Policy), at(rec, s.At), strconv.Itoa(s.Allocated),
+				strconv.FormatFloat(s.Used, 'f', 2, 64), strconv.FormatFloat(s.Idle, 'f', 2, 64),
+				strconv.Itoa(s.Waiting), strconv.Itoa(s.Queued), strconv.Itoa(s.Running)})
+		}
+	}
+	for name, rows := range map[string][][]string{JobsFile: jobs, SamplesFile: samples} {
+		if err := writeCSV(filepath.Join(dir, name), rows); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func writeCSV(path string, rows [][]string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	w := csv.NewWriter(f)
+	if err := w.WriteAll(rows); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return f.Close()
+}
