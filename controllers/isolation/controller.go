@@ -173,7 +173,7 @@ type Controller struct {
 	breakers map[string]bool
 	// asked is when this process asked for each workload's eviction: the cache may
 	// not show the request yet when the next report comes.
-	asked map[types.UID]time.Time
+	asked map[askedKey]time.Time
 }
 
 // New returns a controller; Register adds one to a manager.
@@ -185,7 +185,7 @@ func New(c client.Client, reader client.Reader, recorder events.EventRecorder, o
 		isolated: map[string]map[string]time.Time{},
 		unknown:  map[string]string{},
 		breakers: map[string]bool{},
-		asked:    map[types.UID]time.Time{},
+		asked:    map[askedKey]time.Time{},
 	}
 }
 
@@ -598,7 +598,7 @@ func (c *Controller) evict(ctx context.Context, node *corev1.Node, pool *chamber
 	grace := c.opts.EvictionGracePeriod
 	var asked []*kueue.Workload
 	for _, wl := range wls {
-		if have, ok := admission.RequestedEviction(wl); (ok && have.Reason == EvictionReason) || c.askedRecently(wl.UID, now) {
+		if have, ok := admission.RequestedEviction(wl); (ok && have.Reason == EvictionReason) || c.askedRecently(wl.UID, node.Name, now) {
 			continue
 		}
 		msg := fmt.Sprintf("evicted from node %s, isolated for a GPU fault (%s); Kueue requeues it onto healthy GPUs", node.Name, rep.describe())
@@ -608,7 +608,7 @@ func (c *Controller) evict(ctx context.Context, node *corev1.Node, pool *chamber
 			}
 			return err
 		}
-		c.rememberAsked(wl.UID, now)
+		c.rememberAsked(wl.UID, node.Name, now)
 		asked = append(asked, wl)
 	}
 	if len(asked) > 0 {
@@ -619,18 +619,24 @@ func (c *Controller) evict(ctx context.Context, node *corev1.Node, pool *chamber
 	return nil
 }
 
-// askAgain is how long an eviction request is not repeated: the admission controller
-// clears a request once Kueue evicted the workload, which by then has left the node.
+// askAgain is how long an eviction request from the same node is not repeated: the
+// admission controller clears a request once Kueue evicted the workload, which by
+// then has left the node (and may land on another that fails next).
 const askAgain = time.Minute
 
-func (c *Controller) askedRecently(uid types.UID, now time.Time) bool {
+type askedKey struct {
+	workload types.UID
+	node     string
+}
+
+func (c *Controller) askedRecently(uid types.UID, node string, now time.Time) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	at, ok := c.asked[uid]
+	at, ok := c.asked[askedKey{uid, node}]
 	return ok && now.Sub(at) < askAgain
 }
 
-func (c *Controller) rememberAsked(uid types.UID, now time.Time) {
+func (c *Controller) rememberAsked(uid types.UID, node string, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for k, at := range c.asked {
@@ -638,7 +644,7 @@ func (c *Controller) rememberAsked(uid types.UID, now time.Time) {
 			delete(c.asked, k)
 		}
 	}
-	c.asked[uid] = now
+	c.asked[askedKey{uid, node}] = now
 }
 
 // workloadsOn finds the admitted, unfinished Kueue workloads with pods bound to the

@@ -52,7 +52,7 @@ func newG(t *testing.T) *gomega.WithT {
 	return g
 }
 
-func create(t *testing.T, obj client.Object) {
+func create(t testing.TB, obj client.Object) {
 	t.Helper()
 	if err := k8s.Create(context.Background(), obj); err != nil {
 		t.Fatalf("create %T %s: %v", obj, obj.GetName(), err)
@@ -76,7 +76,7 @@ func fixture(t *testing.T, pool string, policy *chamber.IsolationPolicy, gpus in
 }
 
 // nodes creates kwok nodes of 8 H100s in the pool.
-func nodes(t *testing.T, pool string, names ...string) {
+func nodes(t testing.TB, pool string, names ...string) {
 	t.Helper()
 	var gpuNodes []controlplane.GPUNode
 	for _, n := range names {
@@ -142,7 +142,7 @@ func runAgent(t *testing.T, node string, fake *healthcheck.FakeGPUs, heartbeat t
 }
 
 // submit creates a Job of one pod holding 8 GPUs for ten minutes.
-func submit(t *testing.T, ns, name string) {
+func submit(t testing.TB, ns, name string) {
 	t.Helper()
 	create(t, testingjob.MakeJob(name, ns).Queue("default").Suspend(false).
 		RequestAndLimit(chamberkueue.ResourceGPU, "8").
