@@ -72,7 +72,11 @@ func create(t *testing.T, obj client.Object) {
 func fixture(t *testing.T, pool string, nodes ...string) {
 	t.Helper()
 	labels := map[string]string{"chamber.dev/test-pool": pool}
-	create(t, &chamber.GPUPool{ObjectMeta: metav1.ObjectMeta{Name: pool}, Spec: chamber.GPUPoolSpec{NodeLabels: labels}})
+	// Isolation in dry run: these tests count GPU states as the agents report them;
+	// controllers/isolation tests what isolation does with them.
+	create(t, &chamber.GPUPool{ObjectMeta: metav1.ObjectMeta{Name: pool}, Spec: chamber.GPUPoolSpec{
+		NodeLabels: labels, Isolation: &chamber.IsolationPolicy{DryRun: true},
+	}})
 	var gpuNodes []controlplane.GPUNode
 	for _, n := range nodes {
 		gpuNodes = append(gpuNodes, controlplane.GPUNode{Name: n, GPUs: 8, Product: ft.H100, Labels: labels})
