@@ -27,6 +27,7 @@ import (
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers"
+	"chamber.dev/chamber/controllers/isolation"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 	"chamber.dev/chamber/test/controlplane"
 )
@@ -37,10 +38,6 @@ const (
 	IdleReclaimWindow = 30 * time.Minute
 	EvictionGrace     = 2 * time.Minute
 )
-
-// isolationClearAnnotation is how an operator ends Chamber's isolation of a node
-// (controllers/isolation AnnotationClear): the simulated operator sets it on repair.
-const isolationClearAnnotation = "chamber.dev/isolation-clear"
 
 // Recording is what one policy's run measured.
 type Recording struct {
@@ -319,14 +316,10 @@ func startChamber(ctx context.Context, cp *controlplane.ControlPlane, sc *Scenar
 }
 
 // waitQueuesActive waits until every team's ClusterQueue is Active, so that no job
-// meets a queue Kueue does not serve yet. Kueue v0.19 can leave a ClusterQueue
-// TopologyNotFound when its Topology was created while Kueue's topology controller was
-// still starting, until something changes the queue: a queue still inactive after a
-// few seconds gets an annotation, which makes Kueue look at it again.
+// meets a queue Kueue does not serve yet.
 func waitQueuesActive(ctx context.Context, c client.Client, teams []*chamber.Team) error {
 	deadline := time.Now().Add(2 * time.Minute)
 	for _, t := range teams {
-		nudgeAt := time.Now().Add(3 * time.Second)
 		for {
 			var cq kueue.ClusterQueue
 			err := c.Get(ctx, client.ObjectKey{Name: t.Name}, &cq)
@@ -335,12 +328,6 @@ func waitQueuesActive(ctx context.Context, c client.Client, teams []*chamber.Tea
 			}
 			if time.Now().After(deadline) {
 				return fmt.Errorf("ClusterQueue %s not Active after 2 minutes (last error: %v; conditions: %v)", t.Name, err, cq.Status.Conditions)
-			}
-			if err == nil && time.Now().After(nudgeAt) {
-				patch := client.MergeFrom(cq.DeepCopy())
-				metav1.SetMetaDataAnnotation(&cq.ObjectMeta, "sim.chamber.dev/nudged", time.Now().Format(time.RFC3339Nano))
-				_ = c.Patch(ctx, &cq, patch)
-				nudgeAt = time.Now().Add(3 * time.Second)
 			}
 			select {
 			case <-ctx.Done():
@@ -470,15 +457,15 @@ func injectFaults(ctx context.Context, c client.Client, sc *Scenario, nodes map[
 	}
 }
 
-// clearIsolation is the operator's word that a repaired node may return, given only
-// to a node Chamber isolated (it carries chamber.dev/isolated-at).
+// clearIsolation is the simulated operator's word that a repaired node may return
+// after the repair (isolation.AnnotationClear), given only to a node Chamber isolated.
 func clearIsolation(ctx context.Context, c client.Client, node string) {
 	var n corev1.Node
-	if err := c.Get(ctx, client.ObjectKey{Name: node}, &n); err != nil || n.Annotations["chamber.dev/isolated-at"] == "" {
+	if err := c.Get(ctx, client.ObjectKey{Name: node}, &n); err != nil || n.Annotations[isolation.AnnotationIsolatedAt] == "" {
 		return
 	}
 	patch := client.MergeFrom(n.DeepCopy())
-	n.Annotations[isolationClearAnnotation] = "true"
+	n.Annotations[isolation.AnnotationClear] = "true"
 	_ = c.Patch(ctx, &n, patch)
 }
 
