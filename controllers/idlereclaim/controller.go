@@ -101,6 +101,10 @@ type idleWorkload struct {
 	// contendedSince is when it first saw the workload idle while others waited for
 	// its GPUs (and warned it); zero when nobody waits. The window runs from here.
 	contendedSince time.Time
+	// reclaimed, held and released: what this controller last wrote on the Workload
+	// (the eviction request, the hold, its end), which the cache may not show yet.
+	// They keep a reconcile of a stale object from doing it a second time.
+	reclaimed, held, released bool
 }
 
 // podIndex finds a Workload's pods in the cache: by Kueue's workload annotation, and
@@ -169,7 +173,7 @@ func (c *Controller) reconcile(ctx context.Context, wl *kueue.Workload) (reconci
 		return reconcile.Result{}, nil
 	}
 	again := reconcile.Result{RequeueAfter: c.opts.Interval}
-	if _, requested := admission.RequestedEviction(wl); requested {
+	if _, requested := admission.RequestedEviction(wl); requested || c.wrote(key, wl.UID, func(r *idleWorkload) bool { return r.reclaimed }) {
 		// Someone (we, or isolation) already asked: the admission controller acts.
 		return again, nil
 	}
@@ -180,7 +184,7 @@ func (c *Controller) reconcile(ctx context.Context, wl *kueue.Workload) (reconci
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if !policy.Enabled || policy.exempt(tierOf(wl)) || optedOut(wl) {
+	if !policy.Enabled || policy.exempt(tierOf(wl)) || optedOut(wl) || !checked(wl) {
 		c.forget(key)
 		return again, nil
 	}
@@ -253,21 +257,41 @@ func (c *Controller) reconcile(ctx context.Context, wl *kueue.Workload) (reconci
 	evictions.WithLabelValues(team).Inc()
 	reclaimedGPUHours.WithLabelValues(team).Add(float64(use.gpus) * idleFor.Hours())
 	logger.Info("idle GPUs reclaimed", "workload", key, "gpus", use.gpus, "idleFor", idleFor, "waiting", client.ObjectKeyFromObject(waiting))
-	c.forget(key)
+	c.remember(key, wl.UID, idleWorkload{reclaimed: true})
 	return again, nil
 }
 
-// record returns the workload's record, starting one (low from now) if there is none
-// or the one there is of an earlier Workload of the same name.
+// record returns the record of the idle workload, starting one if there is none or
+// the one there is of an earlier Workload of the same name; low from now unless it
+// already was.
 func (c *Controller) record(key types.NamespacedName, uid types.UID, now time.Time) *idleWorkload {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	rec := c.idle[key]
 	if rec == nil || rec.uid != uid {
-		rec = &idleWorkload{uid: uid, lowSince: now}
+		rec = &idleWorkload{uid: uid}
 		c.idle[key] = rec
 	}
+	if rec.lowSince.IsZero() {
+		rec.lowSince = now
+	}
 	return rec
+}
+
+// remember replaces the workload's record with one that only says what was written.
+func (c *Controller) remember(key types.NamespacedName, uid types.UID, rec idleWorkload) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	rec.uid = uid
+	c.idle[key] = &rec
+}
+
+// wrote says whether the record of the workload (this UID) has what is asked.
+func (c *Controller) wrote(key types.NamespacedName, uid types.UID, what func(*idleWorkload) bool) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	rec := c.idle[key]
+	return rec != nil && rec.uid == uid && what(rec)
 }
 
 func (c *Controller) forget(key types.NamespacedName) {
@@ -283,6 +307,18 @@ func holdsGPUs(wl *kueue.Workload) bool {
 		apimeta.IsStatusConditionTrue(conds, kueue.WorkloadAdmitted) &&
 		!apimeta.IsStatusConditionTrue(conds, kueue.WorkloadFinished) &&
 		!apimeta.IsStatusConditionTrue(conds, kueue.WorkloadEvicted)
+}
+
+// checked: the workload carries Chamber's admission check, the one way Chamber evicts.
+// Without it (an adopted ClusterQueue, --admission-check=false) an eviction request
+// would go unanswered, so the workload is neither warned nor reclaimed.
+func checked(wl *kueue.Workload) bool {
+	for _, ac := range wl.Status.AdmissionChecks {
+		if ac.Name == admission.CheckName {
+			return true
+		}
+	}
+	return false
 }
 
 // tierOf is the workload's priority tier: its Kueue WorkloadPriorityClass.

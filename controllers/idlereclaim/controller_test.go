@@ -231,6 +231,9 @@ func TestReclaim(t *testing.T) {
 				w.wl.Annotations = map[string]string{admission.AnnotationEvictionReason: "GPUFault"}
 			},
 		},
+		"without Chamber's admission check": {
+			change: func(w *world) { w.wl.Status.AdmissionChecks = nil },
+		},
 		"not admitted": {
 			change: func(w *world) { w.wl.Status.Conditions = w.wl.Status.Conditions[:1] },
 		},
@@ -513,5 +516,47 @@ func TestHold(t *testing.T) {
 				t.Errorf("event reasons (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestStaleCache: a reconcile of an object older than the controller's own last write
+// (the manager's cache lags) warns, asks and holds nothing a second time.
+func TestStaleCache(t *testing.T) {
+	w := newWorld()
+	r := w.start(t, interceptor.Funcs{})
+	before := metricsOf("team-a")
+	r.mustReconcile()
+	r.step(window)
+	r.mustReconcile()
+	stale := w.wl.DeepCopy() // as created: no eviction request
+	if _, err := r.c.reconcile(context.Background(), stale); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(counts{1, 1, 8 * window.Hours()}, metricsOf("team-a").minus(before),
+		cmp.AllowUnexported(counts{}), cmpopts.EquateApprox(0, 1e-9)); diff != "" {
+		t.Errorf("metrics (-want +got):\n%s", diff)
+	}
+
+	// Kueue evicts it; the controller holds it; a stale copy from before the hold comes.
+	var wl kueue.Workload
+	if err := r.client.Get(context.Background(), types.NamespacedName{Namespace: "team-a", Name: "train"}, &wl); err != nil {
+		t.Fatal(err)
+	}
+	delete(wl.Annotations, admission.AnnotationEvictionReason)
+	wl.Status.Conditions = append(wl.Status.Conditions, metav1.Condition{Type: kueue.WorkloadEvicted, Status: metav1.ConditionTrue,
+		Reason: kueue.WorkloadEvictedByAdmissionCheck, LastTransitionTime: metav1.NewTime(r.clock.Now())})
+	if err := r.client.Update(context.Background(), &wl); err != nil {
+		t.Fatal(err)
+	}
+	r.mustReconcile()
+	if _, err := r.c.reconcile(context.Background(), &wl); err != nil {
+		t.Fatal(err)
+	}
+	var reasons []string
+	for len(r.recorder.Events) > 0 {
+		reasons = append(reasons, strings.Fields(<-r.recorder.Events)[1])
+	}
+	if diff := cmp.Diff([]string{ReasonIdleGPUs, ReasonHeld}, reasons); diff != "" {
+		t.Errorf("event reasons (-want +got):\n%s", diff)
 	}
 }

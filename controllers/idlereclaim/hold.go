@@ -86,14 +86,23 @@ func (c *Controller) reconcileHold(ctx context.Context, wl *kueue.Workload) (don
 			return false, reconcile.Result{}, nil
 		}
 		// Kueue evicts it (or already has): keep it out of the queue.
+		key := client.ObjectKeyFromObject(wl)
+		if c.wrote(key, wl.UID, func(r *idleWorkload) bool { return r.held }) {
+			return true, reconcile.Result{RequeueAfter: c.opts.Interval}, nil // the cache is behind
+		}
 		if err := c.patch(ctx, wl, ptr.To(false), map[string]any{AnnotationHeld: "true"}); err != nil {
 			return true, reconcile.Result{}, err
 		}
+		c.remember(key, wl.UID, idleWorkload{held: true})
 		c.recorder.Eventf(wl, nil, corev1.EventTypeNormal, ReasonHeld, "Hold",
 			"reclaimed for %s: deactivated until that workload has quota or stops waiting (at most %s), then requeued", waiter, c.opts.MaxHold)
 		return true, reconcile.Result{RequeueAfter: c.opts.Interval}, nil
 	}
 
+	key := client.ObjectKeyFromObject(wl)
+	if c.wrote(key, wl.UID, func(r *idleWorkload) bool { return r.released }) {
+		return true, reconcile.Result{RequeueAfter: c.opts.Interval}, nil // the cache is behind
+	}
 	if active {
 		// Activated by someone else meanwhile: the hold is over.
 		return false, reconcile.Result{}, c.clearReclaimed(ctx, wl)
@@ -118,6 +127,7 @@ func (c *Controller) reconcileHold(ctx context.Context, wl *kueue.Workload) (don
 	if err := c.patch(ctx, wl, ptr.To(true), map[string]any{AnnotationReclaimedFor: nil, AnnotationReclaimedAt: nil, AnnotationHeld: nil}); err != nil {
 		return true, reconcile.Result{}, err
 	}
+	c.remember(key, wl.UID, idleWorkload{released: true})
 	c.recorder.Eventf(wl, nil, corev1.EventTypeNormal, ReasonReleased, "Release", "activated again and requeued: %s", why)
 	return true, reconcile.Result{}, nil
 }
