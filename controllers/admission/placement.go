@@ -13,6 +13,7 @@ import (
 	utiltas "sigs.k8s.io/kueue/pkg/util/tas"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
+	"chamber.dev/chamber/controllers/pool"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
@@ -45,7 +46,7 @@ func (n NodeGPUs) HealthyFree() int64 {
 // failing.
 func nodeGPUs(node *corev1.Node, pods []corev1.Pod, own func(*corev1.Pod) bool, gpuNode *chamber.GPUNode, now time.Time, staleAfter time.Duration) NodeGPUs {
 	alloc := node.Status.Allocatable[chamberkueue.ResourceGPU]
-	n := NodeGPUs{Name: node.Name, Allocatable: alloc.Value(), Schedulable: schedulable(node)}
+	n := NodeGPUs{Name: node.Name, Allocatable: alloc.Value(), Schedulable: pool.Schedulable(node)}
 	for i := range pods {
 		p := &pods[i]
 		if own(p) || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
@@ -221,20 +222,6 @@ func unfitMessage(d podSetDemand, placed int32, nodes []NodeGPUs) string {
 		msg += fmt.Sprintf("; advertised but failing: %s", strings.Join(failing, "; "))
 	}
 	return msg
-}
-
-// schedulable: cordoned nodes and nodes with a NoSchedule or NoExecute taint take no
-// new pods.
-func schedulable(n *corev1.Node) bool {
-	if n.Spec.Unschedulable {
-		return false
-	}
-	for _, t := range n.Spec.Taints {
-		if t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute {
-			return false
-		}
-	}
-	return true
 }
 
 // ownedBy reports whether a pod belongs to one of the owners (the workload's job).

@@ -228,7 +228,7 @@ func CountModels(pool *chamber.GPUPool, nodes []corev1.Node, unhealthy map[strin
 		}
 		m.Nodes++
 		m.Total += capacity.Value()
-		if schedulable(&n) {
+		if Schedulable(&n) {
 			alloc := n.Status.Allocatable[chamberkueue.ResourceGPU]
 			m.Allocatable += alloc.Value()
 			m.Healthy += max(0, alloc.Value()-unhealthy[n.Name])
@@ -257,12 +257,12 @@ func unhealthyGPUs(gn *chamber.GPUNode) int64 {
 func nodeCounts(n *corev1.Node) string {
 	capacity := n.Status.Capacity[chamberkueue.ResourceGPU]
 	allocatable := n.Status.Allocatable[chamberkueue.ResourceGPU]
-	return fmt.Sprintf("%v|%s|%s|%t", n.Labels, capacity.String(), allocatable.String(), schedulable(n))
+	return fmt.Sprintf("%v|%s|%s|%t", n.Labels, capacity.String(), allocatable.String(), Schedulable(n))
 }
 
-// schedulable: cordoned nodes and nodes with a NoSchedule or NoExecute taint offer
-// no GPUs to new work.
-func schedulable(n *corev1.Node) bool {
+// Schedulable reports whether a node takes new pods: cordoned nodes and nodes with a
+// NoSchedule or NoExecute taint offer no GPUs to new work.
+func Schedulable(n *corev1.Node) bool {
 	if n.Spec.Unschedulable {
 		return false
 	}
