@@ -105,6 +105,11 @@ type idleWorkload struct {
 	// (the eviction request, the hold, its end), which the cache may not show yet.
 	// They keep a reconcile of a stale object from doing it a second time.
 	reclaimed, held, released bool
+	// reclaimedFor and reclaimedAt are what markReclaimed writes after the request;
+	// marked once it has.
+	reclaimedFor string
+	reclaimedAt  time.Time
+	marked       bool
 }
 
 // podIndex finds a Workload's pods in the cache: by Kueue's workload annotation, and
@@ -173,8 +178,15 @@ func (c *Controller) reconcile(ctx context.Context, wl *kueue.Workload) (reconci
 		return reconcile.Result{}, nil
 	}
 	again := reconcile.Result{RequeueAfter: c.opts.Interval}
-	if _, requested := admission.RequestedEviction(wl); requested || c.wrote(key, wl.UID, func(r *idleWorkload) bool { return r.reclaimed }) {
+	_, requested := admission.RequestedEviction(wl)
+	mine := c.reclaimedRecord(key, wl.UID)
+	// Our own request may not be in the cache yet; once our mark is, the object
+	// speaks for itself.
+	if requested || (mine != nil && wl.Annotations[AnnotationReclaimedFor] == "") {
 		// Someone (we, or isolation) already asked: the admission controller acts.
+		if mine != nil && !mine.marked {
+			return again, c.markReclaimed(ctx, key, wl, mine.reclaimedFor, mine.reclaimedAt)
+		}
 		return again, nil
 	}
 	now := c.opts.Clock.Now()
@@ -242,9 +254,6 @@ func (c *Controller) reconcile(ctx context.Context, wl *kueue.Workload) (reconci
 	}
 
 	idleFor := now.Sub(lowSince)
-	if err := c.markReclaimed(ctx, wl, waiting, now); err != nil {
-		return reconcile.Result{}, err
-	}
 	err = admission.RequestEviction(ctx, c.client, wl, admission.Eviction{
 		Reason: ReasonIdleReclaim,
 		Message: fmt.Sprintf("idle reclaim: its %d GPUs stayed below %d%% utilization for %s while %s/%s waited for them",
@@ -257,8 +266,11 @@ func (c *Controller) reconcile(ctx context.Context, wl *kueue.Workload) (reconci
 	evictions.WithLabelValues(team).Inc()
 	reclaimedGPUHours.WithLabelValues(team).Add(float64(use.gpus) * idleFor.Hours())
 	logger.Info("idle GPUs reclaimed", "workload", key, "gpus", use.gpus, "idleFor", idleFor, "waiting", client.ObjectKeyFromObject(waiting))
-	c.remember(key, wl.UID, idleWorkload{reclaimed: true})
-	return again, nil
+	waiter := waiting.Namespace + "/" + waiting.Name
+	c.remember(key, wl.UID, idleWorkload{reclaimed: true, reclaimedFor: waiter, reclaimedAt: now})
+	// The mark comes after the request, so that no state of the cache shows the mark
+	// without the request; failed, the next reconcile writes it.
+	return again, c.markReclaimed(ctx, key, wl, waiter, now)
 }
 
 // record returns the record of the idle workload, starting one if there is none or
@@ -284,6 +296,18 @@ func (c *Controller) remember(key types.NamespacedName, uid types.UID, rec idleW
 	defer c.mu.Unlock()
 	rec.uid = uid
 	c.idle[key] = &rec
+}
+
+// reclaimedRecord is a copy of the workload's record if this controller asked for
+// its eviction, else nil.
+func (c *Controller) reclaimedRecord(key types.NamespacedName, uid types.UID) *idleWorkload {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if rec := c.idle[key]; rec != nil && rec.uid == uid && rec.reclaimed {
+		cp := *rec
+		return &cp
+	}
+	return nil
 }
 
 // wrote says whether the record of the workload (this UID) has what is asked.

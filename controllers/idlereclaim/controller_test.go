@@ -560,3 +560,37 @@ func TestStaleCache(t *testing.T) {
 		t.Errorf("event reasons (-want +got):\n%s", diff)
 	}
 }
+
+// TestMarkFails: when the mark after the request fails, the next reconcile writes it,
+// and nothing is asked or counted twice.
+func TestMarkFails(t *testing.T) {
+	failed := false
+	r := newWorld().start(t, interceptor.Funcs{
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			data, _ := patch.Data(obj)
+			if !failed && strings.Contains(string(data), AnnotationReclaimedFor) {
+				failed = true
+				return errors.New("etcdserver: leader changed")
+			}
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+	})
+	before := metricsOf("team-a")
+	r.mustReconcile()
+	r.step(window)
+	if _, err := r.reconcile(); err == nil {
+		t.Fatal("no error from a failed mark")
+	}
+	r.mustReconcile()
+	var wl kueue.Workload
+	if err := r.client.Get(context.Background(), types.NamespacedName{Namespace: "team-a", Name: "train"}, &wl); err != nil {
+		t.Fatal(err)
+	}
+	if got := wl.Annotations[AnnotationReclaimedFor]; got != "team-b/wait" {
+		t.Errorf("reclaimed-for %q, want team-b/wait", got)
+	}
+	if diff := cmp.Diff(counts{1, 1, 8 * window.Hours()}, metricsOf("team-a").minus(before),
+		cmp.AllowUnexported(counts{}), cmpopts.EquateApprox(0, 1e-9)); diff != "" {
+		t.Errorf("metrics (-want +got):\n%s", diff)
+	}
+}

@@ -50,13 +50,23 @@ const (
 // DefaultMaxHold is the default of Options.MaxHold.
 const DefaultMaxHold = 10 * time.Minute
 
-// markReclaimed records, before the eviction is asked for, what the hold needs.
-func (c *Controller) markReclaimed(ctx context.Context, wl *kueue.Workload, waiting *kueue.Workload, now time.Time) error {
-	return c.patch(ctx, wl, nil, map[string]any{
-		AnnotationReclaimedFor: waiting.Namespace + "/" + waiting.Name,
-		AnnotationReclaimedAt:  now.UTC().Format(time.RFC3339),
+// markReclaimed records on the Workload what the hold needs: the workload (namespace/
+// name) its GPUs were reclaimed for, and when.
+func (c *Controller) markReclaimed(ctx context.Context, key types.NamespacedName, wl *kueue.Workload, waiter string, at time.Time) error {
+	err := c.patch(ctx, wl, nil, map[string]any{
+		AnnotationReclaimedFor: waiter,
+		AnnotationReclaimedAt:  at.UTC().Format(time.RFC3339),
 		AnnotationHeld:         nil,
 	})
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if rec := c.idle[key]; rec != nil && rec.uid == wl.UID {
+		rec.marked = true
+	}
+	return nil
 }
 
 // reconcileHold holds a reclaimed workload back from its queue and lets it go again.
