@@ -36,7 +36,7 @@ bench: bench-go bench-sim ## The Go benchmarks, then the simulator's full compar
 bench-go: ## Go benchmarks: NVML poll, agent scrape, fleet model, exporter scrape.
 	$(GO) test -run '^$$' -bench . -benchmem ./healthcheck/... ./agent/... ./fleet/... ./exporter/...
 
-# The report lands in chamber-report-bench/ (report.md and plots); about 25 minutes.
+# The report lands in chamber-report-bench/ (report.md, plots, data); about 35 minutes.
 SIM_FLAGS ?=
 .PHONY: bench-sim
 bench-sim: tools ## The simulator's full comparison of plain Kubernetes, Kueue, Kueue + Chamber on the Philly trace.

@@ -26,8 +26,8 @@ type simFlags struct {
 	timeout                                  time.Duration
 }
 
-// simDefaults are `chamber sim`'s defaults: the full comparison (make bench), about
-// nine minutes per policy. The slice is the week's busiest four hours (hours 78 to 82),
+// simDefaults are `chamber sim`'s defaults: the full comparison (make bench), ten to
+// twelve minutes per policy. The slice is the week's busiest four hours (hours 78 to 82),
 // 30% of the jobs, jobs cut at 4 hours: 1.05 times the 128 GPUs while it is submitted,
 // so queues form, then drain. At 60x, the control plane's own latency from admission to
 // a running pod (about 2 s of clock on an idle machine) is 2 simulated minutes, and the
