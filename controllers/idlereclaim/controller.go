@@ -2,8 +2,9 @@
 // workloads wait for them. A workload is warned (an IdleGPUs Event) when it turns idle
 // under contention, and if it stays so for its pool's window, Chamber asks for its
 // eviction through the admission check (admission.RequestEviction): its pods get a
-// notice and a grace period to checkpoint, then Kueue evicts and requeues it, and it
-// runs again when capacity frees.
+// notice and a grace period to checkpoint, then Kueue evicts it; Chamber keeps it out
+// of its queue until the waiting workload has its GPUs (hold.go), then Kueue requeues
+// it, and it runs again when capacity frees.
 package idlereclaim
 
 import (
