@@ -40,7 +40,6 @@ const placementTimeout = 8 * time.Second
 func TestMain(m *testing.M) {
 	cfg := controllers.DefaultConfig()
 	cfg.Admission.PlacementTimeout = placementTimeout
-	cfg.Admission.RetryDelay = time.Second
 	os.Exit(controllertest.Main(m, cfg, &k8s))
 }
 

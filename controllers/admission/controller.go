@@ -38,9 +38,6 @@ type Options struct {
 	// GPUs before the check gives its quota back to the queue (Retry): no workload
 	// holds quota it cannot use.
 	PlacementTimeout time.Duration
-	// RetryDelay is how long Kueue waits before it tries a workload again after a
-	// placement timeout.
-	RetryDelay time.Duration
 	// GracePeriod is how long an evicted workload's pods have to checkpoint, unless
 	// the pool, the team or the tier says otherwise.
 	GracePeriod time.Duration
@@ -51,7 +48,6 @@ type Options struct {
 // Defaults of Options.
 const (
 	DefaultPlacementTimeout = 2 * time.Minute
-	DefaultRetryDelay       = 15 * time.Second
 	DefaultGracePeriod      = 2 * time.Minute
 	// pendingRecheck is how often a workload waiting for healthy GPUs is looked at
 	// again (GPUs free up and recover without an event on the workload).
@@ -62,7 +58,7 @@ const (
 
 // DefaultOptions are the check's options unless flags say otherwise.
 func DefaultOptions() Options {
-	return Options{PlacementTimeout: DefaultPlacementTimeout, RetryDelay: DefaultRetryDelay, GracePeriod: DefaultGracePeriod}
+	return Options{PlacementTimeout: DefaultPlacementTimeout, GracePeriod: DefaultGracePeriod}
 }
 
 // Field indexes the check reads through.
@@ -87,9 +83,6 @@ func Register(mgr ctrl.Manager, opts Options) error {
 	def := DefaultOptions()
 	if opts.PlacementTimeout <= 0 {
 		opts.PlacementTimeout = def.PlacementTimeout
-	}
-	if opts.RetryDelay <= 0 {
-		opts.RetryDelay = def.RetryDelay
 	}
 	if opts.GracePeriod < 0 {
 		opts.GracePeriod = def.GracePeriod
@@ -218,7 +211,9 @@ func (c *Controller) checkPlacement(ctx context.Context, wl *kueue.Workload, che
 		c.metrics.verdicts.WithLabelValues("retry").Inc()
 		msg := fmt.Sprintf("No healthy GPUs for the workload after %s; its quota goes back to the queue: %s", waited.Round(time.Second), verdict.Message)
 		c.recorder.Eventf(wl, nil, corev1.EventTypeWarning, "NoHealthyGPUs", "Requeue", msg)
-		return reconcile.Result{}, c.setCheck(ctx, wl, kueue.CheckStateRetry, msg, ptr.To(int32(c.opts.RetryDelay/time.Second)))
+		// No requeueAfterSeconds: Kueue (v0.19) waits it out before it evicts, not
+		// after, so it would only hold the quota longer.
+		return reconcile.Result{}, c.setCheck(ctx, wl, kueue.CheckStateRetry, msg, nil)
 	}
 	msg := "Waiting for healthy GPUs: " + verdict.Message
 	if check.Message != msg {
