@@ -14,7 +14,7 @@ var DefaultFrameworks = []string{"batch/job"}
 // Configuration returns the parts of Kueue's manager configuration that Chamber
 // relies on; the caller adds where Kueue serves (webhook, health, metrics).
 //
-// Fair sharing is on: ClusterQueue and Cohort fairSharing.weight (a Team's fair-share
+// Controller concurrency is what Kueue's Helm chart sets. Fair sharing is on: ClusterQueue and Cohort fairSharing.weight (a Team's fair-share
 // weight) and the fair-sharing preemption strategies take effect only when Kueue's
 // own configuration has a fairSharing section.
 func Configuration(frameworks []string, featureGates map[string]bool) *configapi.Configuration {
@@ -22,7 +22,7 @@ func Configuration(frameworks []string, featureGates map[string]bool) *configapi
 		frameworks = DefaultFrameworks
 	}
 	namespace := "kueue-system"
-	return &configapi.Configuration{
+	cfg := &configapi.Configuration{
 		TypeMeta: metav1.TypeMeta{
 			APIVersion: configapi.SchemeGroupVersion.String(),
 			Kind:       "Configuration",
@@ -39,4 +39,11 @@ func Configuration(frameworks []string, featureGates map[string]bool) *configapi
 		},
 		FeatureGates: featureGates,
 	}
+	// Kueue's own Helm chart runs these; its built-in default is one reconcile at a
+	// time per kind, under which admission checks queue up behind each other.
+	cfg.ControllerManager.Controller = &configapi.ControllerConfigurationSpec{GroupKindConcurrency: map[string]int{
+		"Job.batch": 5, "Pod": 5, "Workload.kueue.x-k8s.io": 10, "LocalQueue.kueue.x-k8s.io": 5,
+		"ClusterQueue.kueue.x-k8s.io": 5, "ResourceFlavor.kueue.x-k8s.io": 1,
+	}}
+	return cfg
 }
