@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"os"
@@ -8,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	chamber "chamber.dev/chamber/api/v1alpha1"
 )
 
 // The report's tables, by heading; a test checks that each is present.
@@ -195,9 +198,10 @@ func renderReport(sc *Scenario, recs []*Recording, results []Result) string {
 	t.row("speed-up", fmt.Sprintf("%gx (1 s of clock = %s simulated)", sc.Speedup, wallToSim(time.Second, sc.Speedup)))
 	t.row("price", fmt.Sprintf("$%.2f per GPU-hour", sc.PricePerGPUHour))
 	t.row("idle", fmt.Sprintf("an allocated GPU whose agent reads below %d%%", sc.IdleBelowPercent))
+	level := cmp.Or(sc.IsolationLevel, chamber.IsolateNode)
 	t.row("Chamber under (c)", fmt.Sprintf("idle reclaim on the pool (window %s simulated, Chamber's default; production exempt), "+
-		"eviction grace %s simulated, fault isolation at its defaults (node level); the inventory's idle window 2 s of clock",
-		hours(IdleReclaimWindow), EvictionGrace))
+		"eviction grace %s simulated, fault isolation at level %s, its other settings at their defaults; the inventory's idle window 2 s of clock",
+		hours(IdleReclaimWindow), EvictionGrace, level))
 	for _, rec := range recs {
 		t.row("clock time of "+rec.Policy.Title(), rec.Wall.Round(time.Second).String()+timedOut(rec))
 		t.row("Jobs in the API at the end, "+rec.Policy.Title(), fmt.Sprintf("%d complete, %d failed, %d other", rec.APIComplete, rec.APIFailed, rec.APIOther))

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	chamber "chamber.dev/chamber/api/v1alpha1"
 )
 
 // Policy is how jobs reach the GPUs.
@@ -123,6 +125,9 @@ type Scenario struct {
 	MetricsAddr string
 	// Seed drives the fault injector.
 	Seed uint64
+	// IsolationLevel is Chamber's fault isolation level under PolicyChamber: Node
+	// (Chamber's default) or GPU.
+	IsolationLevel chamber.IsolationLevel
 	// KeepLogs keeps each control plane's component logs in OutDir/logs/<policy>.
 	KeepLogs bool
 	// Progress receives the progress lines; Log the component start-up lines.
@@ -181,6 +186,8 @@ func (s *Scenario) Validate() error {
 		return fmt.Errorf("no policy to run")
 	case s.OutDir == "":
 		return fmt.Errorf("no report folder: give --out")
+	case s.IsolationLevel != "" && s.IsolationLevel != chamber.IsolateNode && s.IsolationLevel != chamber.IsolateGPU:
+		return fmt.Errorf("--isolation-level %q: want Node or GPU", s.IsolationLevel)
 	}
 	maxPod := s.MaxGPUsPerNode()
 	for _, j := range s.Jobs {

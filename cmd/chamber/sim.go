@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/sim"
 )
 
@@ -18,6 +19,7 @@ import (
 // demo's defaults.
 type simFlags struct {
 	trace, nodes, policies, out, metricsAddr string
+	isolationLevel                           string
 	skipBad, verbose                         bool
 	start, window, maxDuration, repair       time.Duration
 	keep, speedup, faultRate, price          float64
@@ -68,6 +70,7 @@ func (f *simFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.timeout, "timeout", f.timeout, "longest clock time per policy; jobs left are reported unfinished")
 	fs.StringVar(&f.out, "out", f.out, "folder for report.md and the plots (default chamber-report-<time>)")
 	fs.StringVar(&f.metricsAddr, "metrics-bind-address", f.metricsAddr, `where Chamber's controller serves /metrics during policy chamber; "0" for none`)
+	fs.StringVar(&f.isolationLevel, "isolation-level", f.isolationLevel, "Chamber's fault isolation under policy chamber: Node (taint and cordon the node: Chamber's default) or GPU (hold the failing GPU only)")
 	fs.BoolVar(&f.verbose, "v", f.verbose, "show the control plane's start-up lines and keep its components' logs in the report folder")
 }
 
@@ -136,7 +139,8 @@ func (f *simFlags) scenario(progress io.Writer) (*sim.Scenario, error) {
 		Jobs: jobs, Nodes: nodes, Speedup: f.speedup, FaultsPer1000GPUHours: f.faultRate, RepairTime: f.repair,
 		PricePerGPUHour: f.price, IdleBelowPercent: 5, BackoffLimit: 3, SampleEvery: 500 * time.Millisecond,
 		Timeout: f.timeout, Policies: policies, OutDir: out, MetricsAddr: f.metricsAddr, Seed: f.seed,
-		Progress: progress, Log: io.Discard,
+		IsolationLevel: chamber.IsolationLevel(f.isolationLevel),
+		Progress:       progress, Log: io.Discard,
 		Describe: []sim.Param{
 			{Name: "trace", Value: fmt.Sprintf("%s (%d rows, %d malformed rows skipped)", f.trace, len(trace), len(bad))},
 			{Name: "slice", Value: fmt.Sprintf("submissions from %s for %s of trace time, %g of the jobs kept, at most %d GPUs and %s per job", f.start, f.window, f.keep, slice.MaxGPUs, f.maxDuration)},
