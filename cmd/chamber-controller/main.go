@@ -39,6 +39,8 @@ func main() {
 		perGPUMetrics      = flag.Bool("per-gpu-metrics", false, "export chamber_gpu_state, one series per GPU (the node agent already exports per-GPU metrics)")
 		reclaimInterval    = flag.Duration("idle-reclaim-interval", idlereclaim.DefaultInterval, "how often idle reclaim looks again at each workload holding GPUs (the policies are on pools and teams)")
 		reclaimMaxHold     = flag.Duration("idle-reclaim-max-hold", idlereclaim.DefaultMaxHold, "the longest a reclaimed workload is kept out of its queue so that the workload it was reclaimed for gets its GPUs")
+		apiQPS             = flag.Float64("kube-api-qps", 300, "queries per second to the API server (Kueue's own default: its check round trips are on Kueue's admission path)")
+		apiBurst           = flag.Int("kube-api-burst", 500, "burst of queries to the API server")
 		admissionCheck     = flag.Bool("admission-check", true, "attach Chamber's admission check (placement on healthy GPUs, evictions) to every team's ClusterQueue")
 		placementTimeout   = flag.Duration("placement-timeout", admission.DefaultPlacementTimeout, "how long a workload with reserved quota waits for healthy GPUs before its quota goes back to the queue")
 		gracePeriod        = flag.Duration("eviction-grace-period", admission.DefaultGracePeriod, "how long the pods of a workload Chamber evicts have to checkpoint, unless its pool or team says otherwise")
@@ -101,7 +103,12 @@ func main() {
 	utilruntime.Must(kueue.AddToScheme(scheme))
 	utilruntime.Must(chamber.AddToScheme(scheme))
 
-	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+	if *apiQPS <= 0 || *apiBurst < 1 {
+		fail("--kube-api-qps must be positive and --kube-api-burst at least 1, got %v and %d", *apiQPS, *apiBurst)
+	}
+	kube := ctrl.GetConfigOrDie()
+	kube.QPS, kube.Burst = float32(*apiQPS), *apiBurst
+	mgr, err := ctrl.NewManager(kube, ctrl.Options{
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: *metricsAddr},
 		HealthProbeBindAddress: *probeAddr,

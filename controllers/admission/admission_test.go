@@ -13,13 +13,11 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	utilclock "k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 	testingjob "sigs.k8s.io/kueue/pkg/util/testingjobs/job"
 
-	"chamber.dev/chamber/agent"
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers"
 	"chamber.dev/chamber/controllers/admission"
@@ -129,17 +127,7 @@ func filler(t *testing.T, ns, node string, gpus int) *corev1.Pod {
 }
 
 func workload(g gomega.Gomega, ns, job string) *kueue.Workload {
-	var list kueue.WorkloadList
-	g.Expect(k8s.List(context.Background(), &list, client.InNamespace(ns))).To(gomega.Succeed())
-	for i := range list.Items {
-		for _, ref := range list.Items[i].OwnerReferences {
-			if ref.Name == job {
-				return &list.Items[i]
-			}
-		}
-	}
-	g.Expect(fmt.Sprintf("workload of job %s/%s", ns, job)).To(gomega.BeEmpty())
-	return nil
+	return controllertest.WorkloadOf(g, k8s, ns, job)
 }
 
 func isTrue(wl *kueue.Workload, cond string) bool {
@@ -269,7 +257,7 @@ func TestFailingGPUsAreNotUsed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runAgent(t, "failing-1", fake)
+	controllertest.RunAgent(t, k8s, "failing-1", fake, nil, nil)
 	for _, gpu := range []int{2, 5} {
 		if err := fake.RaiseDoubleBitECC(gpu); err != nil {
 			t.Fatal(err)
@@ -317,29 +305,6 @@ func TestFailingGPUsAreNotUsed(t *testing.T) {
 		g.Expect(isTrue(wl, kueue.WorkloadAdmitted)).To(gomega.BeTrue())
 		g.Expect(runningOn(g, "failing", "six")).To(gomega.Equal("failing-1"))
 	}).Should(gomega.Succeed())
-}
-
-// runAgent runs the real node agent on a go-nvml fake for node until the test ends.
-func runAgent(t *testing.T, node string, fake *healthcheck.FakeGPUs) {
-	t.Helper()
-	cfg := agent.DefaultConfig()
-	cfg.NodeName = node
-	cfg.PollInterval, cfg.HeartbeatInterval, cfg.UtilizationWindow = time.Second, 2*time.Second, 2*time.Second
-	cfg.MetricsBindAddress = "0"
-	a, err := agent.New(agent.Options{Config: cfg, NVML: fake, Client: k8s, Clock: utilclock.RealClock{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		_ = a.Run(ctx)
-		close(done)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
 }
 
 // Test 4 of the issue: a workload Chamber evicts gets notice on its pods and the

@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
 	utilclock "k8s.io/utils/clock"
@@ -190,7 +191,7 @@ func runShape(b *testing.B, ns string, withCheck bool, scale float64) shapeResul
 					time.Sleep(time.Until(at))
 					wl := perfWorkload(ns, fmt.Sprintf("%s-%s-%d", q, class.name, i), q, class)
 					rec.created(types.NamespacedName{Namespace: ns, Name: wl.Name}, class.runtime)
-					if err := k8s.Create(ctx, wl); err != nil {
+					if err := runner().Create(ctx, wl); err != nil {
 						b.Errorf("create workload %s: %v", wl.Name, err)
 						return
 					}
@@ -408,18 +409,30 @@ func watchWorkloads(b *testing.B, ctx context.Context, ns string, rec *recorder)
 
 var runnerBackoff = wait.Backoff{Duration: 10 * time.Millisecond, Factor: 2, Jitter: 0.5, Steps: 30, Cap: 2 * time.Second}
 
+// runner is the benchmark runner's client, not throttled on this side: its writes
+// stand for kubelets and job controllers across a cluster.
+var runner = sync.OnceValue(func() client.Client {
+	cfg := rest.CopyConfig(controllertest.Config)
+	cfg.QPS, cfg.Burst = -1, 0
+	c, err := client.New(cfg, client.Options{Scheme: controlplane.Scheme})
+	if err != nil {
+		panic(err)
+	}
+	return c
+})
+
 // finishEviction does what a job integration does once an evicted job stopped: the
 // workload gives its quota back and waits in the queue again.
 func finishEviction(ctx context.Context, key types.NamespacedName) {
 	_ = retry.OnError(runnerBackoff, func(err error) bool { return ctx.Err() == nil && !apierrors.IsNotFound(err) }, func() error {
 		var wl kueue.Workload
-		if err := k8s.Get(ctx, key, &wl); err != nil {
+		if err := runner().Get(ctx, key, &wl); err != nil {
 			return err
 		}
 		if !apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadEvicted) {
 			return nil
 		}
-		return workloadpatching.PatchAdmissionStatus(ctx, k8s, &wl, utilclock.RealClock{}, func(wl *kueue.Workload) (bool, error) {
+		return workloadpatching.PatchAdmissionStatus(ctx, runner(), &wl, utilclock.RealClock{}, func(wl *kueue.Workload) (bool, error) {
 			return kueueworkload.UnsetQuotaReservationWithCondition(wl, "Pending", "Evicted; the benchmark's runner stopped it", time.Now()), nil
 		})
 	})
@@ -432,7 +445,7 @@ func finishWorkload(ctx context.Context, key types.NamespacedName) bool {
 	finished := false
 	_ = retry.OnError(runnerBackoff, func(err error) bool { return ctx.Err() == nil && !apierrors.IsNotFound(err) }, func() error {
 		var wl kueue.Workload
-		if err := k8s.Get(ctx, key, &wl); err != nil {
+		if err := runner().Get(ctx, key, &wl); err != nil {
 			return err
 		}
 		if !apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadAdmitted) || apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadEvicted) {
@@ -442,7 +455,7 @@ func finishWorkload(ctx context.Context, key types.NamespacedName) bool {
 		apimeta.SetStatusCondition(&wl.Status.Conditions, metav1.Condition{
 			Type: kueue.WorkloadFinished, Status: metav1.ConditionTrue, Reason: "Succeeded", Message: "finished by the benchmark's runner",
 		})
-		return k8s.Status().Update(ctx, &wl)
+		return runner().Status().Update(ctx, &wl)
 	})
 	return finished
 }

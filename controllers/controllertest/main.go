@@ -45,7 +45,10 @@ func Main(m *testing.M, cfg controllers.Config, k8s *client.Client) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{Scheme: controlplane.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
+	// The API rates chamber-controller runs with (its --kube-api-qps and -burst).
+	kube := rest.CopyConfig(cp.Config)
+	kube.QPS, kube.Burst = 300, 500
+	mgr, err := ctrl.NewManager(kube, ctrl.Options{Scheme: controlplane.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

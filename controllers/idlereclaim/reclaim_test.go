@@ -2,7 +2,6 @@ package idlereclaim_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -166,8 +165,6 @@ func TestIdleWorkloadReclaimed(t *testing.T) {
 // by its whole node: one job per node here.
 func startAgents(t *testing.T, nodes []string, busy string) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{}, len(nodes))
 	for _, node := range nodes {
 		fake, err := healthcheck.NewFake("dgxh100")
 		if err != nil {
@@ -180,27 +177,12 @@ func startAgents(t *testing.T, nodes []string, busy string) {
 				}
 			}
 		}
-		cfg := agent.DefaultConfig()
-		cfg.NodeName = node
 		// A report stays fresh for three heartbeats (60s), longer than the clock's one
 		// step through the window, and its mean covers the whole test.
-		cfg.PollInterval, cfg.HeartbeatInterval, cfg.UtilizationWindow = 5*time.Second, 20*time.Second, 10*time.Minute
-		cfg.MetricsBindAddress = "0"
-		a, err := agent.New(agent.Options{Config: cfg, NVML: fake, Client: k8s, Clock: clock})
-		if err != nil {
-			t.Fatal(err)
-		}
-		go func() {
-			_ = a.Run(ctx)
-			done <- struct{}{}
-		}()
+		controllertest.RunAgent(t, k8s, node, fake, clock, func(cfg *agent.Config) {
+			cfg.PollInterval, cfg.HeartbeatInterval, cfg.UtilizationWindow = 5*time.Second, 20*time.Second, 10*time.Minute
+		})
 	}
-	t.Cleanup(func() {
-		cancel()
-		for range nodes {
-			<-done
-		}
-	})
 }
 
 // submit creates a Job of one pod holding 8 GPUs for d (kwok's delay), pinned to node
@@ -221,17 +203,7 @@ func submit(t *testing.T, ns, name, node, d string, change func(*testingjob.JobW
 }
 
 func workload(g gomega.Gomega, ns, job string) *kueue.Workload {
-	var list kueue.WorkloadList
-	g.Expect(k8s.List(context.Background(), &list, client.InNamespace(ns))).To(gomega.Succeed())
-	for i := range list.Items {
-		for _, ref := range list.Items[i].OwnerReferences {
-			if ref.Kind == "Job" && ref.Name == job {
-				return &list.Items[i]
-			}
-		}
-	}
-	g.Expect(fmt.Sprintf("workload of job %s/%s", ns, job)).To(gomega.BeEmpty())
-	return nil
+	return controllertest.WorkloadOf(g, k8s, ns, job)
 }
 
 func admitted(g gomega.Gomega, ns, job string) bool {

@@ -3,16 +3,14 @@ package inventory_test
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	utilclock "k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"chamber.dev/chamber/agent"
 	chamber "chamber.dev/chamber/api/v1alpha1"
+	"chamber.dev/chamber/controllers/controllertest"
 	ft "chamber.dev/chamber/fleet/fleettest"
 	"chamber.dev/chamber/healthcheck"
 )
@@ -30,34 +28,15 @@ func TestAgentsFeedInventory(t *testing.T) {
 		Spec:       chamber.TeamSpec{Pool: "agents", Namespaces: []string{"agents"}, Quotas: []chamber.TeamQuota{{Model: ft.H100, GPUs: 16}}},
 	})
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	gpus := map[string]*healthcheck.FakeGPUs{}
-	done := make(chan struct{}, 2)
 	for _, node := range []string{"agents-1", "agents-2"} {
 		fake, err := healthcheck.NewFake("dgxh100")
 		if err != nil {
 			t.Fatal(err)
 		}
 		gpus[node] = fake
-		cfg := agent.DefaultConfig()
-		cfg.NodeName = node
-		cfg.PollInterval, cfg.HeartbeatInterval, cfg.UtilizationWindow = time.Second, 2*time.Second, 2*time.Second
-		cfg.MetricsBindAddress = "0"
-		a, err := agent.New(agent.Options{Config: cfg, NVML: fake, Client: k8s, Clock: utilclock.RealClock{}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		go func() {
-			_ = a.Run(ctx)
-			done <- struct{}{}
-		}()
+		controllertest.RunAgent(t, k8s, node, fake, nil, nil)
 	}
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		<-done
-	})
 
 	submit(t, "agents", "train", 4, "agents-1")
 	g.Eventually(func(g gomega.Gomega) { runningPod(g, "agents", "train") }).Should(gomega.Succeed())

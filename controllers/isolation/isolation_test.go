@@ -15,7 +15,6 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
-	utilclock "k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -101,44 +100,7 @@ func startAgent(t *testing.T, node string, heartbeat time.Duration) (gpus *healt
 // runAgent runs an agent on the fake GPUs, as after a restart of the agent.
 func runAgent(t *testing.T, node string, fake *healthcheck.FakeGPUs, heartbeat time.Duration) (stop func()) {
 	t.Helper()
-	cfg := agent.DefaultConfig()
-	cfg.NodeName = node
-	cfg.PollInterval, cfg.HeartbeatInterval, cfg.UtilizationWindow = time.Second, heartbeat, 2*time.Second
-	cfg.MetricsBindAddress = "0"
-	a, err := agent.New(agent.Options{Config: cfg, NVML: fake, Client: k8s, Clock: utilclock.RealClock{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	started := time.Now().Truncate(time.Second)
-	go func() {
-		_ = a.Run(ctx)
-		close(done)
-	}()
-	// The agent watches NVML events before its first write: faults raised after it
-	// reach it (the fakes deliver events to watched GPUs only).
-	for {
-		var gn chamber.GPUNode
-		err := k8s.Get(ctx, client.ObjectKey{Name: node}, &gn)
-		if err == nil && gn.Status.LastHeartbeatTime != nil && !gn.Status.LastHeartbeatTime.Time.Before(started) {
-			break
-		}
-		if time.Since(started) > time.Minute {
-			t.Fatalf("agent of %s wrote no status within a minute (last error: %v)", node, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	stopped := false
-	stop = func() {
-		if !stopped {
-			stopped = true
-			cancel()
-			<-done
-		}
-	}
-	t.Cleanup(stop)
-	return stop
+	return controllertest.RunAgent(t, k8s, node, fake, nil, func(cfg *agent.Config) { cfg.HeartbeatInterval = heartbeat })
 }
 
 // submit creates a Job of one pod holding 8 GPUs for ten minutes.
@@ -336,7 +298,9 @@ func TestXID79MovesWorkloadToHealthyNode(t *testing.T) {
 		g.Expect(k8s.Get(ctx, client.ObjectKey{Name: "move"}, &pool)).To(gomega.Succeed())
 		g.Expect(pool.Status.Models[0].Healthy).To(gomega.Equal(int64(16)), "move-3's GPUs no longer count")
 	}).Should(gomega.Succeed())
-	g.Expect(nodeEvents(g, "move-3")).To(gomega.ContainElements("Isolated", "EvictionRequested"))
+	g.Eventually(func(g gomega.Gomega) {
+		g.Expect(nodeEvents(g, "move-3")).To(gomega.ContainElements("Isolated", "EvictionRequested"))
+	}).Should(gomega.Succeed())
 	g.Expect(value(g, "chamber_isolations_total", "pool", "move", "level", "Node", "reason", "XID79")).To(gomega.Equal(1.0))
 	g.Expect(value(g, "chamber_isolation_evictions_total", "pool", "move")).To(gomega.Equal(1.0))
 }
@@ -426,7 +390,9 @@ func TestCircuitBreaker(t *testing.T) {
 	g.Expect(halted.Status).To(gomega.Equal(metav1.ConditionTrue))
 	g.Expect(apimeta.IsStatusConditionTrue(pool.Status.Conditions, chamber.ConditionReady)).To(gomega.BeTrue(), "the pool controller keeps its Ready condition")
 	g.Expect(value(g, "chamber_isolation_breaker_open", "pool", "breaker")).To(gomega.Equal(1.0))
-	g.Expect(nodeEvents(g, withheld[0])).To(gomega.ContainElement(isolation.ReasonIsolationHalted))
+	g.Eventually(func(g gomega.Gomega) {
+		g.Expect(nodeEvents(g, withheld[0])).To(gomega.ContainElement(isolation.ReasonIsolationHalted))
+	}).Should(gomega.Succeed())
 
 	// The operator resets the breaker: the withheld node is isolated now.
 	pool.Annotations = map[string]string{isolation.AnnotationBreakerReset: "true"}
@@ -462,7 +428,9 @@ func TestSilentAgentIsUnknown(t *testing.T) {
 		g.Expect(cond.Reason).To(gomega.Equal(isolation.ReasonAgentNotReporting))
 	}).Should(gomega.Succeed())
 	g.Expect(value(g, "chamber_isolation_unknown_nodes", "pool", "silent")).To(gomega.Equal(1.0))
-	g.Expect(nodeEvents(g, "silent-1")).To(gomega.ContainElement(isolation.ReasonAgentNotReporting))
+	g.Eventually(func(g gomega.Gomega) {
+		g.Expect(nodeEvents(g, "silent-1")).To(gomega.ContainElement(isolation.ReasonAgentNotReporting))
+	}).Should(gomega.Succeed())
 	inService(g, "silent-1")
 	undisturbed(g, "silent", "train")
 }
@@ -517,7 +485,10 @@ func TestHardwareFaultWaitsForOperator(t *testing.T) {
 		g.Expect(n.Annotations).NotTo(gomega.HaveKey(isolation.AnnotationIsolatedAt))
 		g.Expect(condition(n).Reason).To(gomega.Equal(isolation.ReasonCleared))
 	}).Should(gomega.Succeed())
-	g.Expect(nodeEvents(g, "dbe-1")).To(gomega.ContainElements("Isolated", isolation.ReasonCleared))
+	// Events are written asynchronously by the recorder.
+	g.Eventually(func(g gomega.Gomega) {
+		g.Expect(nodeEvents(g, "dbe-1")).To(gomega.ContainElements("Isolated", isolation.ReasonCleared))
+	}).Should(gomega.Succeed())
 }
 
 // Test 5b. A transient fault returns the node by itself after 3 consecutive healthy
@@ -550,7 +521,9 @@ func TestTransientFaultRecovers(t *testing.T) {
 		g.Expect(n.Spec.Unschedulable).To(gomega.BeFalse())
 		g.Expect(condition(n).Reason).To(gomega.Equal(isolation.ReasonRecovered))
 	}).Should(gomega.Succeed())
-	g.Expect(nodeEvents(g, "transient-1")).To(gomega.ContainElements("Isolated", isolation.ReasonRecovered))
+	g.Eventually(func(g gomega.Gomega) {
+		g.Expect(nodeEvents(g, "transient-1")).To(gomega.ContainElements("Isolated", isolation.ReasonRecovered))
+	}).Should(gomega.Succeed())
 }
 
 // report writes the node's GPUNode status as an agent would, with 8 GPUs healthy but

@@ -112,17 +112,7 @@ func submit(t *testing.T, ns, name string, gpus int, d time.Duration, tier strin
 }
 
 func workload(g gomega.Gomega, ns, job string) *kueue.Workload {
-	var list kueue.WorkloadList
-	g.Expect(k8s.List(context.Background(), &list, client.InNamespace(ns))).To(gomega.Succeed())
-	for i := range list.Items {
-		for _, ref := range list.Items[i].OwnerReferences {
-			if ref.Name == job {
-				return &list.Items[i]
-			}
-		}
-	}
-	g.Expect(fmt.Sprintf("workload of job %s/%s", ns, job)).To(gomega.BeEmpty())
-	return nil
+	return controllertest.WorkloadOf(g, k8s, ns, job)
 }
 
 func admitted(g gomega.Gomega, ns, job string) bool {

@@ -1,0 +1,84 @@
+package controllertest
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/onsi/gomega"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+
+	"chamber.dev/chamber/agent"
+	chamber "chamber.dev/chamber/api/v1alpha1"
+	"chamber.dev/chamber/healthcheck"
+)
+
+// WorkloadOf is the Kueue Workload of the Job ns/job; it fails g when there is none.
+func WorkloadOf(g gomega.Gomega, c client.Client, ns, job string) *kueue.Workload {
+	var list kueue.WorkloadList
+	g.Expect(c.List(context.Background(), &list, client.InNamespace(ns))).To(gomega.Succeed())
+	for i := range list.Items {
+		for _, ref := range list.Items[i].OwnerReferences {
+			if ref.Name == job {
+				return &list.Items[i]
+			}
+		}
+	}
+	g.Expect(fmt.Sprintf("workload of job %s/%s", ns, job)).To(gomega.BeEmpty())
+	return nil
+}
+
+// RunAgent runs the real node agent of node on go-nvml fake GPUs, writing through c,
+// until stop is called or the test ends. tune may change its configuration (polls
+// every second, heartbeats every 2 s and a 2 s utilization window unless it does).
+// RunAgent returns once the agent has written its first status: the agent then
+// watches NVML events, so faults raised after it reach it.
+func RunAgent(t testing.TB, c client.Client, node string, fake *healthcheck.FakeGPUs, clk clock.WithTicker, tune func(*agent.Config)) (stop func()) {
+	t.Helper()
+	cfg := agent.DefaultConfig()
+	cfg.NodeName, cfg.MetricsBindAddress = node, "0"
+	cfg.PollInterval, cfg.HeartbeatInterval, cfg.UtilizationWindow = time.Second, 2*time.Second, 2*time.Second
+	if tune != nil {
+		tune(&cfg)
+	}
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	a, err := agent.New(agent.Options{Config: cfg, NVML: fake, Client: c, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	started := clk.Now().Truncate(time.Second)
+	go func() {
+		_ = a.Run(ctx)
+		close(done)
+	}()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var gn chamber.GPUNode
+		err := c.Get(ctx, client.ObjectKey{Name: node}, &gn)
+		if err == nil && gn.Status.LastHeartbeatTime != nil && !gn.Status.LastHeartbeatTime.Time.Before(started) {
+			break
+		}
+		if time.Now().After(deadline) {
+			cancel()
+			t.Fatalf("agent of %s wrote no status within a minute (last error: %v)", node, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	stopped := false
+	stop = func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			<-done
+		}
+	}
+	t.Cleanup(stop)
+	return stop
+}
