@@ -30,11 +30,20 @@ test: tools ## Unit and integration tests (builds the tools first when missing).
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 .PHONY: bench
-bench: bench-go bench-sim ## The Go benchmarks, then the simulator's full comparison.
+bench: bench-go bench-controllers bench-sim ## The Go benchmarks, the controllers' benchmarks, then the simulator's full comparison.
 
 .PHONY: bench-go
 bench-go: ## Go benchmarks: NVML poll, agent scrape, fleet model, exporter scrape.
 	$(GO) test -run '^$$' -bench . -benchmem ./healthcheck/... ./agent/... ./fleet/... ./exporter/...
+
+# Kueue's scheduler-performance shape with and without Chamber's admission check
+# (CHAMBER_PERF_SCALE=1 is its 15,000 workloads; 0.2 takes about 10 minutes here),
+# then fault isolation's figures on 100 kwok nodes.
+CHAMBER_PERF_SCALE ?= 0.2
+.PHONY: bench-controllers
+bench-controllers: tools ## Admission check overhead on Kueue's own benchmark shape; fault-to-taint and fault-to-readmission times.
+	CHAMBER_PERF_SCALE=$(CHAMBER_PERF_SCALE) $(GO) test -count=1 -timeout 60m -run '^$$' -bench SchedulerShape -benchtime 1x -v ./controllers/admission/
+	$(GO) test -count=1 -timeout 30m -run '^$$' -bench FaultIsolation -benchtime 1x ./controllers/isolation/
 
 # The report lands in chamber-report-bench/ (report.md, plots, data); about 35 minutes.
 SIM_FLAGS ?=
