@@ -27,6 +27,7 @@ import (
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers"
+	"chamber.dev/chamber/controllers/idlereclaim"
 	"chamber.dev/chamber/controllers/isolation"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 	"chamber.dev/chamber/test/controlplane"
@@ -292,8 +293,9 @@ func setUpTeams(ctx context.Context, c client.Client, sc *Scenario, p Policy) ([
 }
 
 // startChamber runs Chamber's controllers in-process, their metrics on sc.MetricsAddr.
-// The idle window is scaled to simulated time: two seconds of clock are minutes of
-// simulated time at the usual speed-ups.
+// Their delays are scaled to simulated time (the inventory's idle window, idle
+// reclaim's interval and hold); timeouts (the admission check's placement timeout)
+// are left as they are.
 func startChamber(ctx context.Context, cp *controlplane.ControlPlane, sc *Scenario) error {
 	if sc.MetricsAddr != "0" {
 		// The manager would fail in the background and the queues never turn Active.
@@ -311,6 +313,9 @@ func startChamber(ctx context.Context, cp *controlplane.ControlPlane, sc *Scenar
 	cfg.Inventory.Fleet.IdleThresholdPercent = float64(sc.IdleBelowPercent)
 	cfg.Inventory.Fleet.IdleWindow = 2 * time.Second
 	cfg.IdleReclaim.Interval = time.Second
+	// A reclaimed workload is held out of its queue for at most MaxHold: ten minutes
+	// of clock would be hours of simulated time.
+	cfg.IdleReclaim.MaxHold = max(simToWall(idlereclaim.DefaultMaxHold, sc.Speedup), 2*time.Second)
 	if name, err := controllers.Setup(mgr, cfg); err != nil {
 		return fmt.Errorf("set up Chamber's controller %s: %w (a second Chamber run in one process registers its metrics twice)", name, err)
 	}
