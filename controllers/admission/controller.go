@@ -210,7 +210,7 @@ func (c *Controller) checkPlacement(ctx context.Context, wl *kueue.Workload, che
 	if waited := now.Sub(since); waited >= c.opts.PlacementTimeout {
 		c.metrics.verdicts.WithLabelValues("retry").Inc()
 		msg := fmt.Sprintf("No healthy GPUs for the workload after %s; its quota goes back to the queue: %s", waited.Round(time.Second), verdict.Message)
-		c.recorder.Eventf(wl, nil, corev1.EventTypeWarning, "NoHealthyGPUs", "Requeue", msg)
+		c.recorder.Eventf(wl, nil, corev1.EventTypeWarning, "NoHealthyGPUs", "Requeue", "%s", msg)
 		// No requeueAfterSeconds: Kueue (v0.19) waits it out before it evicts, not
 		// after, so it would only hold the quota longer.
 		return reconcile.Result{}, c.setCheck(ctx, wl, kueue.CheckStateRetry, msg, nil)
@@ -382,7 +382,7 @@ func (c *Controller) evict(ctx context.Context, wl *kueue.Workload, e Eviction) 
 		return err
 	}
 	c.metrics.evictions.WithLabelValues(e.Reason).Inc()
-	c.recorder.Eventf(wl, nil, corev1.EventTypeWarning, e.Reason, "Evict", msg)
+	c.recorder.Eventf(wl, nil, corev1.EventTypeWarning, e.Reason, "Evict", "%s", msg)
 	return nil
 }
 
