@@ -142,7 +142,7 @@ func (c *Controller) setBudgetConditions(team *chamber.Team, exceeded, warning b
 			cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, reason, msg
 		}
 		if apimeta.SetStatusCondition(&team.Status.Conditions, cond) && on {
-			c.recorder.Eventf(team, nil, corev1.EventTypeWarning, reason, "Budget", msg)
+			c.recorder.Eventf(team, nil, corev1.EventTypeWarning, reason, "Budget", "%s", msg)
 		}
 	}
 	set(chamber.ConditionBudgetWarning, warning, "BudgetAt80Percent",
