@@ -39,7 +39,7 @@ type pod struct {
 // its node nor its GPUs costs a map lookup.
 func (m *Model) SetPod(obj *corev1.Pod) {
 	key := objKey{obj.Namespace, obj.Name}
-	gpus := gpuRequest(obj)
+	gpus := int(chamberkueue.PodGPUs(&obj.Spec))
 	active := gpus > 0 && obj.Spec.NodeName != "" &&
 		obj.Status.Phase != corev1.PodSucceeded && obj.Status.Phase != corev1.PodFailed
 
@@ -100,25 +100,4 @@ func (m *Model) removePod(p *pod, now time.Time) {
 	n.pods = slices.DeleteFunc(n.pods, func(q *pod) bool { return q == p })
 	m.assign(n, now)
 	m.dropIfEmpty(n)
-}
-
-// gpuRequest is the GPUs the pod holds: the scheduler's effective request, the larger
-// of its containers' sum and its largest init container. A device-plugin resource's
-// request equals its limit, and either may be given alone.
-func gpuRequest(p *corev1.Pod) int {
-	of := func(c *corev1.Container) int64 {
-		if q, ok := c.Resources.Requests[chamberkueue.ResourceGPU]; ok {
-			return q.Value()
-		}
-		q := c.Resources.Limits[chamberkueue.ResourceGPU]
-		return q.Value()
-	}
-	var sum, initMax int64
-	for i := range p.Spec.Containers {
-		sum += of(&p.Spec.Containers[i])
-	}
-	for i := range p.Spec.InitContainers {
-		initMax = max(initMax, of(&p.Spec.InitContainers[i]))
-	}
-	return int(max(sum, initMax))
 }

@@ -14,6 +14,7 @@ import (
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers/pool"
+	"chamber.dev/chamber/fleet"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
@@ -52,7 +53,7 @@ func nodeGPUs(node *corev1.Node, pods []corev1.Pod, own func(*corev1.Pod) bool, 
 		if own(p) || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
-		n.UsedByOthers += podGPUs(&p.Spec)
+		n.UsedByOthers += chamberkueue.PodGPUs(&p.Spec)
 	}
 	if gpuNode == nil || agentSilent(gpuNode, now, staleAfter) {
 		return n
@@ -66,14 +67,14 @@ func nodeGPUs(node *corev1.Node, pods []corev1.Pod, own func(*corev1.Pod) bool, 
 	return n
 }
 
-// agentSilent: no heartbeat for three of the agent's heartbeat periods (or staleAfter
-// when it did not say).
+// agentSilent: no heartbeat for fleet.StaleHeartbeats of the agent's heartbeat periods
+// (or staleAfter when it did not say).
 func agentSilent(gn *chamber.GPUNode, now time.Time, staleAfter time.Duration) bool {
 	if gn.Status.LastHeartbeatTime == nil {
 		return true
 	}
 	if gn.Status.HeartbeatSeconds > 0 {
-		staleAfter = 3 * time.Duration(gn.Status.HeartbeatSeconds) * time.Second
+		staleAfter = fleet.StaleHeartbeats * time.Duration(gn.Status.HeartbeatSeconds) * time.Second
 	}
 	return now.Sub(gn.Status.LastHeartbeatTime.Time) > staleAfter
 }
@@ -87,27 +88,6 @@ func describeFault(g chamber.GPUStatus) string {
 		return fmt.Sprintf("GPU %d", g.Index)
 	}
 	return fmt.Sprintf("GPU %d %s", g.Index, strings.Join(faults, ","))
-}
-
-// podGPUs is what a pod requests of nvidia.com/gpu: its containers' sum, or its
-// largest init container when that is more.
-func podGPUs(spec *corev1.PodSpec) int64 {
-	var sum, initMax int64
-	for _, c := range spec.Containers {
-		q := c.Resources.Requests[chamberkueue.ResourceGPU]
-		if q.IsZero() {
-			q = c.Resources.Limits[chamberkueue.ResourceGPU]
-		}
-		sum += q.Value()
-	}
-	for _, c := range spec.InitContainers {
-		q := c.Resources.Requests[chamberkueue.ResourceGPU]
-		if q.IsZero() {
-			q = c.Resources.Limits[chamberkueue.ResourceGPU]
-		}
-		initMax = max(initMax, q.Value())
-	}
-	return max(sum, initMax)
 }
 
 // podSetDemand is one pod set's GPUs: Count pods of PerPod GPUs each.

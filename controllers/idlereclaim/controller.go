@@ -57,10 +57,6 @@ const (
 // otherwise.
 var DefaultExemptTiers = []string{"production"}
 
-// staleHeartbeats is how many heartbeats an agent may miss before its utilization
-// figures stop counting: as in the fleet inventory, silence is never idleness.
-const staleHeartbeats = 3
-
 // Options configure the idle reclaim controller.
 type Options struct {
 	// Interval is how often a workload holding GPUs is looked at again; contention and

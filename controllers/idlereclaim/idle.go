@@ -11,6 +11,7 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
+	"chamber.dev/chamber/fleet"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
@@ -73,7 +74,7 @@ func measure(pods []corev1.Pod, nodes map[string]*chamber.GPUNode, threshold int
 	var u usage
 	for i := range pods {
 		p := &pods[i]
-		gpus := podGPUs(&p.Spec)
+		gpus := chamberkueue.PodGPUs(&p.Spec)
 		if gpus == 0 || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
@@ -103,7 +104,7 @@ func podBelow(p *corev1.Pod, gn *chamber.GPUNode, threshold int32, now time.Time
 		return fmt.Sprintf("node %s has no agent report", p.Spec.NodeName)
 	}
 	hb, every := gn.Status.LastHeartbeatTime, time.Duration(gn.Status.HeartbeatSeconds)*time.Second
-	if hb == nil || every <= 0 || now.After(hb.Add(staleHeartbeats*every)) {
+	if hb == nil || every <= 0 || now.After(hb.Add(fleet.StaleHeartbeats*every)) {
 		return fmt.Sprintf("the agent report of node %s is stale", gn.Name)
 	}
 	var mine, named []chamber.GPUStatus
@@ -136,32 +137,11 @@ func podBelow(p *corev1.Pod, gn *chamber.GPUNode, threshold int32, now time.Time
 	return ""
 }
 
-// podGPUs is the GPUs a pod spec holds: its containers' sum, or its largest init
-// container if that is more. A device-plugin resource's request equals its limit and
-// either may be given alone.
-func podGPUs(spec *corev1.PodSpec) int64 {
-	of := func(c *corev1.Container) int64 {
-		if q, ok := c.Resources.Requests[chamberkueue.ResourceGPU]; ok {
-			return q.Value()
-		}
-		q := c.Resources.Limits[chamberkueue.ResourceGPU]
-		return q.Value()
-	}
-	var sum, initMax int64
-	for i := range spec.Containers {
-		sum += of(&spec.Containers[i])
-	}
-	for i := range spec.InitContainers {
-		initMax = max(initMax, of(&spec.InitContainers[i]))
-	}
-	return max(sum, initMax)
-}
-
 // workloadGPUs is the GPUs all the workload's pods ask for.
 func workloadGPUs(wl *kueue.Workload) int64 {
 	var n int64
 	for i := range wl.Spec.PodSets {
-		n += int64(wl.Spec.PodSets[i].Count) * podGPUs(&wl.Spec.PodSets[i].Template.Spec)
+		n += int64(wl.Spec.PodSets[i].Count) * chamberkueue.PodGPUs(&wl.Spec.PodSets[i].Template.Spec)
 	}
 	return n
 }

@@ -28,6 +28,27 @@ const (
 // ResourceGPU is the resource NVIDIA's device plugin advertises.
 const ResourceGPU corev1.ResourceName = "nvidia.com/gpu"
 
+// PodGPUs is the GPUs a pod spec holds: the scheduler's effective request, the
+// larger of its containers' sum and its largest init container. A device-plugin
+// resource's request equals its limit, and either may be given alone.
+func PodGPUs(spec *corev1.PodSpec) int64 {
+	of := func(c *corev1.Container) int64 {
+		if q, ok := c.Resources.Requests[ResourceGPU]; ok {
+			return q.Value()
+		}
+		q := c.Resources.Limits[ResourceGPU]
+		return q.Value()
+	}
+	var sum, initMax int64
+	for i := range spec.Containers {
+		sum += of(&spec.Containers[i])
+	}
+	for i := range spec.InitContainers {
+		initMax = max(initMax, of(&spec.InitContainers[i]))
+	}
+	return max(sum, initMax)
+}
+
 // Owned reports whether Chamber created the object.
 func Owned(obj metav1.Object) bool { return obj.GetLabels()[LabelManagedBy] == ManagedBy }
 
