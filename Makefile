@@ -52,16 +52,20 @@ bench-sim: tools ## The simulator's full comparison of plain Kubernetes, Kueue, 
 	$(GO) run ./cmd/chamber sim --out chamber-report-bench $(SIM_FLAGS)
 
 .PHONY: lint
-lint: $(BIN)/staticcheck ## gofmt, go vet and staticcheck.
+lint: $(BIN)/staticcheck $(BIN)/helm ## gofmt, go vet and staticcheck.
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 		if [ -n "$$unformatted" ]; then echo "gofmt needed on:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	$(BIN)/staticcheck ./...
+	$(BIN)/helm lint charts/chamber --kube-version 1.36.3
 
 .PHONY: generate
-generate: $(BIN)/controller-gen ## Deepcopy code and CRDs (charts/chamber/crds) from api/.
+generate: $(BIN)/controller-gen ## Deepcopy code and CRDs (charts/chamber/crds) from api/; dashboards/ into the chart.
 	$(BIN)/controller-gen object paths=./api/...
 	$(BIN)/controller-gen crd paths=./api/... output:crd:dir=charts/chamber/crds
+	rm -rf charts/chamber/files/grafana && mkdir -p charts/chamber/files/grafana
+	cp dashboards/prometheus-rules.yaml charts/chamber/files/
+	cp dashboards/grafana/*.json charts/chamber/files/grafana/
 
 .PHONY: demo
 demo: tools ## The simulator's short scenario (about 4 minutes); prints where its report is.

@@ -257,7 +257,7 @@ func TestFailingGPUsAreNotUsed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	controllertest.RunAgent(t, k8s, "failing-1", fake, nil, nil)
+	controllertest.RunAgent(t, "failing-1", fake, nil, nil)
 	for _, gpu := range []int{2, 5} {
 		if err := fake.RaiseDoubleBitECC(gpu); err != nil {
 			t.Fatal(err)

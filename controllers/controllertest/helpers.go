@@ -14,6 +14,7 @@ import (
 	"chamber.dev/chamber/agent"
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/healthcheck"
+	"chamber.dev/chamber/test/controlplane"
 )
 
 // WorkloadOf is the Kueue Workload of the Job ns/job; it fails g when there is none.
@@ -31,12 +32,13 @@ func WorkloadOf(g gomega.Gomega, c client.Client, ns, job string) *kueue.Workloa
 	return nil
 }
 
-// RunAgent runs the real node agent of node on go-nvml fake GPUs, writing through c,
-// until stop is called or the test ends. tune may change its configuration (polls
+// RunAgent runs the real node agent of node on go-nvml fake GPUs until stop is called
+// or the test ends. It writes as the chart's agent ServiceAccount from a pod on node
+// (Main must have run), so the chart's RBAC and its own-node policy apply to it. tune may change its configuration (polls
 // every second, heartbeats every 2 s and a 2 s utilization window unless it does).
 // RunAgent returns once the agent has written its first status: the agent then
 // watches NVML events, so faults raised after it reach it.
-func RunAgent(t testing.TB, c client.Client, node string, fake *healthcheck.FakeGPUs, clk clock.WithTicker, tune func(*agent.Config)) (stop func()) {
+func RunAgent(t testing.TB, node string, fake *healthcheck.FakeGPUs, clk clock.WithTicker, tune func(*agent.Config)) (stop func()) {
 	t.Helper()
 	cfg := agent.DefaultConfig()
 	cfg.NodeName, cfg.MetricsBindAddress = node, "0"
@@ -46,6 +48,11 @@ func RunAgent(t testing.TB, c client.Client, node string, fake *healthcheck.Fake
 	}
 	if clk == nil {
 		clk = clock.RealClock{}
+	}
+	c, err := client.New(controlplane.AsServiceAccount(Config, controlplane.ChartNamespace, controlplane.AgentAccount, node),
+		client.Options{Scheme: controlplane.Scheme})
+	if err != nil {
+		t.Fatal(err)
 	}
 	a, err := agent.New(agent.Options{Config: cfg, NVML: fake, Client: c, Clock: clk})
 	if err != nil {

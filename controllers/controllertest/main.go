@@ -23,10 +23,12 @@ import (
 // that need their own informers or watches.
 var Config *rest.Config
 
-// Main starts a full control plane (Kueue, kube-scheduler, kwok, Chamber's CRDs) and
-// every controller of controllers.Setup with cfg, runs the package's tests with a
-// client of the control plane in *k8s, and returns their exit code. Controller logs
-// are discarded unless CHAMBER_TEST_LOGS is set.
+// Main starts a full control plane (Kueue, kube-scheduler, kwok, Chamber's CRDs),
+// installs the Helm chart's RBAC and admission policies, runs every controller of
+// controllers.Setup with cfg as the chart's controller ServiceAccount (a rule missing
+// from the chart fails the tests), runs the package's tests with an admin client of
+// the control plane in *k8s, and returns their exit code. Controller logs are
+// discarded unless CHAMBER_TEST_LOGS is set.
 func Main(m *testing.M, cfg controllers.Config, k8s *client.Client) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -45,8 +47,12 @@ func Main(m *testing.M, cfg controllers.Config, k8s *client.Client) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	if err := cp.InstallChartRBAC(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	// The API rates chamber-controller runs with (its --kube-api-qps and -burst).
-	kube := rest.CopyConfig(cp.Config)
+	kube := controlplane.AsServiceAccount(cp.Config, controlplane.ChartNamespace, controlplane.ControllerAccount, "")
 	kube.QPS, kube.Burst = 300, 500
 	mgr, err := ctrl.NewManager(kube, ctrl.Options{Scheme: controlplane.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
 	if err != nil {

@@ -179,7 +179,7 @@ func startAgents(t *testing.T, nodes []string, busy string) {
 		}
 		// A report stays fresh for three heartbeats (60s), longer than the clock's one
 		// step through the window, and its mean covers the whole test.
-		controllertest.RunAgent(t, k8s, node, fake, clock, func(cfg *agent.Config) {
+		controllertest.RunAgent(t, node, fake, clock, func(cfg *agent.Config) {
 			cfg.PollInterval, cfg.HeartbeatInterval, cfg.UtilizationWindow = 5*time.Second, 20*time.Second, 10*time.Minute
 		})
 	}

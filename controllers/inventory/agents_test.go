@@ -35,7 +35,7 @@ func TestAgentsFeedInventory(t *testing.T) {
 			t.Fatal(err)
 		}
 		gpus[node] = fake
-		controllertest.RunAgent(t, k8s, node, fake, nil, nil)
+		controllertest.RunAgent(t, node, fake, nil, nil)
 	}
 
 	submit(t, "agents", "train", 4, "agents-1")

@@ -100,7 +100,7 @@ func startAgent(t *testing.T, node string, heartbeat time.Duration) (gpus *healt
 // runAgent runs an agent on the fake GPUs, as after a restart of the agent.
 func runAgent(t *testing.T, node string, fake *healthcheck.FakeGPUs, heartbeat time.Duration) (stop func()) {
 	t.Helper()
-	return controllertest.RunAgent(t, k8s, node, fake, nil, func(cfg *agent.Config) { cfg.HeartbeatInterval = heartbeat })
+	return controllertest.RunAgent(t, node, fake, nil, func(cfg *agent.Config) { cfg.HeartbeatInterval = heartbeat })
 }
 
 // submit creates a Job of one pod holding 8 GPUs for ten minutes.

@@ -1,0 +1,138 @@
+package controlplane
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// The release the tests install Chamber's chart as, and the ServiceAccounts it makes.
+const (
+	ChartRelease      = "chamber"
+	ChartNamespace    = "chamber-system"
+	ControllerAccount = "chamber-controller"
+	AgentAccount      = "chamber-agent"
+)
+
+// KubeVersion is the version the control plane's binaries are stamped with (the
+// Makefile's KUBE_VERSION); helm template checks the chart's kubeVersion against it.
+const KubeVersion = "v1.36.3"
+
+// RenderChart runs `helm template` on charts/chamber with the helm binary of `make
+// tools`, as release ChartRelease in namespace ChartNamespace, and returns the objects
+// `helm install` would create (CRDs excluded: the control plane installs them). args
+// go to helm as they are (--set, -f, --api-versions).
+func RenderChart(ctx context.Context, binDir string, args ...string) ([]*unstructured.Unstructured, error) {
+	root, err := repositoryRoot()
+	if err != nil {
+		return nil, err
+	}
+	return HelmTemplate(ctx, binDir, ChartRelease, filepath.Join(root, "charts", "chamber"), ChartNamespace, args...)
+}
+
+// HelmTemplate runs `helm template release chart` in namespace with the helm binary
+// of `make tools` in binDir (default as Options.BinDir) and decodes what it renders.
+func HelmTemplate(ctx context.Context, binDir, release, chart, namespace string, args ...string) ([]*unstructured.Unstructured, error) {
+	binDir, err := findBinDir(binDir)
+	if err != nil {
+		return nil, err
+	}
+	cmdArgs := append([]string{"template", release, chart, "--namespace", namespace, "--kube-version", KubeVersion}, args...)
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "helm"), cmdArgs...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("helm template: %w: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	dec := utilyaml.NewYAMLOrJSONDecoder(&stdout, 4096)
+	var objs []*unstructured.Unstructured
+	for {
+		obj := &unstructured.Unstructured{}
+		if err := dec.Decode(&obj.Object); err != nil {
+			if errors.Is(err, io.EOF) {
+				return objs, nil
+			}
+			return nil, fmt.Errorf("decode helm template's output: %w", err)
+		}
+		if len(obj.Object) > 0 {
+			objs = append(objs, obj)
+		}
+	}
+}
+
+// ApplyObjects creates or updates objs by server-side apply, as Helm's field manager
+// would, in order; a namespace they name that does not exist is created first.
+func ApplyObjects(ctx context.Context, c client.Client, objs []*unstructured.Unstructured) error {
+	for _, obj := range objs {
+		if ns := obj.GetNamespace(); ns != "" {
+			nsObj := &unstructured.Unstructured{}
+			nsObj.SetAPIVersion("v1")
+			nsObj.SetKind("Namespace")
+			nsObj.SetName(ns)
+			if err := c.Patch(ctx, nsObj, client.Apply, client.FieldOwner("helm")); err != nil {
+				return fmt.Errorf("namespace %s: %w", ns, err)
+			}
+		}
+		if err := c.Patch(ctx, obj, client.Apply, client.FieldOwner("helm"), client.ForceOwnership); err != nil {
+			return fmt.Errorf("apply %s %s: %w", obj.GetKind(), client.ObjectKeyFromObject(obj), err)
+		}
+	}
+	return nil
+}
+
+// ServiceAccountUser is the user name the API server gives a ServiceAccount's tokens.
+func ServiceAccountUser(namespace, name string) string {
+	return "system:serviceaccount:" + namespace + ":" + name
+}
+
+// NodeNameExtra is the user extra a pod-bound ServiceAccount token carries: the node
+// of its pod (the chart's policy keeps an agent to that node).
+const NodeNameExtra = "authentication.kubernetes.io/node-name"
+
+// AsServiceAccount is config acting as ServiceAccount namespace/name, the way a pod
+// running as it would, and if node is set, as a pod on that node: its requests pass
+// the RBAC rules and admission policies the chart installs, nothing more.
+func AsServiceAccount(config *rest.Config, namespace, name, node string) *rest.Config {
+	out := rest.CopyConfig(config)
+	out.Impersonate = rest.ImpersonationConfig{
+		UserName: ServiceAccountUser(namespace, name),
+		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"},
+	}
+	if node != "" {
+		out.Impersonate.Extra = map[string][]string{NodeNameExtra: {node}}
+	}
+	return out
+}
+
+// InstallChartRBAC applies the chart's ServiceAccounts, roles, bindings and admission
+// policies (not its Deployment and DaemonSet: the tests run Chamber in-process, as
+// those ServiceAccounts).
+func (cp *ControlPlane) InstallChartRBAC(ctx context.Context) error {
+	objs, err := RenderChart(ctx, cp.binDir)
+	if err != nil {
+		return err
+	}
+	var rbac []*unstructured.Unstructured
+	for _, obj := range objs {
+		switch obj.GetKind() {
+		case "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
+			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding":
+			rbac = append(rbac, obj)
+		}
+	}
+	c, err := cp.Client()
+	if err != nil {
+		return err
+	}
+	return ApplyObjects(ctx, c, rbac)
+}
