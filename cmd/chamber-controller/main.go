@@ -32,6 +32,7 @@ func main() {
 		metricsAddr        = flag.String("metrics-bind-address", ":8080", "address of the Prometheus metrics endpoint; 0 turns it off")
 		probeAddr          = flag.String("health-probe-bind-address", ":8081", "address of /healthz and /readyz")
 		leaderElect        = flag.Bool("leader-elect", false, "elect a leader, for more than one replica")
+		leaderElectionNS   = flag.String("leader-election-namespace", "", "namespace of the leader election Lease (default: the pod's own; required out of cluster)")
 		priorityTiers      = flag.String("priority-tiers", "production=1000,standard=500,preemptible=100", "Kueue WorkloadPriorityClasses to create, name=value,...")
 		accountingInterval = flag.Duration("accounting-interval", controllers.DefaultConfig().AccountingInterval, "how often team spend is added up when nothing changes")
 		idleThreshold      = flag.Float64("idle-utilization-threshold", fleet.DefaultIdleThresholdPercent, "GPU utilization (percent, mean over the node agent's window) below which a held GPU counts as idle")
@@ -109,11 +110,12 @@ func main() {
 	kube := ctrl.GetConfigOrDie()
 	kube.QPS, kube.Burst = float32(*apiQPS), *apiBurst
 	mgr, err := ctrl.NewManager(kube, ctrl.Options{
-		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: *metricsAddr},
-		HealthProbeBindAddress: *probeAddr,
-		LeaderElection:         *leaderElect,
-		LeaderElectionID:       "chamber-controller.chamber.dev",
+		Scheme:                  scheme,
+		Metrics:                 metricsserver.Options{BindAddress: *metricsAddr},
+		HealthProbeBindAddress:  *probeAddr,
+		LeaderElection:          *leaderElect,
+		LeaderElectionID:        "chamber-controller.chamber.dev",
+		LeaderElectionNamespace: *leaderElectionNS,
 	})
 	if err != nil {
 		fail("create manager: %v", err)
