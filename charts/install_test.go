@@ -62,7 +62,8 @@ func TestInstall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cp.Stop()
+	// Stopped after the binaries (cleanups run last-registered first).
+	t.Cleanup(func() { _ = cp.Stop() })
 	c, err := cp.Client()
 	if err != nil {
 		t.Fatal(err)
@@ -130,6 +131,9 @@ func TestInstall(t *testing.T) {
 	g.Expect(deployment).NotTo(gomega.BeNil())
 	g.Expect(daemonSet).NotTo(gomega.BeNil())
 
+	t.Logf("agent pods Running on both GPU nodes and the controller's pod Running %v after the chart's objects were applied",
+		time.Since(installed).Round(100*time.Millisecond))
+	started := time.Now()
 	metricsPort, probePort := freePort(t), freePort(t)
 	controllerArgs := replaceArgs(t, containerArgs(t, deployment), map[string]string{
 		"--metrics-bind-address":      fmt.Sprintf("127.0.0.1:%d", metricsPort),
@@ -160,14 +164,21 @@ func TestInstall(t *testing.T) {
 			g.Expect(gn.Status.GPUs).To(gomega.HaveLen(8), "GPUs of %s", n.Name)
 		}
 		g.Expect(gpusInMetrics(g, metricsPort)).To(gomega.Equal(16.0))
+		for _, n := range gpuNodes {
+			var node corev1.Node
+			g.Expect(c.Get(ctx, client.ObjectKey{Name: n.Name}, &node)).To(gomega.Succeed())
+			g.Expect(node.Status.Conditions).To(gomega.ContainElement(gomega.SatisfyAll(
+				gomega.HaveField("Type", corev1.NodeConditionType("GPUHealthy")),
+				gomega.HaveField("Status", corev1.ConditionTrue))), "the agent's condition on node %s", n.Name)
+		}
 		var cq kueue.ClusterQueue
 		g.Expect(c.Get(ctx, client.ObjectKey{Name: "vision"}, &cq)).To(gomega.Succeed())
 		g.Expect(cq.Spec.AdmissionChecksStrategy).NotTo(gomega.BeNil())
 		g.Expect(cq.Spec.AdmissionChecksStrategy.AdmissionChecks).To(gomega.ContainElement(
 			gomega.HaveField("Name", kueue.AdmissionCheckReference(admission.CheckName))))
 	}, 3*time.Minute, time.Second).Should(gomega.Succeed())
-	t.Logf("fleet visible %v after the chart's objects were applied (16 GPUs on 2 nodes, in the controller's metrics)",
-		time.Since(installed).Round(100*time.Millisecond))
+	t.Logf("fleet visible %v after the containers started (16 GPUs on 2 nodes in GPUNodes and the controller's metrics)",
+		time.Since(started).Round(100*time.Millisecond))
 
 	// A job submitted the Kueue way is admitted through Chamber's check and runs.
 	job := testingjob.MakeJob("train", "vision").Queue("default").Suspend(false).
