@@ -58,16 +58,7 @@ func TestInstall(t *testing.T) {
 	g := gomega.NewWithT(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cp, err := controlplane.Start(ctx, controlplane.Full())
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Stopped after the binaries (cleanups run last-registered first).
-	t.Cleanup(func() { _ = cp.Stop() })
-	c, err := cp.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
+	cp, c := start(t, ctx, controlplane.Full())
 	gpuNodes := []controlplane.GPUNode{
 		{Name: "gpu-1", GPUs: 8, Labels: map[string]string{"pool": "main"}},
 		{Name: "gpu-2", GPUs: 8, Labels: map[string]string{"pool": "main"}},
@@ -200,15 +191,7 @@ func TestAgentWritesOnlyItsOwnNode(t *testing.T) {
 	g := gomega.NewWithT(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cp, err := controlplane.Start(ctx, controlplane.Options{ChamberCRDs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cp.Stop()
-	admin, err := cp.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
+	cp, admin := start(t, ctx, controlplane.Options{ChamberCRDs: true})
 	if err := cp.InstallChartRBAC(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -223,11 +206,14 @@ func TestAgentWritesOnlyItsOwnNode(t *testing.T) {
 	}
 	agent := agentOf("gpu-1")
 
-	// Policies take a moment to reach the API server's admission chain.
+	// Policies take a moment to reach the API server's admission chain: ask by dry
+	// run (admitted or refused as a write, stores nothing) until it refuses.
 	g.Eventually(func() error {
-		return agent.Create(ctx, &chamber.GPUNode{ObjectMeta: metav1.ObjectMeta{Name: "gpu-2"}})
-	}, 30*time.Second, 200*time.Millisecond).Should(gomega.MatchError(gomega.ContainSubstring(
+		return agent.Create(ctx, &chamber.GPUNode{ObjectMeta: metav1.ObjectMeta{Name: "gpu-2"}}, client.DryRunAll)
+	}, time.Minute, 200*time.Millisecond).Should(gomega.MatchError(gomega.ContainSubstring(
 		"the Chamber agent of node gpu-1 may write only its own node's objects, not gpu-2")))
+	err := agent.Create(ctx, &chamber.GPUNode{ObjectMeta: metav1.ObjectMeta{Name: "gpu-2"}})
+	g.Expect(apierrors.IsForbidden(err)).To(gomega.BeTrue(), "create of another node's GPUNode: %v", err)
 	g.Expect(agent.Create(ctx, &chamber.GPUNode{ObjectMeta: metav1.ObjectMeta{Name: "gpu-1"}})).To(gomega.Succeed())
 
 	var own chamber.GPUNode
@@ -260,6 +246,22 @@ func TestAgentWritesOnlyItsOwnNode(t *testing.T) {
 	// The agent's ClusterRole stops where its job does.
 	err = agent.Delete(ctx, &chamber.GPUNode{ObjectMeta: metav1.ObjectMeta{Name: "gpu-1"}})
 	g.Expect(apierrors.IsForbidden(err)).To(gomega.BeTrue(), "delete of its own GPUNode: %v", err)
+}
+
+// start runs a control plane until the test ends; it stops after anything the test
+// started later (cleanups run last-registered first).
+func start(t *testing.T, ctx context.Context, opts controlplane.Options) (*controlplane.ControlPlane, client.Client) {
+	t.Helper()
+	cp, err := controlplane.Start(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cp.Stop() })
+	c, err := cp.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cp, c
 }
 
 func buildBinaries(t *testing.T, dir string) string {
