@@ -316,6 +316,10 @@ func startChamber(ctx context.Context, cp *controlplane.ControlPlane, sc *Scenar
 	// A reclaimed workload is held out of its queue for at most MaxHold: ten minutes
 	// of clock would be hours of simulated time.
 	cfg.IdleReclaim.MaxHold = max(simToWall(idlereclaim.DefaultMaxHold, sc.Speedup), 2*time.Second)
+	// A workload counts as waiting once it has been without quota for a minute of
+	// simulated time, but never less than the few seconds of clock Kueue takes to
+	// readmit a requeued workload on this control plane.
+	cfg.IdleReclaim.MinWait = max(simToWall(idlereclaim.DefaultMinWait, sc.Speedup), 3*time.Second)
 	if name, err := controllers.Setup(mgr, cfg); err != nil {
 		return fmt.Errorf("set up Chamber's controller %s: %w (a second Chamber run in one process registers its metrics twice)", name, err)
 	}

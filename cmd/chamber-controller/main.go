@@ -39,6 +39,7 @@ func main() {
 		idleWindow         = flag.Duration("idle-window", fleet.DefaultIdleWindow, "how long a held GPU's utilization must stay below the threshold to count as idle")
 		perGPUMetrics      = flag.Bool("per-gpu-metrics", false, "export chamber_gpu_state, one series per GPU (the node agent already exports per-GPU metrics)")
 		reclaimInterval    = flag.Duration("idle-reclaim-interval", idlereclaim.DefaultInterval, "how often idle reclaim looks again at each workload holding GPUs (the policies are on pools and teams)")
+		reclaimMinWait     = flag.Duration("idle-reclaim-min-wait", idlereclaim.DefaultMinWait, "how long a workload must have been without quota before idle reclaim counts it as waiting for GPUs (a requeued workload Kueue readmits at once is not)")
 		reclaimMaxHold     = flag.Duration("idle-reclaim-max-hold", idlereclaim.DefaultMaxHold, "the longest a reclaimed workload is kept out of its queue so that the workload it was reclaimed for gets its GPUs")
 		apiQPS             = flag.Float64("kube-api-qps", 300, "queries per second to the API server (Kueue's own default: its check round trips are on Kueue's admission path)")
 		apiBurst           = flag.Int("kube-api-burst", 500, "burst of queries to the API server")
@@ -84,6 +85,10 @@ func main() {
 		fail("--idle-reclaim-max-hold must be at least 1s, got %s", *reclaimMaxHold)
 	}
 	cfg.IdleReclaim.MaxHold = *reclaimMaxHold
+	if *reclaimMinWait < 0 {
+		fail("--idle-reclaim-min-wait must not be negative, got %s", *reclaimMinWait)
+	}
+	cfg.IdleReclaim.MinWait = *reclaimMinWait
 	if *placementTimeout < time.Second {
 		fail("--placement-timeout must be at least 1s, got %s", *placementTimeout)
 	}

@@ -65,6 +65,10 @@ type Options struct {
 	// MaxHold is the longest a reclaimed workload is kept out of its queue for the
 	// workload it was reclaimed for (see hold.go).
 	MaxHold time.Duration
+	// MinWait is how long a workload must have been without quota before it counts as
+	// waiting for GPUs (contention); a requeued workload Kueue readmits at once never
+	// does. 0 counts every workload without quota at once.
+	MinWait time.Duration
 	// Clock is the time source; the real clock when nil.
 	Clock clock.PassiveClock
 }
@@ -72,8 +76,13 @@ type Options struct {
 // DefaultInterval is the default of Options.Interval.
 const DefaultInterval = 30 * time.Second
 
+// DefaultMinWait is the default of Options.MinWait.
+const DefaultMinWait = time.Minute
+
 // DefaultOptions are the controller's options unless flags say otherwise.
-func DefaultOptions() Options { return Options{Interval: DefaultInterval, MaxHold: DefaultMaxHold} }
+func DefaultOptions() Options {
+	return Options{Interval: DefaultInterval, MaxHold: DefaultMaxHold, MinWait: DefaultMinWait}
+}
 
 // Controller reconciles admitted Workloads of pools with idle reclaim on.
 type Controller struct {
@@ -213,7 +222,7 @@ func (c *Controller) reconcile(ctx context.Context, wl *kueue.Workload) (reconci
 	}
 	rec := c.record(key, wl.UID, now)
 
-	waiting, err := c.waitingFor(ctx, wl)
+	waiting, err := c.waitingFor(ctx, wl, now)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -480,7 +489,7 @@ func (c *Controller) gpuNodesOf(ctx context.Context, pods []corev1.Pod) (map[str
 
 // waitingFor lists what contention needs from the cache and finds a workload waiting
 // for the GPUs wl holds.
-func (c *Controller) waitingFor(ctx context.Context, wl *kueue.Workload) (*kueue.Workload, error) {
+func (c *Controller) waitingFor(ctx context.Context, wl *kueue.Workload, now time.Time) (*kueue.Workload, error) {
 	var workloads kueue.WorkloadList
 	if err := c.client.List(ctx, &workloads); err != nil {
 		return nil, fmt.Errorf("list workloads: %w", err)
@@ -493,7 +502,7 @@ func (c *Controller) waitingFor(ctx context.Context, wl *kueue.Workload) (*kueue
 	if err := c.client.List(ctx, &clusterQueues); err != nil {
 		return nil, fmt.Errorf("list cluster queues: %w", err)
 	}
-	return waiting(wl, workloads.Items, localQueues.Items, clusterQueues.Items), nil
+	return waiting(wl, workloads.Items, localQueues.Items, clusterQueues.Items, now, c.opts.MinWait), nil
 }
 
 // offersGPUFlavor says whether the ClusterQueue has quota (nominal, or 0 to borrow)

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
@@ -148,13 +149,16 @@ func workloadGPUs(wl *kueue.Workload) int64 {
 
 // waiting is the oldest workload that waits for GPUs wl's could serve, or nil.
 //
-// A workload waits when it is active, not finished, has no quota reserved and asks for
-// GPUs. It could use wl's GPUs when its LocalQueue feeds wl's ClusterQueue, or another
+// A workload waits when it is active, not finished, asks for GPUs and has been without
+// quota for minWait or more (now is the time). Kueue reserves quota within a scheduling
+// cycle where there is room: a workload that has only just been created or requeued
+// (an evicted one, a reclaimed one let back) is not waiting yet, or every requeue
+// would look like contention and reclaim the next idle workload, which requeues too. It could use wl's GPUs when its LocalQueue feeds wl's ClusterQueue, or another
 // ClusterQueue of the same cohort (pool) that is not stopped (a team on budget hold
 // admits nothing) and has quota, nominal or to borrow, of a GPU flavor wl holds.
 // Whether it would fit once wl is gone is Kueue's business: reclaiming the GPUs is
 // what gives it the chance.
-func waiting(wl *kueue.Workload, workloads []kueue.Workload, localQueues []kueue.LocalQueue, clusterQueues []kueue.ClusterQueue) *kueue.Workload {
+func waiting(wl *kueue.Workload, workloads []kueue.Workload, localQueues []kueue.LocalQueue, clusterQueues []kueue.ClusterQueue, now time.Time, minWait time.Duration) *kueue.Workload {
 	if wl.Status.Admission == nil {
 		return nil
 	}
@@ -182,7 +186,7 @@ func waiting(wl *kueue.Workload, workloads []kueue.Workload, localQueues []kueue
 	var found *kueue.Workload
 	for i := range workloads {
 		p := &workloads[i]
-		if p.UID == wl.UID || !pending(p) || workloadGPUs(p) == 0 {
+		if p.UID == wl.UID || !pending(p) || (minWait > 0 && now.Sub(withoutQuotaSince(p)) < minWait) || workloadGPUs(p) == 0 {
 			continue
 		}
 		target, ok := feeds[lqKey{p.Namespace, string(p.Spec.QueueName)}]
@@ -209,6 +213,15 @@ func pending(wl *kueue.Workload) bool {
 	return wl.DeletionTimestamp == nil && (wl.Spec.Active == nil || *wl.Spec.Active) &&
 		!apimeta.IsStatusConditionTrue(conds, kueue.WorkloadQuotaReserved) &&
 		!apimeta.IsStatusConditionTrue(conds, kueue.WorkloadFinished)
+}
+
+// withoutQuotaSince is when the workload last lost its quota reservation (or was
+// refused one), or its creation if Kueue has not said yet.
+func withoutQuotaSince(wl *kueue.Workload) time.Time {
+	if c := apimeta.FindStatusCondition(wl.Status.Conditions, kueue.WorkloadQuotaReserved); c != nil && c.Status == metav1.ConditionFalse {
+		return c.LastTransitionTime.Time
+	}
+	return wl.CreationTimestamp.Time
 }
 
 func older(a, b *kueue.Workload) bool {

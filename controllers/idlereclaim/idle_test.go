@@ -238,6 +238,7 @@ func waitingWorkload(name, ns string, created time.Time) *utiltesting.WorkloadWr
 }
 
 func TestWaiting(t *testing.T) {
+	now := start.Add(time.Hour)
 	idle := admittedWorkload("idle", "team-a", "team-a").Obj()
 	cases := map[string]struct {
 		workloads []*kueue.Workload
@@ -266,6 +267,20 @@ func TestWaiting(t *testing.T) {
 		"a workload of an unknown queue": {
 			workloads: []*kueue.Workload{waitingWorkload("w", "team-b", start).Queue("nope").Obj()},
 		},
+		"created a moment ago, not tried yet": {
+			workloads: []*kueue.Workload{waitingWorkload("w", "team-b", now.Add(-time.Second)).Obj()},
+		},
+		"requeued a moment ago (Kueue readmits it where there is room)": {
+			workloads: []*kueue.Workload{waitingWorkload("w", "team-b", start).
+				Condition(metav1.Condition{Type: kueue.WorkloadQuotaReserved, Status: metav1.ConditionFalse, Reason: "Pending",
+					Message: "The workload was evicted", LastTransitionTime: metav1.NewTime(now.Add(-time.Second))}).Obj()},
+		},
+		"refused quota for a minute": {
+			workloads: []*kueue.Workload{waitingWorkload("w", "team-b", start).
+				Condition(metav1.Condition{Type: kueue.WorkloadQuotaReserved, Status: metav1.ConditionFalse, Reason: "Pending",
+					Message: "couldn't assign flavors", LastTransitionTime: metav1.NewTime(now.Add(-DefaultMinWait))}).Obj()},
+			want: "team-b/w",
+		},
 		"the oldest of two": {
 			workloads: []*kueue.Workload{waitingWorkload("new", "team-b", start).Obj(), waitingWorkload("old", "team-a", start.Add(-time.Minute)).Obj()},
 			want:      "team-a/old",
@@ -287,7 +302,7 @@ func TestWaiting(t *testing.T) {
 				all = append(all, *w)
 			}
 			got := ""
-			if w := waiting(idle, all, lqs, cqs); w != nil {
+			if w := waiting(idle, all, lqs, cqs, now, DefaultMinWait); w != nil {
 				got = w.Namespace + "/" + w.Name
 			}
 			if got != tc.want {
