@@ -79,11 +79,11 @@ func ApplyObjects(ctx context.Context, c client.Client, objs []*unstructured.Uns
 			nsObj.SetAPIVersion("v1")
 			nsObj.SetKind("Namespace")
 			nsObj.SetName(ns)
-			if err := c.Patch(ctx, nsObj, client.Apply, client.FieldOwner("helm")); err != nil {
+			if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(nsObj), client.FieldOwner("helm")); err != nil {
 				return fmt.Errorf("namespace %s: %w", ns, err)
 			}
 		}
-		if err := c.Patch(ctx, obj, client.Apply, client.FieldOwner("helm"), client.ForceOwnership); err != nil {
+		if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), client.FieldOwner("helm"), client.ForceOwnership); err != nil {
 			return fmt.Errorf("apply %s %s: %w", obj.GetKind(), client.ObjectKeyFromObject(obj), err)
 		}
 	}
