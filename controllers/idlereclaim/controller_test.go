@@ -589,6 +589,9 @@ func TestMarkFails(t *testing.T) {
 	if got := wl.Annotations[AnnotationReclaimedFor]; got != "team-b/wait" {
 		t.Errorf("reclaimed-for %q, want team-b/wait", got)
 	}
+	if got := wl.Annotations[AnnotationReclaims]; got != "1" {
+		t.Errorf("reclaims %q, want 1 (one reclaim, marked once though the first mark failed)", got)
+	}
 	if diff := cmp.Diff(counts{1, 1, 8 * window.Hours()}, metricsOf("team-a").minus(before),
 		cmp.AllowUnexported(counts{}), cmpopts.EquateApprox(0, 1e-9)); diff != "" {
 		t.Errorf("metrics (-want +got):\n%s", diff)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -39,6 +40,10 @@ const (
 	AnnotationReclaimedAt = "chamber.dev/idle-reclaimed-at"
 	// AnnotationHeld is "true" while idle reclaim keeps the workload deactivated.
 	AnnotationHeld = "chamber.dev/idle-reclaim-held"
+	// AnnotationReclaims counts the workload's reclaims; it stays when the hold ends.
+	// A workload reclaimed for idling does not get other idle workloads reclaimed
+	// while it waits (see waiting).
+	AnnotationReclaims = "chamber.dev/idle-reclaims"
 )
 
 // Events of the hold.
@@ -51,12 +56,14 @@ const (
 const DefaultMaxHold = 10 * time.Minute
 
 // markReclaimed records on the Workload what the hold needs: the workload (namespace/
-// name) its GPUs were reclaimed for, and when.
+// name) its GPUs were reclaimed for, and when; and counts the reclaim.
 func (c *Controller) markReclaimed(ctx context.Context, key types.NamespacedName, wl *kueue.Workload, waiter string, at time.Time) error {
+	reclaims, _ := strconv.Atoi(wl.Annotations[AnnotationReclaims])
 	err := c.patch(ctx, wl, nil, map[string]any{
 		AnnotationReclaimedFor: waiter,
 		AnnotationReclaimedAt:  at.UTC().Format(time.RFC3339),
 		AnnotationHeld:         nil,
+		AnnotationReclaims:     strconv.Itoa(reclaims + 1),
 	})
 	if err != nil {
 		return err

@@ -153,7 +153,11 @@ func workloadGPUs(wl *kueue.Workload) int64 {
 // quota for minWait or more (now is the time). Kueue reserves quota within a scheduling
 // cycle where there is room: a workload that has only just been created or requeued
 // (an evicted one, a reclaimed one let back) is not waiting yet, or every requeue
-// would look like contention and reclaim the next idle workload, which requeues too. It could use wl's GPUs when its LocalQueue feeds wl's ClusterQueue, or another
+// would look like contention and reclaim the next idle workload, which requeues too.
+// A workload that was itself reclaimed for idling (AnnotationReclaims) waits in its
+// queue like any other but gets no idle workload reclaimed: idle reclaim hands GPUs to
+// work that has not shown it leaves them idle, and never swaps one idle workload for
+// another. It could use wl's GPUs when its LocalQueue feeds wl's ClusterQueue, or another
 // ClusterQueue of the same cohort (pool) that is not stopped (a team on budget hold
 // admits nothing) and has quota, nominal or to borrow, of a GPU flavor wl holds.
 // Whether it would fit once wl is gone is Kueue's business: reclaiming the GPUs is
@@ -186,7 +190,8 @@ func waiting(wl *kueue.Workload, workloads []kueue.Workload, localQueues []kueue
 	var found *kueue.Workload
 	for i := range workloads {
 		p := &workloads[i]
-		if p.UID == wl.UID || !pending(p) || (minWait > 0 && now.Sub(withoutQuotaSince(p)) < minWait) || workloadGPUs(p) == 0 {
+		if p.UID == wl.UID || !pending(p) || (minWait > 0 && now.Sub(withoutQuotaSince(p)) < minWait) ||
+			p.Annotations[AnnotationReclaims] != "" || workloadGPUs(p) == 0 {
 			continue
 		}
 		target, ok := feeds[lqKey{p.Namespace, string(p.Spec.QueueName)}]

@@ -281,6 +281,9 @@ func TestWaiting(t *testing.T) {
 					Message: "couldn't assign flavors", LastTransitionTime: metav1.NewTime(now.Add(-DefaultMinWait))}).Obj()},
 			want: "team-b/w",
 		},
+		"a workload reclaimed for idling before": {
+			workloads: []*kueue.Workload{waitingWorkload("w", "team-b", start).Annotation(AnnotationReclaims, "1").Obj()},
+		},
 		"the oldest of two": {
 			workloads: []*kueue.Workload{waitingWorkload("new", "team-b", start).Obj(), waitingWorkload("old", "team-a", start.Add(-time.Minute)).Obj()},
 			want:      "team-a/old",
