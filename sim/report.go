@@ -199,9 +199,12 @@ func renderReport(sc *Scenario, recs []*Recording, results []Result) string {
 	t.row("price", fmt.Sprintf("$%.2f per GPU-hour", sc.PricePerGPUHour))
 	t.row("idle", fmt.Sprintf("an allocated GPU whose agent reads below %d%%", sc.IdleBelowPercent))
 	level := cmp.Or(sc.IsolationLevel, chamber.IsolateNode)
-	t.row("Chamber under (c)", fmt.Sprintf("idle reclaim on the pool (window %s simulated, Chamber's default; production exempt), "+
-		"eviction grace %s simulated, fault isolation at level %s, its other settings at their defaults; the inventory's idle window 2 s of clock",
-		hours(IdleReclaimWindow), EvictionGrace, level))
+	reclaim := fmt.Sprintf("idle reclaim on the pool (window %s simulated, Chamber's default; production exempt)", hours(IdleReclaimWindow))
+	if sc.NoIdleReclaim {
+		reclaim = "idle reclaim off (--idle-reclaim=false)"
+	}
+	t.row("Chamber under (c)", fmt.Sprintf("%s, eviction grace %s simulated, fault isolation at level %s, its other settings at their defaults; the inventory's idle window 2 s of clock",
+		reclaim, EvictionGrace, level))
 	for _, rec := range recs {
 		t.row("clock time of "+rec.Policy.Title(), rec.Wall.Round(time.Second).String()+timedOut(rec))
 		t.row("Jobs in the API at the end, "+rec.Policy.Title(), fmt.Sprintf("%d complete, %d failed, %d other", rec.APIComplete, rec.APIFailed, rec.APIOther))

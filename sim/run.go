@@ -273,7 +273,7 @@ func setUpTeams(ctx context.Context, c client.Client, sc *Scenario, p Policy) ([
 	case PolicyChamber:
 		// Idle reclaim on, its window and the checkpoint grace period in simulated
 		// time; fault isolation at its defaults but for the level.
-		pool.Spec.IdleReclaim = &chamber.IdleReclaimPolicy{Enabled: ptr.To(true),
+		pool.Spec.IdleReclaim = &chamber.IdleReclaimPolicy{Enabled: ptr.To(!sc.NoIdleReclaim),
 			Window: &metav1.Duration{Duration: max(simToWall(IdleReclaimWindow, sc.Speedup), 2*time.Second)}}
 		pool.Spec.Eviction = &chamber.EvictionPolicy{GracePeriod: &metav1.Duration{Duration: max(simToWall(EvictionGrace, sc.Speedup), 500*time.Millisecond)}}
 		if sc.IsolationLevel != "" {

@@ -128,6 +128,9 @@ type Scenario struct {
 	// IsolationLevel is Chamber's fault isolation level under PolicyChamber: Node
 	// (Chamber's default) or GPU.
 	IsolationLevel chamber.IsolationLevel
+	// NoIdleReclaim leaves idle reclaim off under PolicyChamber, to tell what it does
+	// from what the rest of Chamber does.
+	NoIdleReclaim bool
 	// KeepLogs keeps each control plane's component logs in OutDir/logs/<policy>.
 	KeepLogs bool
 	// Progress receives the progress lines; Log the component start-up lines.

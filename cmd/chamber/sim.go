@@ -20,7 +20,7 @@ import (
 type simFlags struct {
 	trace, nodes, policies, out, metricsAddr string
 	isolationLevel                           string
-	skipBad, verbose                         bool
+	skipBad, verbose, idleReclaim            bool
 	start, window, maxDuration, repair       time.Duration
 	keep, speedup, faultRate, price          float64
 	maxJobs                                  int
@@ -38,7 +38,7 @@ var simDefaults = simFlags{
 	trace: "../shared/data/philly_week.csv", nodes: "16xdgxh100", policies: "kubernetes,kueue,chamber",
 	metricsAddr: "127.0.0.1:8080", start: 78 * time.Hour, window: 4 * time.Hour, keep: 0.3,
 	maxDuration: 4 * time.Hour, speedup: 60, faultRate: 2, repair: 4 * time.Hour, price: 2.49,
-	seed: 1, timeout: 20 * time.Minute,
+	seed: 1, timeout: 20 * time.Minute, idleReclaim: true,
 }
 
 // demoDefaults are `chamber demo`'s (make demo): the simulator on 32 GPUs and the
@@ -49,7 +49,7 @@ var demoDefaults = simFlags{
 	trace: "../shared/data/philly_week.csv", nodes: "4xdgxh100", policies: "kubernetes,kueue,chamber",
 	metricsAddr: "127.0.0.1:8080", start: 24 * time.Hour, window: 90 * time.Minute, keep: 0.25,
 	maxDuration: time.Hour, speedup: 120, faultRate: 30, repair: time.Hour, price: 2.49,
-	seed: 1, timeout: 5 * time.Minute,
+	seed: 1, timeout: 5 * time.Minute, idleReclaim: true,
 }
 
 func (f *simFlags) register(fs *flag.FlagSet) {
@@ -71,6 +71,7 @@ func (f *simFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.out, "out", f.out, "folder for report.md and the plots (default chamber-report-<time>)")
 	fs.StringVar(&f.metricsAddr, "metrics-bind-address", f.metricsAddr, `where Chamber's controller serves /metrics during policy chamber; "0" for none`)
 	fs.StringVar(&f.isolationLevel, "isolation-level", f.isolationLevel, "Chamber's fault isolation under policy chamber: Node (taint and cordon the node: Chamber's default) or GPU (hold the failing GPU only)")
+	fs.BoolVar(&f.idleReclaim, "idle-reclaim", f.idleReclaim, "idle reclaim on under policy chamber (false: the rest of Chamber only, to tell them apart)")
 	fs.BoolVar(&f.verbose, "v", f.verbose, "show the control plane's start-up lines and keep its components' logs in the report folder")
 }
 
@@ -139,8 +140,8 @@ func (f *simFlags) scenario(progress io.Writer) (*sim.Scenario, error) {
 		Jobs: jobs, Nodes: nodes, Speedup: f.speedup, FaultsPer1000GPUHours: f.faultRate, RepairTime: f.repair,
 		PricePerGPUHour: f.price, IdleBelowPercent: 5, BackoffLimit: 3, SampleEvery: 500 * time.Millisecond,
 		Timeout: f.timeout, Policies: policies, OutDir: out, MetricsAddr: f.metricsAddr, Seed: f.seed,
-		IsolationLevel: chamber.IsolationLevel(f.isolationLevel),
-		Progress:       progress, Log: io.Discard,
+		IsolationLevel: chamber.IsolationLevel(f.isolationLevel), NoIdleReclaim: !f.idleReclaim,
+		Progress: progress, Log: io.Discard,
 		Describe: []sim.Param{
 			{Name: "trace", Value: fmt.Sprintf("%s (%d rows, %d malformed rows skipped)", f.trace, len(trace), len(bad))},
 			{Name: "slice", Value: fmt.Sprintf("submissions from %s for %s of trace time, %g of the jobs kept, at most %d GPUs and %s per job", f.start, f.window, f.keep, slice.MaxGPUs, f.maxDuration)},
