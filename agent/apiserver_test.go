@@ -84,15 +84,7 @@ func TestAgainstAPIServer(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cp, err := controlplane.Start(ctx, controlplane.Options{ChamberCRDs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := cp.Stop(); err != nil {
-			t.Errorf("stop control plane: %v", err)
-		}
-	})
+	cp := controlplane.StartForTest(t, ctx, controlplane.Options{ChamberCRDs: true})
 	c, err := client.NewWithWatch(cp.Config, client.Options{Scheme: testScheme(t)})
 	if err != nil {
 		t.Fatal(err)

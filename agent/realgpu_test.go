@@ -29,11 +29,7 @@ func TestRealGPU(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cp, err := controlplane.Start(ctx, controlplane.Options{ChamberCRDs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cp.Stop() })
+	cp := controlplane.StartForTest(t, ctx, controlplane.Options{ChamberCRDs: true})
 	c, err := client.New(cp.Config, client.Options{Scheme: testScheme(t)})
 	if err != nil {
 		t.Fatal(err)

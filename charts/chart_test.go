@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -172,16 +173,7 @@ func TestKueueValues(t *testing.T) {
 	if got.Controller == nil || !reflect.DeepEqual(got.Controller.GroupKindConcurrency, want.Controller.GroupKindConcurrency) {
 		t.Errorf("controller concurrency = %+v, want %v", got.Controller, want.Controller.GroupKindConcurrency)
 	}
-	if got.Integrations == nil || !contains(got.Integrations.Frameworks, "batch/job") {
+	if got.Integrations == nil || !slices.Contains(got.Integrations.Frameworks, "batch/job") {
 		t.Errorf("integrations = %+v, want batch/job among them", got.Integrations)
 	}
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }

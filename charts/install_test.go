@@ -248,15 +248,10 @@ func TestAgentWritesOnlyItsOwnNode(t *testing.T) {
 	g.Expect(apierrors.IsForbidden(err)).To(gomega.BeTrue(), "delete of its own GPUNode: %v", err)
 }
 
-// start runs a control plane until the test ends; it stops after anything the test
-// started later (cleanups run last-registered first).
+// start runs a control plane until the test ends, with an admin client.
 func start(t *testing.T, ctx context.Context, opts controlplane.Options) (*controlplane.ControlPlane, client.Client) {
 	t.Helper()
-	cp, err := controlplane.Start(ctx, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cp.Stop() })
+	cp := controlplane.StartForTest(t, ctx, opts)
 	c, err := cp.Client()
 	if err != nil {
 		t.Fatal(err)

@@ -135,7 +135,7 @@ func Register(mgr ctrl.Manager, opts Options) error {
 		For(&kueue.Workload{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
 			wl := o.(*kueue.Workload)
 			_, asked := RequestedEviction(wl)
-			return asked || findCheck(wl) != nil
+			return asked || HasCheck(wl)
 		}))).
 		// A job answering the eviction notice early.
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(c.workloadOfPod), builder.WithPredicates(predicate.Funcs{
@@ -532,6 +532,10 @@ func (c *Controller) setCheck(ctx context.Context, wl *kueue.Workload, state kue
 	}
 	return nil
 }
+
+// HasCheck reports whether the workload carries Chamber's admission check, the one way
+// Chamber evicts: without it an eviction request goes unanswered.
+func HasCheck(wl *kueue.Workload) bool { return findCheck(wl) != nil }
 
 func findCheck(wl *kueue.Workload) *kueue.AdmissionCheckState {
 	for i := range wl.Status.AdmissionChecks {

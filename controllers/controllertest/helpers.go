@@ -34,8 +34,9 @@ func WorkloadOf(g gomega.Gomega, c client.Client, ns, job string) *kueue.Workloa
 
 // RunAgent runs the real node agent of node on go-nvml fake GPUs until stop is called
 // or the test ends. It writes as the chart's agent ServiceAccount from a pod on node
-// (Main must have run), so the chart's RBAC and its own-node policy apply to it. tune may change its configuration (polls
-// every second, heartbeats every 2 s and a 2 s utilization window unless it does).
+// (Main must have run), so the chart's RBAC and its own-node policy apply to it. tune
+// may change its configuration (polls every second, heartbeats every 2 s and a 2 s
+// utilization window unless it does).
 // RunAgent returns once the agent has written its first status: the agent then
 // watches NVML events, so faults raised after it reach it.
 func RunAgent(t testing.TB, node string, fake *healthcheck.FakeGPUs, clk clock.WithTicker, tune func(*agent.Config)) (stop func()) {

@@ -202,7 +202,9 @@ func (c *Controller) reconcile(ctx context.Context, wl *kueue.Workload) (reconci
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if !policy.Enabled || policy.exempt(tierOf(wl)) || optedOut(wl) || !checked(wl) {
+	// Without Chamber's check (an adopted ClusterQueue, --admission-check=false) an
+	// eviction request would go unanswered: neither warned nor reclaimed.
+	if !policy.Enabled || policy.exempt(tierOf(wl)) || optedOut(wl) || !admission.HasCheck(wl) {
 		c.forget(key)
 		return again, nil
 	}
@@ -337,18 +339,6 @@ func holdsGPUs(wl *kueue.Workload) bool {
 		apimeta.IsStatusConditionTrue(conds, kueue.WorkloadAdmitted) &&
 		!apimeta.IsStatusConditionTrue(conds, kueue.WorkloadFinished) &&
 		!apimeta.IsStatusConditionTrue(conds, kueue.WorkloadEvicted)
-}
-
-// checked: the workload carries Chamber's admission check, the one way Chamber evicts.
-// Without it (an adopted ClusterQueue, --admission-check=false) an eviction request
-// would go unanswered, so the workload is neither warned nor reclaimed.
-func checked(wl *kueue.Workload) bool {
-	for _, ac := range wl.Status.AdmissionChecks {
-		if ac.Name == admission.CheckName {
-			return true
-		}
-	}
-	return false
 }
 
 // tierOf is the workload's priority tier: its Kueue WorkloadPriorityClass.

@@ -154,14 +154,16 @@ func workloadGPUs(wl *kueue.Workload) int64 {
 // cycle where there is room: a workload that has only just been created or requeued
 // (an evicted one, a reclaimed one let back) is not waiting yet, or every requeue
 // would look like contention and reclaim the next idle workload, which requeues too.
-// A workload that was itself reclaimed for idling (AnnotationReclaims) waits in its
-// queue like any other but gets no idle workload reclaimed: idle reclaim hands GPUs to
-// work that has not shown it leaves them idle, and never swaps one idle workload for
-// another. It could use wl's GPUs when its LocalQueue feeds wl's ClusterQueue, or another
+//
+// It could use wl's GPUs when its LocalQueue feeds wl's ClusterQueue, or another
 // ClusterQueue of the same cohort (pool) that is not stopped (a team on budget hold
 // admits nothing) and has quota, nominal or to borrow, of a GPU flavor wl holds.
 // Whether it would fit once wl is gone is Kueue's business: reclaiming the GPUs is
 // what gives it the chance.
+//
+// A workload that was itself reclaimed for idling (AnnotationReclaims) waits in its
+// queue like any other but gets no idle workload reclaimed: idle GPUs go to work that
+// has not shown it leaves them idle, and idle workloads are never swapped.
 func waiting(wl *kueue.Workload, workloads []kueue.Workload, localQueues []kueue.LocalQueue, clusterQueues []kueue.ClusterQueue, now time.Time, minWait time.Duration) *kueue.Workload {
 	if wl.Status.Admission == nil {
 		return nil

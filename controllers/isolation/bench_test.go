@@ -98,27 +98,14 @@ func BenchmarkFaultIsolation(b *testing.B) {
 // bad fallen off the bus (XID 79) when bad >= 0. It returns when it wrote.
 func writeReport(b *testing.B, node string, bad int) time.Time {
 	b.Helper()
-	ctx := context.Background()
-	gn := &chamber.GPUNode{ObjectMeta: metav1.ObjectMeta{Name: node}}
-	if err := k8s.Get(ctx, client.ObjectKeyFromObject(gn), gn); err != nil {
-		if err := k8s.Create(ctx, gn); err != nil {
-			b.Fatal(err)
-		}
-	}
 	now := time.Now()
-	gn.Status = chamber.GPUNodeStatus{Health: chamber.GPUHealthy, LastHeartbeatTime: &metav1.Time{Time: now}, HeartbeatSeconds: 3600}
-	for i := range int32(8) {
-		g := chamber.GPUStatus{Index: i, Model: h100, Health: chamber.GPUHealthy}
-		if int(i) == bad {
-			g.Health, gn.Status.Health = chamber.GPUUnhealthy, chamber.GPUUnhealthy
-			g.Faults = []chamber.GPUFault{{Reason: "XID79", Severity: chamber.GPUUnhealthy, Action: "RebootNode", Persistent: true,
-				Message: "XID 79: GPU has fallen off the bus", FirstSeen: &metav1.Time{Time: now}, Count: 1}}
-		}
-		gn.Status.GPUs = append(gn.Status.GPUs, g)
+	g := chamber.GPUStatus{Index: 0, Model: h100, Health: chamber.GPUHealthy}
+	if bad >= 0 {
+		g = chamber.GPUStatus{Index: int32(bad), Model: h100, Health: chamber.GPUUnhealthy,
+			Faults: []chamber.GPUFault{{Reason: "XID79", Severity: chamber.GPUUnhealthy, Action: "RebootNode", Persistent: true,
+				Message: "XID 79: GPU has fallen off the bus", FirstSeen: &metav1.Time{Time: now}, Count: 1}}}
 	}
-	if err := k8s.Status().Update(ctx, gn); err != nil {
-		b.Fatal(err)
-	}
+	reportEvery(b, node, now, time.Hour, g)
 	return now
 }
 

@@ -526,9 +526,15 @@ func TestTransientFaultRecovers(t *testing.T) {
 	}).Should(gomega.Succeed())
 }
 
-// report writes the node's GPUNode status as an agent would, with 8 GPUs healthy but
-// for the one given.
-func report(t *testing.T, node string, heartbeat time.Time, gpu chamber.GPUStatus) {
+// report writes the node's GPUNode status as an agent heartbeating every 30 s would,
+// with 8 GPUs healthy but for the one given.
+func report(t testing.TB, node string, heartbeat time.Time, gpu chamber.GPUStatus) {
+	t.Helper()
+	reportEvery(t, node, heartbeat, 30*time.Second, gpu)
+}
+
+// reportEvery is report for an agent heartbeating every period.
+func reportEvery(t testing.TB, node string, heartbeat time.Time, period time.Duration, gpu chamber.GPUStatus) {
 	t.Helper()
 	ctx := context.Background()
 	gn := &chamber.GPUNode{ObjectMeta: metav1.ObjectMeta{Name: node}}
@@ -537,7 +543,8 @@ func report(t *testing.T, node string, heartbeat time.Time, gpu chamber.GPUStatu
 			t.Fatal(err)
 		}
 	}
-	gn.Status = chamber.GPUNodeStatus{Health: gpu.Health, LastHeartbeatTime: &metav1.Time{Time: heartbeat}, HeartbeatSeconds: 30}
+	gn.Status = chamber.GPUNodeStatus{Health: gpu.Health, LastHeartbeatTime: &metav1.Time{Time: heartbeat},
+		HeartbeatSeconds: int32(period / time.Second)}
 	for i := range int32(8) {
 		s := chamber.GPUStatus{Index: i, Model: h100, Health: chamber.GPUHealthy}
 		if i == gpu.Index {

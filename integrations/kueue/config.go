@@ -14,9 +14,10 @@ var DefaultFrameworks = []string{"batch/job"}
 // Configuration returns the parts of Kueue's manager configuration that Chamber
 // relies on; the caller adds where Kueue serves (webhook, health, metrics).
 //
-// Controller concurrency is what Kueue's Helm chart sets. Fair sharing is on: ClusterQueue and Cohort fairSharing.weight (a Team's fair-share
-// weight) and the fair-sharing preemption strategies take effect only when Kueue's
-// own configuration has a fairSharing section.
+// Controller concurrency is what Kueue's Helm chart sets. Fair sharing is on:
+// ClusterQueue and Cohort fairSharing.weight (a Team's fair-share weight) and the
+// fair-sharing preemption strategies take effect only when Kueue's own configuration
+// has a fairSharing section.
 func Configuration(frameworks []string, featureGates map[string]bool) *configapi.Configuration {
 	if len(frameworks) == 0 {
 		frameworks = DefaultFrameworks

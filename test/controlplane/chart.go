@@ -71,10 +71,11 @@ func HelmTemplate(ctx context.Context, binDir, release, chart, namespace string,
 }
 
 // ApplyObjects creates or updates objs by server-side apply, as Helm's field manager
-// would, in order; a namespace they name that does not exist is created first.
+// would, in order, after the namespaces they name (helm install --create-namespace).
 func ApplyObjects(ctx context.Context, c client.Client, objs []*unstructured.Unstructured) error {
+	applied := map[string]bool{}
 	for _, obj := range objs {
-		if ns := obj.GetNamespace(); ns != "" {
+		if ns := obj.GetNamespace(); ns != "" && !applied[ns] {
 			nsObj := &unstructured.Unstructured{}
 			nsObj.SetAPIVersion("v1")
 			nsObj.SetKind("Namespace")
@@ -82,7 +83,10 @@ func ApplyObjects(ctx context.Context, c client.Client, objs []*unstructured.Uns
 			if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(nsObj), client.FieldOwner("helm")); err != nil {
 				return fmt.Errorf("namespace %s: %w", ns, err)
 			}
+			applied[ns] = true
 		}
+	}
+	for _, obj := range objs {
 		if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), client.FieldOwner("helm"), client.ForceOwnership); err != nil {
 			return fmt.Errorf("apply %s %s: %w", obj.GetKind(), client.ObjectKeyFromObject(obj), err)
 		}
@@ -90,14 +94,14 @@ func ApplyObjects(ctx context.Context, c client.Client, objs []*unstructured.Uns
 	return nil
 }
 
-// ServiceAccountUser is the user name the API server gives a ServiceAccount's tokens.
-func ServiceAccountUser(namespace, name string) string {
+// serviceAccountUser is the user name the API server gives a ServiceAccount's tokens.
+func serviceAccountUser(namespace, name string) string {
 	return "system:serviceaccount:" + namespace + ":" + name
 }
 
-// NodeNameExtra is the user extra a pod-bound ServiceAccount token carries: the node
+// nodeNameExtra is the user extra a pod-bound ServiceAccount token carries: the node
 // of its pod (the chart's policy keeps an agent to that node).
-const NodeNameExtra = "authentication.kubernetes.io/node-name"
+const nodeNameExtra = "authentication.kubernetes.io/node-name"
 
 // AsServiceAccount is config acting as ServiceAccount namespace/name, the way a pod
 // running as it would, and if node is set, as a pod on that node: its requests pass
@@ -105,11 +109,11 @@ const NodeNameExtra = "authentication.kubernetes.io/node-name"
 func AsServiceAccount(config *rest.Config, namespace, name, node string) *rest.Config {
 	out := rest.CopyConfig(config)
 	out.Impersonate = rest.ImpersonationConfig{
-		UserName: ServiceAccountUser(namespace, name),
+		UserName: serviceAccountUser(namespace, name),
 		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"},
 	}
 	if node != "" {
-		out.Impersonate.Extra = map[string][]string{NodeNameExtra: {node}}
+		out.Impersonate.Extra = map[string][]string{nodeNameExtra: {node}}
 	}
 	return out
 }

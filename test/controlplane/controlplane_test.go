@@ -20,12 +20,7 @@ func TestStopLeavesNothing(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cp, err := Start(ctx, Options{Scheduler: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cp.Stop() })
-
+	cp := StartForTest(t, ctx, Options{Scheduler: true})
 	c, err := cp.Client()
 	if err != nil {
 		t.Fatal(err)
@@ -65,11 +60,7 @@ func TestServerVersion(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cp, err := Start(ctx, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cp.Stop() })
+	cp := StartForTest(t, ctx, Options{})
 	dc, err := discoveryFor(cp)
 	if err != nil {
 		t.Fatal(err)
