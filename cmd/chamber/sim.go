@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/sim"
+	"chamber.dev/chamber/sim/traces"
 )
 
 // simFlags are the simulator's parameters; `chamber demo` runs the same with the
@@ -35,7 +37,7 @@ type simFlags struct {
 // a running pod (about 2 s of clock on an idle machine) is 2 simulated minutes, and the
 // busiest minute submits about 1.5 jobs a second, which Kueue keeps up with on two cores.
 var simDefaults = simFlags{
-	trace: "../shared/data/philly_week.csv", nodes: "16xdgxh100", policies: "kubernetes,kueue,chamber",
+	nodes: "16xdgxh100", policies: "kubernetes,kueue,chamber",
 	metricsAddr: "127.0.0.1:8080", start: 78 * time.Hour, window: 4 * time.Hour, keep: 0.3,
 	maxDuration: 4 * time.Hour, speedup: 60, faultRate: 2, repair: 4 * time.Hour, price: 2.49,
 	seed: 1, timeout: 20 * time.Minute, idleReclaim: true,
@@ -46,14 +48,14 @@ var simDefaults = simFlags{
 // about a minute per policy. Faults are fifteen times more frequent than in the bench
 // so that a short run shows a couple.
 var demoDefaults = simFlags{
-	trace: "../shared/data/philly_week.csv", nodes: "4xdgxh100", policies: "kubernetes,kueue,chamber",
+	nodes: "4xdgxh100", policies: "kubernetes,kueue,chamber",
 	metricsAddr: "127.0.0.1:8080", start: 24 * time.Hour, window: 90 * time.Minute, keep: 0.25,
 	maxDuration: time.Hour, speedup: 120, faultRate: 30, repair: time.Hour, price: 2.49,
 	seed: 1, timeout: 5 * time.Minute, idleReclaim: true,
 }
 
 func (f *simFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.trace, "trace", f.trace, "trace CSV (job_id,submit_s,duration_s,gpus,gpu_type,user,gpu_util_pct)")
+	fs.StringVar(&f.trace, "trace", f.trace, "trace CSV (job_id,submit_s,duration_s,gpus,gpu_type,user,gpu_util_pct); empty: the Philly week embedded in this binary")
 	fs.BoolVar(&f.skipBad, "skip-bad-rows", f.skipBad, "leave malformed trace rows out, each reported with its line number, instead of stopping at the first")
 	fs.StringVar(&f.nodes, "nodes", f.nodes, "GPU nodes, <count>x<model>[,...], 8 GPUs each; models dgxh100, dgxh200, dgxa100, dgxb200")
 	fs.StringVar(&f.policies, "policies", f.policies, "policies to compare, in order: kubernetes (plain kube-scheduler), kueue (Kueue alone), chamber (Kueue + Chamber)")
@@ -119,7 +121,15 @@ func (f *simFlags) scenario(progress io.Writer) (*sim.Scenario, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--policies: %w", err)
 	}
-	trace, bad, err := sim.ReadTraceFile(f.trace, f.skipBad)
+	traceName := f.trace
+	var trace []sim.TraceJob
+	var bad []*sim.RowError
+	if f.trace == "" {
+		traceName = traces.PhillyWeekName
+		trace, bad, err = sim.ReadTrace(bytes.NewReader(traces.PhillyWeek), "philly_week.csv", f.skipBad)
+	} else {
+		trace, bad, err = sim.ReadTraceFile(f.trace, f.skipBad)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -143,7 +153,7 @@ func (f *simFlags) scenario(progress io.Writer) (*sim.Scenario, error) {
 		IsolationLevel: chamber.IsolationLevel(f.isolationLevel), NoIdleReclaim: !f.idleReclaim,
 		Progress: progress, Log: io.Discard,
 		Describe: []sim.Param{
-			{Name: "trace", Value: fmt.Sprintf("%s (%d rows, %d malformed rows skipped)", f.trace, len(trace), len(bad))},
+			{Name: "trace", Value: fmt.Sprintf("%s (%d rows, %d malformed rows skipped)", traceName, len(trace), len(bad))},
 			{Name: "slice", Value: fmt.Sprintf("submissions from %s for %s of trace time, %g of the jobs kept, at most %d GPUs and %s per job", f.start, f.window, f.keep, slice.MaxGPUs, f.maxDuration)},
 			{Name: "fault rate", Value: fmt.Sprintf("%g per 1000 GPU-hours, repaired after %s", f.faultRate, f.repair)},
 			{Name: "seed", Value: fmt.Sprint(f.seed)},
@@ -162,6 +172,6 @@ func (f *simFlags) scenario(progress io.Writer) (*sim.Scenario, error) {
 		return nil, err
 	}
 	fmt.Fprintf(progress, "sim: %d jobs of %s on %d GPUs, %gx speed-up, policies %s; report in %s\n",
-		len(jobs), f.trace, sc.GPUs(), f.speedup, f.policies, out)
+		len(jobs), traceName, sc.GPUs(), f.speedup, f.policies, out)
 	return sc, nil
 }
