@@ -57,6 +57,19 @@ const (
 	ActionDrainAndReplace Action = "DrainAndReplace"
 )
 
+// TakesNode reports whether carrying out the action takes the whole node out of
+// service: a reboot, or a drain to replace the hardware. A GPU reset takes the
+// failing GPU alone, and Watch and Ignore take nothing. An action Chamber does not
+// know (an older agent's empty one) takes the node: that is the safe side.
+func (a Action) TakesNode() bool {
+	switch a {
+	case ActionIgnore, ActionWatch, ActionResetGPU:
+		return false
+	default:
+		return true
+	}
+}
+
 // Reason is a machine-readable cause of a fault, e.g. "XID79" or "ECCDoubleBit".
 type Reason string
 

@@ -135,3 +135,23 @@ func TestClassifyXIDUnknownAndIgnored(t *testing.T) {
 		})
 	}
 }
+
+func TestActionTakesNode(t *testing.T) {
+	tests := map[Action]bool{
+		ActionIgnore:          false,
+		ActionWatch:           false,
+		ActionResetGPU:        false,
+		ActionRebootNode:      true,
+		ActionDrainAndReplace: true,
+		// An agent too old to report actions, or one newer than this controller.
+		"":           true,
+		"PowerCycle": true,
+	}
+	for action, want := range tests {
+		t.Run(string(action), func(t *testing.T) {
+			if got := action.TakesNode(); got != want {
+				t.Errorf("Action(%q).TakesNode() = %v, want %v", action, got, want)
+			}
+		})
+	}
+}
