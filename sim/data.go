@@ -26,7 +26,8 @@ func writeData(dir string, sc *Scenario, recs []*Recording) error {
 		return strconv.FormatFloat(wallToSim(t.Sub(rec.Start), sc.Speedup).Hours(), 'f', 4, 64)
 	}
 	jobs := [][]string{{"policy", "team", "job", "trace_job_id", "tier", "gpus", "duration_h", "utilization_pct",
-		"submitted_h", "first_running_h", "finished_h", "outcome", "pods_killed_by_faults", "pods_evicted"}}
+		"submitted_h", "first_running_h", "finished_h", "outcome", "pods_killed_by_faults", "pods_evicted",
+		"kind", "work_h", "lost_to_evictions_gpu_h", "lost_to_faults_gpu_h"}}
 	samples := [][]string{{"policy", "t_h", "gpus_allocated", "gpus_used", "gpus_idle", "jobs_waiting", "jobs_queued", "jobs_running"}}
 	for _, rec := range recs {
 		for _, j := range rec.Jobs {
@@ -37,9 +38,15 @@ func writeData(dir string, sc *Scenario, recs []*Recording) error {
 			case j.Failed:
 				outcome = "lost"
 			}
+			var lostEvictions, lostFaults string
+			if j.Progress != nil {
+				f, e := j.Progress.Lost(j.Job.GPUs)
+				lostEvictions, lostFaults = strconv.FormatFloat(e, 'f', 4, 64), strconv.FormatFloat(f, 'f', 4, 64)
+			}
 			jobs = append(jobs, []string{string(rec.Policy), j.Job.Team, j.Job.Name, j.Job.TraceID, j.Job.Tier,
 				strconv.Itoa(j.Job.GPUs), strconv.FormatFloat(j.Job.Duration.Hours(), 'f', 4, 64), strconv.Itoa(int(j.Job.Util.GPUPercent)),
-				at(rec, j.Submitted), at(rec, j.FirstRun), at(rec, j.Finished), outcome, strconv.Itoa(j.FaultKills), strconv.Itoa(j.Evictions)})
+				at(rec, j.Submitted), at(rec, j.FirstRun), at(rec, j.Finished), outcome, strconv.Itoa(j.FaultKills), strconv.Itoa(j.Evictions),
+				string(j.Job.Work.Kind), strconv.FormatFloat(j.Job.Work.Work.Hours(), 'f', 4, 64), lostEvictions, lostFaults})
 		}
 		for _, s := range rec.Samples {
 			samples = append(samples, []string{string(rec.Policy), at(rec, s.At), strconv.Itoa(s.Allocated),

@@ -76,6 +76,17 @@ func (n *simNode) place(pod string, count int, u Utilization) ([]int, bool) {
 	return got, ok
 }
 
+// setUtilization sets what the pod's GPUs read.
+func (n *simNode) setUtilization(pod string, u Utilization) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for i := range n.slots {
+		if n.slots[i].pod == pod {
+			_ = n.gpus.SetUtilization(i, u.GPUPercent, u.MemoryPercent)
+		}
+	}
+}
+
 // release frees the pod's GPUs and sets them idle.
 func (n *simNode) release(pod string) {
 	n.mu.Lock()

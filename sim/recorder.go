@@ -8,8 +8,12 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+
+	"chamber.dev/chamber/controllers/admission"
 )
 
 // Annotations and labels the simulator puts on its Jobs' pods.
@@ -37,8 +41,21 @@ type JobRecord struct {
 	FaultKills, Evictions int
 	// APICreated is the Job's creationTimestamp, whole seconds: a cross-check.
 	APICreated time.Time
+	// Progress is its work done, saved and lost, in simulated time.
+	Progress *Progress
+	// Pods is how many pods it runs at once; it progresses only while all run.
+	Pods int
 	// lastEnd is when its last pod run ended.
 	lastEnd time.Time
+	// noticed is when Chamber's eviction request on its Workload was first seen;
+	// zero when none is pending.
+	noticed time.Time
+	// completing is set once the simulator has ended its pods as succeeded;
+	// checkpointed once it has told Chamber (on its pods) that its checkpoint is
+	// written after a notice.
+	completing, checkpointed bool
+	// idle is whether its GPUs were last set idle (a hang, an idle spell).
+	idle bool
 }
 
 // waitingSince is when the job last started waiting: its submission or its last pod's end.
@@ -60,6 +77,12 @@ type PodRun struct {
 	Node       string
 	GPUs       []int
 	Start, End time.Time // End zero while it runs
+	// Latency is from the pod's creation to its running: the control plane's own
+	// start latency once the pod exists (kube-scheduler, kwok), plus any wait for
+	// room in plain Kubernetes, where pods are created at submission.
+	Latency time.Duration
+	// completing is set once the simulator has asked for it to end as succeeded.
+	completing bool
 }
 
 // recorder watches Pods and Jobs and keeps, with wall-clock times taken when each
@@ -69,10 +92,23 @@ type PodRun struct {
 type recorder struct {
 	nodes map[string]*simNode
 	kill  func(pod string) // deletes a pod that took a broken GPU
+	// complete ends a pod as succeeded: the simulator, not kwok, ends a pod when its
+	// job's work is done.
+	complete func(pod string)
+	// checkpointed tells Chamber's admission check, on a pod, that the job has
+	// written its checkpoint after an eviction notice, so it is evicted at once.
+	checkpointed func(pod string)
+	// start is simulated time 0 (set by begin); speedup converts the clock to it;
+	// sigterm is the notice of a pod deleted without Chamber's.
+	start   time.Time
+	speedup float64
+	sigterm time.Duration
 
 	mu   sync.Mutex
 	jobs map[string]*JobRecord // by namespace/name
 	pods map[string]*PodRun    // running pods by namespace/name
+	// created is when each pod not yet running was first seen.
+	created map[string]time.Time
 	runs []*PodRun             // every pod run, ended or not
 	// faulted marks pods the fault injector killed, so their deletion counts as a
 	// fault and not an eviction.
@@ -80,16 +116,30 @@ type recorder struct {
 	done    int
 }
 
-func newRecorder(nodes map[string]*simNode, jobs []Job) *recorder {
-	r := &recorder{nodes: nodes, jobs: map[string]*JobRecord{}, pods: map[string]*PodRun{}, faulted: map[string]bool{}}
-	for i := range jobs {
-		r.jobs[jobs[i].Team+"/"+jobs[i].Name] = &JobRecord{Job: &jobs[i]}
+func newRecorder(nodes map[string]*simNode, sc *Scenario) *recorder {
+	r := &recorder{nodes: nodes, jobs: map[string]*JobRecord{}, pods: map[string]*PodRun{}, faulted: map[string]bool{},
+		created: map[string]time.Time{}, speedup: sc.Speedup, sigterm: sc.Work.SIGTERMGrace}
+	for i := range sc.Jobs {
+		j := &sc.Jobs[i]
+		r.jobs[j.Team+"/"+j.Name] = &JobRecord{Job: j, Progress: NewProgress(j.Work), Pods: podsOf(j, sc)}
 	}
 	return r
 }
 
+// begin sets simulated time 0.
+func (r *recorder) begin(at time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.start = at
+}
+
+// simAt is the simulated time of a clock time.
+func (r *recorder) simAt(t time.Time) time.Duration {
+	return wallToSim(t.Sub(r.start), r.speedup)
+}
+
 // watch adds the handlers to the cache's Pod and Job informers.
-func (r *recorder) watch(ctx context.Context, c cache.Cache) error {
+func (r *recorder) watch(ctx context.Context, c cache.Cache, withWorkloads bool) error {
 	pods, err := c.GetInformer(ctx, &corev1.Pod{})
 	if err != nil {
 		return err
@@ -105,11 +155,49 @@ func (r *recorder) watch(ctx context.Context, c cache.Cache) error {
 	if err != nil {
 		return err
 	}
-	_, err = jobs.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+	if _, err = jobs.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { r.job(o) },
 		UpdateFunc: func(_, o any) { r.job(o) },
+	}); err != nil {
+		return err
+	}
+	if !withWorkloads {
+		return nil
+	}
+	workloads, err := c.GetInformer(ctx, &kueue.Workload{})
+	if err != nil {
+		return err
+	}
+	_, err = workloads.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { r.workload(o) },
+		UpdateFunc: func(_, o any) { r.workload(o) },
 	})
 	return err
+}
+
+// workload notes when Chamber first asks for a job's eviction: the notice its pods
+// get before Kueue evicts them.
+func (r *recorder) workload(o any) {
+	wl, ok := o.(*kueue.Workload)
+	if !ok {
+		return
+	}
+	ref := metav1.GetControllerOfNoCopy(wl)
+	if ref == nil || ref.Kind != "Job" {
+		return
+	}
+	_, requested := admission.RequestedEviction(wl)
+	now := time.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	job := r.jobs[wl.Namespace+"/"+ref.Name]
+	switch {
+	case job == nil:
+	case requested && job.noticed.IsZero() && job.Running > 0:
+		job.noticed = now
+	case !requested:
+		job.noticed = time.Time{}
+	}
 }
 
 // submitted notes the moment the simulator created the Job.
@@ -163,6 +251,9 @@ func (r *recorder) pod(o any, deleted bool) {
 	r.mu.Lock()
 	run := r.pods[key]
 	job := r.jobs[pod.Namespace+"/"+pod.Labels[labelJobName]]
+	if _, seen := r.created[key]; !seen && run == nil && !ended {
+		r.created[key] = now
+	}
 	switch {
 	case running && run == nil && job != nil:
 		n := r.nodes[pod.Spec.NodeName]
@@ -171,12 +262,17 @@ func (r *recorder) pod(o any, deleted bool) {
 		}
 		count, _ := strconv.Atoi(pod.Annotations[annotationGPUs])
 		gpus, ok := n.place(key, count, job.Job.Util)
-		run = &PodRun{Job: job, Node: n.name, GPUs: gpus, Start: now}
+		run = &PodRun{Job: job, Node: n.name, GPUs: gpus, Start: now, Latency: now.Sub(r.created[key])}
+		delete(r.created, key)
 		r.pods[key] = run
 		r.runs = append(r.runs, run)
 		job.Running++
 		if job.FirstRun.IsZero() {
 			job.FirstRun = now
+		}
+		if job.Running >= job.Pods {
+			job.Progress.Start(r.simAt(now))
+			job.idle = false
 		}
 		if !ok {
 			// The pod landed on a GPU that a fault broke: the job crashes at start.
@@ -185,6 +281,8 @@ func (r *recorder) pod(o any, deleted bool) {
 			r.kill(key)
 			return
 		}
+	case ended && run == nil:
+		delete(r.created, key)
 	case ended && run != nil:
 		run.End = now
 		delete(r.pods, key)
@@ -193,16 +291,87 @@ func (r *recorder) pod(o any, deleted bool) {
 		if r.nodes[run.Node] != nil {
 			r.nodes[run.Node].release(key)
 		}
+		t := r.simAt(now)
 		switch {
 		case r.faulted[key]:
 			run.Job.FaultKills++
 			delete(r.faulted, key)
+			run.Job.Progress.Stop(t, 0, true)
 		case pod.Status.Phase != corev1.PodSucceeded:
 			run.Job.Evictions++
+			notice := r.sigterm
+			if !run.Job.noticed.IsZero() {
+				notice = max(notice, wallToSim(now.Sub(run.Job.noticed), r.speedup))
+			}
+			run.Job.Progress.Stop(t, notice, false)
+		default:
+			run.Job.Progress.Finish(t)
+		}
+		if run.Job.Running == 0 {
+			run.Job.noticed = time.Time{}
+			run.Job.completing, run.Job.checkpointed = false, false
 		}
 	}
 	r.mu.Unlock()
 }
+
+// advance brings every running job's progress to now: it ends the pods of a job
+// whose work is done (succeeded), and sets its GPUs idle or busy as it hangs or
+// resumes, as an interactive session's user comes and goes.
+func (r *recorder) advance(now time.Time) {
+	t := r.simAt(now)
+	var done, saved []string
+	r.mu.Lock()
+	changed, checkpointed := map[*JobRecord]bool{}, map[*JobRecord]bool{}
+	for _, j := range r.jobs {
+		p := j.Progress
+		if !p.Running || j.completing {
+			continue
+		}
+		p.Advance(t)
+		if p.Finished() {
+			j.completing = true
+			continue
+		}
+		if !j.noticed.IsZero() && !j.checkpointed && p.W.Kind != KindInteractive &&
+			wallToSim(now.Sub(j.noticed), r.speedup) >= p.W.CheckpointWrite {
+			j.checkpointed = true
+			checkpointed[j] = true
+		}
+		if idle := p.Idle(); idle != j.idle {
+			j.idle = idle
+			changed[j] = true
+		}
+	}
+	for key, run := range r.pods {
+		switch {
+		case run.Job.completing:
+			if !run.completing {
+				run.completing = true
+				done = append(done, key)
+			}
+		case changed[run.Job]:
+			u := run.Job.Job.Util
+			if run.Job.idle {
+				u = idleUtilization
+			}
+			r.nodes[run.Node].setUtilization(key, u)
+		}
+		if checkpointed[run.Job] {
+			saved = append(saved, key)
+		}
+	}
+	r.mu.Unlock()
+	for _, key := range done {
+		r.complete(key)
+	}
+	for _, key := range saved {
+		r.checkpointed(key)
+	}
+}
+
+// idleUtilization is what a hung job's or an idle session's GPUs read.
+var idleUtilization = Utilization{Class: "idle", GPUPercent: 0, MemoryPercent: 1}
 
 // markFaulted notes that the pod is being killed by a GPU fault.
 func (r *recorder) markFaulted(pod string) {

@@ -105,6 +105,13 @@ func renderReport(sc *Scenario, recs []*Recording, results []Result) string {
 		return fmt.Sprintf("%d / %d / %d / %d", r.Faults, r.FaultKills, r.Restarted, r.Lost)
 	})
 	line("pods evicted or preempted", func(r Result) string { return fmt.Sprint(r.Evictions) })
+	line("work lost to evictions / to faults (GPU-hours, % of useful work)", func(r Result) string {
+		return fmt.Sprintf("%s (%s) / %s (%s)", num(r.LostToEvictions, 1), pct(ratio(r.LostToEvictions, r.UsefulWork)),
+			num(r.LostToFaults, 1), pct(ratio(r.LostToFaults, r.UsefulWork)))
+	})
+	line("pod start latency p50 (creation to running)", func(r Result) string {
+		return fmt.Sprintf("%s s", num(r.StartLatency.Seconds(), 0))
+	})
 	line("cost / idle cost", func(r Result) string { return fmt.Sprintf("$%s / $%s", num(r.Cost, 0), num(r.IdleCost, 0)) })
 	b.WriteString("\n![GPUs allocated and used](" + plotAllocation + ")\n\n![Queue depth](" + plotQueue + ")\n\n![Queue wait CDF](" + plotWaitCDF + ")\n\n")
 
@@ -197,6 +204,16 @@ func renderReport(sc *Scenario, recs []*Recording, results []Result) string {
 		num(totalGPUHours(sc.Jobs), 0), hours(sc.Jobs[len(sc.Jobs)-1].Submit), num(totalGPUHours(sc.Jobs)/float64(sc.GPUs())/math.Max(sc.Jobs[len(sc.Jobs)-1].Submit.Hours(), 1e-9), 2)))
 	t.row("speed-up", fmt.Sprintf("%gx (1 s of clock = %s simulated)", sc.Speedup, wallToSim(time.Second, sc.Speedup)))
 	t.row("price", fmt.Sprintf("$%.2f per GPU-hour", sc.PricePerGPUHour))
+	kinds := map[Kind]int{}
+	for _, j := range sc.Jobs {
+		kinds[j.Work.Kind]++
+	}
+	t.row("job kinds", fmt.Sprintf("%d training, %d interactive, %d stuck (see Method)", kinds[KindTraining], kinds[KindInteractive], kinds[KindStuck]))
+	durations := make([]float64, 0, len(sc.Jobs))
+	for _, j := range sc.Jobs {
+		durations = append(durations, float64(j.Duration))
+	}
+	t.row("median job duration", hours(time.Duration(Percentile(durations, 50))))
 	t.row("idle", fmt.Sprintf("an allocated GPU whose agent reads below %d%%", sc.IdleBelowPercent))
 	level := cmp.Or(sc.IsolationLevel, chamber.IsolateNode)
 	reclaim := fmt.Sprintf("idle reclaim on the pool (window %s simulated, Chamber's default; production exempt)", hours(IdleReclaimWindow))
@@ -219,9 +236,28 @@ const methodText = `## Method
 - **Real components.** Each policy runs on its own local control plane (etcd, kube-apiserver,
   kube-controller-manager, kube-scheduler, kwok, and for (b) and (c) the real Kueue), one after
   the other: three control planes at once on a small machine would slow each other unevenly.
-  kwok runs the GPU nodes and completes each pod after its job's duration divided by the
-  speed-up. Every node has the real Chamber node agent reading go-nvml fakes; the simulator
-  sets each GPU's utilization to its job's while the job holds it.
+  kwok runs the GPU nodes and starts the pods; the simulator ends each pod (Succeeded) when
+  its job's work is done (below). Every node has the real Chamber node agent reading go-nvml
+  fakes; the simulator sets each GPU's utilization to its job's while the job holds it, and
+  to 0% while the job hangs or its session's user is away.
+- **Progress, not fixed durations.** A job progresses while all its pods run (a gang).
+  Training jobs need their trace duration of progress and checkpoint every 15-60 minutes of
+  it; a checkpoint takes 30 s to 3 minutes to write. A pod killed by a GPU fault (no notice)
+  throws away the progress since the last checkpoint. An eviction gives notice: Chamber's
+  (its eviction request on the Workload, then the grace period) or, for Kueue's preemption,
+  the pod's SIGTERM grace of 30 s (Kubernetes' default); a job whose checkpoint write fits
+  in its notice keeps its progress, others go back to their last checkpoint. Under Chamber
+  a job that has written its checkpoint after the notice says so on its pod
+  (` + "`chamber.dev/checkpoint-ready`" + `), and Chamber evicts it then. The report's "work lost"
+  is the progress thrown away, in GPU-hours.
+- **Job kinds** (the trace has none; shares and parameters are ours, after Jeon et al.
+  (ATC'19), Hu et al., "Characterization and Prediction of Deep Learning Workloads in
+  Large-Scale GPU Datacenters" (SC'21), Gao et al. (ICSE'24) and Mohan et al., "CheckFreq"
+  (FAST'21)): *interactive* sessions, 10% of the jobs of up to 8 GPUs, last their trace
+  duration from their first start whether they hold GPUs or not, active in spells of 20
+  minutes on average and idle (0%) in spells of 40; *stuck* jobs, 5% of all, hang at 20-80%
+  of their work for 30-70% of their trace duration at 0% (their work plus the hang is the
+  trace's duration), and a restart ends the hang; the rest is *training*.
 - **Measurement.** From a watch on Pods and Jobs, timed when each change is seen (API
   timestamps have whole seconds, many simulated minutes at these speed-ups): submission,
   first pod running, end of each pod, Job Complete or Failed. A job counts as queued once
@@ -243,9 +279,10 @@ const methodText = `## Method
   (75-98%); jobs over 8 GPUs x0.8. After Jeon et al. (ATC'19), Weng et al., "MLaaS in the
   Wild" (NSDI'22, Alibaba PAI) and Gao et al., "An Empirical Study on Low GPU Utilization of
   Deep Learning Jobs" (ICSE'24); the parameters are ours.
-- **Caveats.** Scheduling, watch and kwok latencies are multiplied by the speed-up; a
-  preempted or killed job restarts from the beginning (no checkpoints); the Job controller's
-  retry back-off (10 s and up, clock time) is also multiplied.
+- **Caveats.** Scheduling, watch and kwok latencies are multiplied by the speed-up (the
+  summary's pod start latency shows how much); Chamber's timers are scaled to simulated
+  time, floored at what the control plane itself takes; the Job controller's retry back-off
+  (10 s and up, clock time) after a fault is also multiplied.
 `
 
 func timedOut(rec *Recording) string {

@@ -41,6 +41,15 @@ type Result struct {
 	Faults, FaultKills, Restarted, Evictions int
 	// Cost and IdleCost of the allocated and idle GPU-hours.
 	Cost, IdleCost float64
+	// UsefulWork is the GPU-hours of progress the training and stuck jobs need;
+	// LostToEvictions and LostToFaults the GPU-hours of progress thrown away when
+	// their pods were evicted or preempted (notice too short to checkpoint in) or
+	// killed by a fault (back to the last periodic checkpoint).
+	UsefulWork, LostToEvictions, LostToFaults float64
+	// StartLatency is the median time from a pod's creation to its running, over every
+	// pod run (simulated time): under Kueue, the control plane's own latency once a
+	// workload is admitted.
+	StartLatency time.Duration
 }
 
 // Analyze computes a policy's figures from its recording.
@@ -65,6 +74,14 @@ func Analyze(sc *Scenario, rec *Recording) Result {
 			res.Waits[""] = append(res.Waits[""], w)
 			res.Waits[j.Job.Tier] = append(res.Waits[j.Job.Tier], w)
 		}
+		if j.Job.Work.Kind != KindInteractive {
+			res.UsefulWork += float64(j.Job.GPUs) * j.Job.Work.Work.Hours()
+		}
+		if j.Progress != nil {
+			f, e := j.Progress.Lost(j.Job.GPUs)
+			res.LostToFaults += f
+			res.LostToEvictions += e
+		}
 		res.FaultKills += j.FaultKills
 		res.Evictions += j.Evictions
 		if j.FaultKills > 0 && !j.Failed && !j.Finished.IsZero() {
@@ -75,12 +92,18 @@ func Analyze(sc *Scenario, rec *Recording) Result {
 	res.Makespan = toSim(end)
 	res.LowerBound = LowerBound(sc.Jobs, sc.GPUs())
 
+	var latencies []float64
 	for _, run := range rec.Runs {
+		latencies = append(latencies, float64(wallToSim(run.Latency, sc.Speedup)))
 		stop := run.End
 		if stop.IsZero() {
 			stop = end
 		}
 		res.AllocatedGPUHours += float64(len(run.GPUs)) * wallToSim(stop.Sub(run.Start), sc.Speedup).Hours()
+	}
+
+	if len(latencies) > 0 {
+		res.StartLatency = time.Duration(Percentile(latencies, 50))
 	}
 
 	quotas := Quotas(sc.Jobs, sc.GPUs())

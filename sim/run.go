@@ -18,6 +18,7 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -27,6 +28,7 @@ import (
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers"
+	"chamber.dev/chamber/controllers/admission"
 	"chamber.dev/chamber/controllers/idlereclaim"
 	"chamber.dev/chamber/controllers/isolation"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
@@ -149,13 +151,15 @@ func runPolicy(ctx context.Context, sc *Scenario, p Policy, label string) (*Reco
 		sc.OnCluster(p, cp.Kubeconfig, filepath.Join(cp.BinDir(), "kubectl"), metricsURL)
 	}
 
-	r := newRecorder(nodes, sc.Jobs)
+	r := newRecorder(nodes, sc)
 	r.kill = func(pod string) { go deletePod(ctx, c, pod) }
+	r.complete = func(pod string) { go completePod(ctx, c, pod) }
+	r.checkpointed = func(pod string) { go reportCheckpoint(ctx, c, pod) }
 	informers, err := cache.New(cp.Config, cache.Options{Scheme: controlplane.Scheme})
 	if err != nil {
 		return nil, err
 	}
-	if err := r.watch(ctx, informers); err != nil {
+	if err := r.watch(ctx, informers, p != PolicyKubernetes); err != nil {
 		return nil, err
 	}
 	go func() { _ = informers.Start(ctx) }()
@@ -164,6 +168,7 @@ func runPolicy(ctx context.Context, sc *Scenario, p Policy, label string) (*Reco
 	}
 
 	rec.Start = time.Now()
+	r.begin(rec.Start)
 	var wg sync.WaitGroup
 	submitErr := make(chan error, 1)
 	wg.Go(func() { submitErr <- submit(ctx, c, sc, p, r, rec.Start) })
@@ -175,6 +180,8 @@ func runPolicy(ctx context.Context, sc *Scenario, p Policy, label string) (*Reco
 	defer sampleTick.Stop()
 	progressTick := time.NewTicker(5 * time.Second)
 	defer progressTick.Stop()
+	workTick := time.NewTicker(WorkTick)
+	defer workTick.Stop()
 loop:
 	for {
 		select {
@@ -193,6 +200,8 @@ loop:
 			if r.progress().done == len(sc.Jobs) {
 				break loop
 			}
+		case now := <-workTick.C:
+			r.advance(now)
 		case <-progressTick.C:
 			printProgress(sc, label, r.progress(), rec.Start)
 		}
@@ -294,8 +303,8 @@ func setUpTeams(ctx context.Context, c client.Client, sc *Scenario, p Policy) ([
 
 // startChamber runs Chamber's controllers in-process, their metrics on sc.MetricsAddr.
 // Their delays are scaled to simulated time (the inventory's idle window, idle
-// reclaim's interval and hold); timeouts (the admission check's placement timeout)
-// are left as they are.
+// reclaim's interval and hold, the admission check's recheck and placement timeout),
+// each floored at what the control plane itself takes.
 func startChamber(ctx context.Context, cp *controlplane.ControlPlane, sc *Scenario) error {
 	if sc.MetricsAddr != "0" {
 		// The manager would fail in the background and the queues never turn Active.
@@ -320,6 +329,10 @@ func startChamber(ctx context.Context, cp *controlplane.ControlPlane, sc *Scenar
 	// simulated time, but never less than the few seconds of clock Kueue takes to
 	// readmit a requeued workload on this control plane.
 	cfg.IdleReclaim.MinWait = max(simToWall(idlereclaim.DefaultMinWait, sc.Speedup), 3*time.Second)
+	// The admission check's timers too: its recheck of a waiting workload, and the
+	// placement timeout, floored at what the control plane itself takes to act.
+	cfg.Admission.Recheck = max(simToWall(admission.DefaultRecheck, sc.Speedup), 200*time.Millisecond)
+	cfg.Admission.PlacementTimeout = max(simToWall(admission.DefaultPlacementTimeout, sc.Speedup), 3*time.Second)
 	if name, err := controllers.Setup(mgr, cfg); err != nil {
 		return fmt.Errorf("set up Chamber's controller %s: %w (a second Chamber run in one process registers its metrics twice)", name, err)
 	}
@@ -373,19 +386,30 @@ func submit(ctx context.Context, c client.Client, sc *Scenario, p Policy, r *rec
 	return nil
 }
 
-// jobObject is the Kubernetes Job replaying j: one pod per node's worth of GPUs, each
-// completing after the job's duration divided by the speed-up (kwok's pod-complete
-// stage, with no jitter), starting as soon as it is scheduled (the pod-create and
-// pod-ready stages' default second and up to five seconds of jitter would be many
-// simulated minutes).
-func jobObject(j *Job, p Policy, sc *Scenario) *batchv1.Job {
-	pods := 1
+// WorkTick is how often (clock) the simulator advances the running jobs' progress,
+// ends the pods of those done and sets their GPUs busy or idle.
+const WorkTick = 100 * time.Millisecond
+
+// podsOf is how many pods replay j: one per node's worth of GPUs.
+func podsOf(j *Job, sc *Scenario) int {
 	if per := sc.MaxGPUsPerNode(); j.GPUs > per {
-		pods = j.GPUs / per
+		return j.GPUs / per
 	}
+	return 1
+}
+
+// neverByKwok is the pod-complete delay given to kwok: the simulator ends each pod
+// itself when its job's work is done (recorder.advance), so kwok must not.
+const neverByKwok = 10000 * time.Hour
+
+// jobObject is the Kubernetes Job replaying j: one pod per node's worth of GPUs,
+// starting as soon as it is scheduled (the pod-create and pod-ready stages' default
+// second and up to five seconds of jitter would be many simulated minutes), ended by
+// the simulator when the job's work is done.
+func jobObject(j *Job, p Policy, sc *Scenario) *batchv1.Job {
+	pods := podsOf(j, sc)
 	perPod := j.GPUs / pods
-	run := simToWall(j.Duration, sc.Speedup).Round(time.Millisecond)
-	run = max(run, 10*time.Millisecond)
+	run := neverByKwok
 	instant := time.Millisecond.String()
 	labels := map[string]string{"sim.chamber.dev/tier": j.Tier}
 	if p != PolicyKubernetes {
@@ -487,6 +511,55 @@ func deletePod(ctx context.Context, c client.Client, key string) {
 	ns, name := splitKey(key)
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
 	_ = c.Delete(ctx, pod, client.GracePeriodSeconds(0))
+}
+
+// completePod ends a running pod as succeeded, as its kubelet would when its
+// container exits 0; kwok's pod-complete stage no longer applies to it.
+func completePod(ctx context.Context, c client.Client, key string) {
+	ns, name := splitKey(key)
+	for try := 0; try < 5 && ctx.Err() == nil; try++ {
+		var pod corev1.Pod
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &pod); err != nil {
+			return // gone: nothing to end
+		}
+		if pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning {
+			return
+		}
+		patch := client.MergeFrom(pod.DeepCopy())
+		now := metav1.Now()
+		pod.Status.Phase = corev1.PodSucceeded
+		for i := range pod.Status.Conditions {
+			if pod.Status.Conditions[i].Type == corev1.PodReady || pod.Status.Conditions[i].Type == corev1.ContainersReady {
+				pod.Status.Conditions[i].Status = corev1.ConditionFalse
+			}
+		}
+		for i := range pod.Status.ContainerStatuses {
+			cs := &pod.Status.ContainerStatuses[i]
+			started := now
+			if cs.State.Running != nil {
+				started = cs.State.Running.StartedAt
+			}
+			cs.Ready, cs.Started = false, ptr.To(false)
+			cs.State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", StartedAt: started, FinishedAt: now}}
+		}
+		if err := c.Status().Patch(ctx, &pod, patch); err == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// reportCheckpoint annotates a pod whose job has written its checkpoint after
+// Chamber's eviction notice, as a job's checkpoint hook would
+// (admission.AnnotationCheckpointReady): Chamber evicts it then, before the grace ends.
+func reportCheckpoint(ctx context.Context, c client.Client, key string) {
+	ns, name := splitKey(key)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	patch := []byte(`{"metadata":{"annotations":{"` + admission.AnnotationCheckpointReady + `":"true"}}}`)
+	_ = c.Patch(ctx, pod, client.RawPatch(types.MergePatchType, patch))
 }
 
 // countAPIJobs counts the Jobs in the API server by outcome: a cross-check of the

@@ -100,6 +100,9 @@ type Scenario struct {
 	Jobs []Job
 	// Nodes of the cluster.
 	Nodes []NodeGroup
+	// Work is the model that drew the jobs' work; its SIGTERMGrace is the notice of
+	// a pod deleted without Chamber's.
+	Work WorkModel
 	// Speedup: simulated time runs this many times faster than the clock.
 	Speedup float64
 	// FaultsPer1000GPUHours is the GPU fault rate, in simulated time.

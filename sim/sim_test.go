@@ -20,7 +20,7 @@ func TestShortScenario(t *testing.T) {
 	if err != nil || len(bad) > 0 {
 		t.Fatalf("read the test trace: %v %v", err, bad)
 	}
-	jobs, err := Prepare(trace, TraceSlice{Keep: 1, MaxDuration: time.Hour, MaxGPUs: 8, Seed: 1}, DefaultUtilizationModel())
+	jobs, err := Prepare(trace, TraceSlice{Keep: 1, MaxDuration: time.Hour, MaxGPUs: 8, Seed: 1}, DefaultUtilizationModel(), DefaultWorkModel())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,8 +26,11 @@ type Job struct {
 	Submit time.Duration
 	// Duration is how long it runs (trace time).
 	Duration time.Duration
-	// Util is what its GPUs do while it runs.
+	// Util is what its GPUs do while it runs (an interactive session's active spells;
+	// a stuck job before it hangs).
 	Util Utilization
+	// Work is how it makes progress: its kind, checkpoints, hangs.
+	Work Work
 	// Cut says the trace's duration or GPU count was cut to fit (TraceSlice limits).
 	Cut bool
 }
@@ -79,9 +82,12 @@ func TierOf(id string, gpus int, seed uint64) string {
 	}
 }
 
-// Prepare selects the slice of the trace, names the jobs and assigns tiers and
-// utilization. Submissions are shifted so that the first kept job is submitted at 0.
-func Prepare(trace []TraceJob, s TraceSlice, um UtilizationModel) ([]Job, error) {
+// Prepare selects the slice of the trace, names the jobs and assigns tiers,
+// utilization and work (wm). Submissions are shifted so that the first kept job is submitted at 0.
+func Prepare(trace []TraceJob, s TraceSlice, um UtilizationModel, wm WorkModel) ([]Job, error) {
+	if err := wm.Validate(); err != nil {
+		return nil, err
+	}
 	if s.Keep <= 0 || s.Keep > 1 {
 		return nil, fmt.Errorf("the kept fraction of jobs must be in (0, 1], got %g", s.Keep)
 	}
@@ -119,6 +125,7 @@ func Prepare(trace []TraceJob, s TraceSlice, um UtilizationModel) ([]Job, error)
 		}
 		j.Tier = TierOf(t.ID, j.GPUs, s.Seed)
 		j.Util = um.For(t.ID, j.GPUs, t.UtilPercent, s.Seed)
+		j.Work = wm.For(t.ID, j.GPUs, j.Duration, s.Seed)
 		jobs = append(jobs, j)
 	}
 	if len(jobs) == 0 {

@@ -45,12 +45,12 @@ func TestPrepare(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			got, err := Prepare(trace, tc.slice, DefaultUtilizationModel())
+			got, err := Prepare(trace, tc.slice, DefaultUtilizationModel(), DefaultWorkModel())
 			if !checkError(t, err, tc.wantErr) {
 				return
 			}
-			// Tiers and utilization of model-drawn jobs are checked in their own tests.
-			opts := []cmp.Option{cmpopts.IgnoreFields(Job{}, "Tier", "Util")}
+			// Tiers, utilization and work of model-drawn jobs are checked in their own tests.
+			opts := []cmp.Option{cmpopts.IgnoreFields(Job{}, "Tier", "Util", "Work")}
 			if diff := cmp.Diff(tc.want, got, opts...); diff != "" {
 				t.Errorf("jobs (-want +got):\n%s", diff)
 			}
@@ -71,14 +71,14 @@ func TestPrepareThinning(t *testing.T) {
 	for i := range 10000 {
 		trace = append(trace, TraceJob{ID: "j" + strconv.Itoa(i), Submit: time.Duration(i) * time.Second, Duration: time.Minute, GPUs: 1, User: "u", UtilPercent: -1})
 	}
-	jobs, err := Prepare(trace, TraceSlice{Keep: 0.25, Seed: 7}, DefaultUtilizationModel())
+	jobs, err := Prepare(trace, TraceSlice{Keep: 0.25, Seed: 7}, DefaultUtilizationModel(), DefaultWorkModel())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if share := float64(len(jobs)) / 10000; math.Abs(share-0.25) > 0.02 {
 		t.Errorf("kept %.3f of the jobs, want about 0.25", share)
 	}
-	again, _ := Prepare(trace, TraceSlice{Keep: 0.25, Seed: 7}, DefaultUtilizationModel())
+	again, _ := Prepare(trace, TraceSlice{Keep: 0.25, Seed: 7}, DefaultUtilizationModel(), DefaultWorkModel())
 	if diff := cmp.Diff(jobs, again); diff != "" {
 		t.Errorf("the same seed kept other jobs (-first +second):\n%s", diff)
 	}

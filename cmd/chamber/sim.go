@@ -138,7 +138,8 @@ func (f *simFlags) scenario(progress io.Writer) (*sim.Scenario, error) {
 	}
 	um := sim.DefaultUtilizationModel()
 	slice := sim.TraceSlice{Start: f.start, Length: f.window, Keep: f.keep, MaxJobs: f.maxJobs, MaxDuration: f.maxDuration, MaxGPUs: 16, Seed: f.seed}
-	jobs, err := sim.Prepare(trace, slice, um)
+	wm := sim.DefaultWorkModel()
+	jobs, err := sim.Prepare(trace, slice, um, wm)
 	if err != nil {
 		return nil, err
 	}
@@ -147,7 +148,7 @@ func (f *simFlags) scenario(progress io.Writer) (*sim.Scenario, error) {
 		out = "chamber-report-" + time.Now().Format("20060102-150405")
 	}
 	sc := &sim.Scenario{
-		Jobs: jobs, Nodes: nodes, Speedup: f.speedup, FaultsPer1000GPUHours: f.faultRate, RepairTime: f.repair,
+		Jobs: jobs, Work: wm, Nodes: nodes, Speedup: f.speedup, FaultsPer1000GPUHours: f.faultRate, RepairTime: f.repair,
 		PricePerGPUHour: f.price, IdleBelowPercent: 5, BackoffLimit: 3, SampleEvery: 500 * time.Millisecond,
 		Timeout: f.timeout, Policies: policies, OutDir: out, MetricsAddr: f.metricsAddr, Seed: f.seed,
 		IsolationLevel: chamber.IsolationLevel(f.isolationLevel), NoIdleReclaim: !f.idleReclaim,

@@ -41,6 +41,10 @@ type Options struct {
 	// GracePeriod is how long an evicted workload's pods have to checkpoint, unless
 	// the pool, the team or the tier says otherwise.
 	GracePeriod time.Duration
+	// Recheck is how often a workload waiting for healthy GPUs, or a notified one
+	// whose job may answer on its Job object, is looked at again (GPUs free up and
+	// recover without an event on the workload). 0 means DefaultRecheck.
+	Recheck time.Duration
 	// Clock is the time source; the real clock when nil.
 	Clock clock.Clock
 }
@@ -49,16 +53,14 @@ type Options struct {
 const (
 	DefaultPlacementTimeout = 2 * time.Minute
 	DefaultGracePeriod      = 2 * time.Minute
-	// pendingRecheck is how often a workload waiting for healthy GPUs is looked at
-	// again (GPUs free up and recover without an event on the workload).
-	pendingRecheck = 5 * time.Second
+	DefaultRecheck          = 5 * time.Second
 	// staleAgent is when an agent that never said its heartbeat period counts as silent.
 	staleAgent = 2 * time.Minute
 )
 
 // DefaultOptions are the check's options unless flags say otherwise.
 func DefaultOptions() Options {
-	return Options{PlacementTimeout: DefaultPlacementTimeout, GracePeriod: DefaultGracePeriod}
+	return Options{PlacementTimeout: DefaultPlacementTimeout, GracePeriod: DefaultGracePeriod, Recheck: DefaultRecheck}
 }
 
 // Field indexes the check reads through.
@@ -86,6 +88,9 @@ func Register(mgr ctrl.Manager, opts Options) error {
 	}
 	if opts.GracePeriod < 0 {
 		opts.GracePeriod = def.GracePeriod
+	}
+	if opts.Recheck <= 0 {
+		opts.Recheck = def.Recheck
 	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
@@ -222,7 +227,7 @@ func (c *Controller) checkPlacement(ctx context.Context, wl *kueue.Workload, che
 			return reconcile.Result{}, err
 		}
 	}
-	return reconcile.Result{RequeueAfter: min(pendingRecheck, c.opts.PlacementTimeout-now.Sub(since))}, nil
+	return reconcile.Result{RequeueAfter: min(c.opts.Recheck, c.opts.PlacementTimeout-now.Sub(since))}, nil
 }
 
 // verdict compares the workload's admission (Kueue's topology assignment, or its
@@ -372,7 +377,7 @@ func (c *Controller) evictCooperatively(ctx context.Context, wl *kueue.Workload,
 			e.Reason, notice, grace, AnnotationCheckpointReady, e.Message)
 	}
 	// The job may answer on the Job object, which is not watched: look again soon.
-	return reconcile.Result{RequeueAfter: min(deadline.Sub(now), 10*time.Second)}, nil
+	return reconcile.Result{RequeueAfter: min(deadline.Sub(now), 2*c.opts.Recheck)}, nil
 }
 
 // evict sets the check to Retry: Kueue evicts the workload and requeues it.

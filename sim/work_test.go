@@ -1,0 +1,158 @@
+package sim
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+const minute = time.Minute
+
+// step is one thing that happens to a job: it starts running, or stops (with a
+// notice, or by a fault), at a simulated time.
+type step struct {
+	at     time.Duration
+	start  bool
+	notice time.Duration
+	fault  bool
+}
+
+func TestProgress(t *testing.T) {
+	training := Work{Kind: KindTraining, Work: 100 * minute, CheckpointEvery: 30 * minute, CheckpointWrite: 2 * minute}
+	stuck := Work{Kind: KindStuck, Work: 100 * minute, CheckpointEvery: 30 * minute, CheckpointWrite: 2 * minute,
+		HangAt: 40 * minute, HangFor: 60 * minute}
+	type want struct {
+		Done, Saved, LostToFaults, LostToEvictions time.Duration
+		Finished, Idle                             bool
+	}
+	cases := map[string]struct {
+		work  Work
+		steps []step
+		until time.Duration // Advance to it last
+		want  want
+	}{
+		"training runs to its end": {
+			work: training, steps: []step{{at: 0, start: true}}, until: 100 * minute,
+			want: want{Done: 100 * minute, Saved: 90 * minute, Finished: true},
+		},
+		"periodic checkpoints only at their cadence": {
+			work: training, steps: []step{{at: 0, start: true}}, until: 59 * minute,
+			want: want{Done: 59 * minute, Saved: 30 * minute},
+		},
+		"a fault goes back to the last checkpoint": {
+			work:  training,
+			steps: []step{{at: 0, start: true}, {at: 50 * minute, fault: true, notice: time.Hour}},
+			want:  want{Done: 30 * minute, Saved: 30 * minute, LostToFaults: 20 * minute},
+		},
+		"an eviction with notice long enough to checkpoint keeps everything": {
+			work:  training,
+			steps: []step{{at: 0, start: true}, {at: 50 * minute, notice: 2 * minute}},
+			want:  want{Done: 50 * minute, Saved: 50 * minute},
+		},
+		"an eviction with a notice shorter than the checkpoint write loses since the last checkpoint": {
+			work:  training,
+			steps: []step{{at: 0, start: true}, {at: 50 * minute, notice: 30 * time.Second}},
+			want:  want{Done: 30 * minute, Saved: 30 * minute, LostToEvictions: 20 * minute},
+		},
+		"no progress while stopped, then on from what was kept": {
+			work:  training,
+			steps: []step{{at: 0, start: true}, {at: 50 * minute, notice: 2 * minute}, {at: 200 * minute, start: true}},
+			until: 250 * minute,
+			want:  want{Done: 100 * minute, Saved: 90 * minute, Finished: true},
+		},
+		"a stuck job hangs at its point and sits idle": {
+			work: stuck, steps: []step{{at: 0, start: true}}, until: 70 * minute,
+			want: want{Done: 40 * minute, Saved: 30 * minute, Idle: true},
+		},
+		"a stuck job left alone hangs for its hang, then finishes at its trace duration": {
+			work: stuck, steps: []step{{at: 0, start: true}}, until: 160 * minute,
+			want: want{Done: 100 * minute, Saved: 90 * minute, Finished: true},
+		},
+		"a restart ends the hang: the rest of the work runs at once": {
+			work: stuck,
+			steps: []step{{at: 0, start: true}, {at: 70 * minute, notice: 2 * minute},
+				{at: 80 * minute, start: true}},
+			until: 140 * minute,
+			want:  want{Done: 100 * minute, Saved: 90 * minute, Finished: true},
+		},
+		"an interactive session lasts its span from its first start, paused or not": {
+			work:  Work{Kind: KindInteractive, Work: 60 * minute, ActiveSpell: 20 * minute, IdleSpell: 40 * minute},
+			steps: []step{{at: 10 * minute, start: true}, {at: 20 * minute}, {at: 65 * minute, start: true}},
+			until: 70 * minute,
+			want:  want{Finished: true},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			p := NewProgress(tc.work)
+			for _, s := range tc.steps {
+				if s.start {
+					p.Start(s.at)
+				} else {
+					p.Stop(s.at, s.notice, s.fault)
+				}
+			}
+			p.Advance(tc.until)
+			got := want{Done: p.Done, Saved: p.Saved, LostToFaults: p.LostToFaults, LostToEvictions: p.LostToEvictions,
+				Finished: p.Finished()}
+			if tc.work.Kind != KindInteractive { // a session's spells: TestInteractiveSpells
+				got.Idle = p.Idle()
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("progress (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestInteractiveSpells(t *testing.T) {
+	p := NewProgress(Work{Kind: KindInteractive, Work: 10 * time.Hour, ActiveSpell: 20 * minute, IdleSpell: 40 * minute, SpellSeed: 3})
+	p.Start(0)
+	var idle time.Duration
+	for at := time.Duration(0); at < 10*time.Hour; at += minute {
+		p.Advance(at)
+		if p.Idle() {
+			idle += minute
+		}
+	}
+	// Spells of 20 minutes active and 40 idle on average: about two thirds idle over
+	// ten hours; never all or nothing.
+	if share := idle.Hours() / 10; share < 0.4 || share > 0.9 {
+		t.Errorf("idle %.0f%% of a ten-hour session with spells of 20 min active and 40 idle, want about 67%%", 100*share)
+	}
+}
+
+func TestWorkModelDraws(t *testing.T) {
+	m := DefaultWorkModel()
+	kinds := map[Kind]int{}
+	const n = 20000
+	for i := 0; i < n; i++ {
+		id := time.Duration(i).String()
+		w := m.For(id, 1, time.Hour, 1)
+		kinds[w.Kind]++
+		if w.CheckpointEvery < m.CheckpointEvery[0] || w.CheckpointEvery > m.CheckpointEvery[1] ||
+			w.CheckpointWrite < m.CheckpointWrite[0] || w.CheckpointWrite > m.CheckpointWrite[1] {
+			t.Fatalf("job %s: checkpoint every %v taking %v, outside the model's ranges", id, w.CheckpointEvery, w.CheckpointWrite)
+		}
+		if w.Kind == KindStuck && (w.Work+w.HangFor != time.Hour || w.HangAt > w.Work) {
+			t.Fatalf("stuck job %s: work %v + hang %v (at %v) should be its trace duration 1h", id, w.Work, w.HangFor, w.HangAt)
+		}
+		if again := m.For(id, 1, time.Hour, 1); again.Kind != w.Kind || again.Work != w.Work {
+			t.Fatalf("job %s drawn twice: %+v then %+v; every policy must replay the same work", id, w, again)
+		}
+	}
+	for kind, share := range map[Kind]float64{KindInteractive: m.InteractiveShare, KindStuck: m.StuckShare} {
+		if got := float64(kinds[kind]) / n; got < share-0.01 || got > share+0.01 {
+			t.Errorf("%s: %.3f of the jobs, want %.2f", kind, got, share)
+		}
+	}
+	if w := m.For("big", 16, time.Hour, 1); w.Kind == KindInteractive {
+		t.Errorf("a 16-GPU job drawn interactive; sessions are of at most %d GPUs", m.InteractiveMaxGPUs)
+	}
+	bad := m
+	bad.InteractiveShare, bad.StuckShare = 0.8, 0.3
+	if err := bad.Validate(); err == nil {
+		t.Error("shares adding up to 1.1 validated")
+	}
+}
