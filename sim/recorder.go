@@ -109,7 +109,7 @@ type recorder struct {
 	pods map[string]*PodRun    // running pods by namespace/name
 	// created is when each pod not yet running was first seen.
 	created map[string]time.Time
-	runs []*PodRun             // every pod run, ended or not
+	runs    []*PodRun // every pod run, ended or not
 	// faulted marks pods the fault injector killed, so their deletion counts as a
 	// fault and not an eviction.
 	faulted map[string]bool

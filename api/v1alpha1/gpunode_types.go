@@ -97,7 +97,8 @@ type GPUFault struct {
 	// Severity is the health this fault alone implies.
 	Severity GPUHealth `json:"severity"`
 	// Action is what NVIDIA's XID catalog recommends: Ignore, Watch, ResetGPU,
-	// RebootNode, DrainAndReplace.
+	// RebootNode, DrainAndReplace. Under isolation level Auto it decides whether the
+	// GPU alone (ResetGPU) or its node is isolated.
 	// +optional
 	Action string `json:"action,omitempty"`
 	// Persistent faults stay until an operator clears them; the others clear after a

@@ -75,11 +75,17 @@ type TierGracePeriod struct {
 }
 
 // IsolationLevel says what a GPU fault takes out of service.
-// +kubebuilder:validation:Enum=Node;GPU
+// +kubebuilder:validation:Enum=Auto;Node;GPU
 type IsolationLevel string
 
 // Isolation levels.
 const (
+	// IsolateAuto lets each fault decide, by its Immediate Action in NVIDIA's XID
+	// catalog: a fault that a GPU reset clears (XID 48, a double-bit ECC error, a
+	// pending row remap) isolates the failing GPU; one that needs a node reboot (XID
+	// 79: the GPU fell off the bus; a GPU lost to the driver) or a drained node for a
+	// hardware replacement (row remapping failed) isolates the node.
+	IsolateAuto IsolationLevel = "Auto"
 	// IsolateNode taints and cordons the whole node.
 	IsolateNode IsolationLevel = "Node"
 	// IsolateGPU takes only the failing GPUs out of the node's capacity; the node
@@ -89,8 +95,13 @@ const (
 
 // IsolationPolicy says how the pool's failing GPUs are isolated and brought back.
 type IsolationPolicy struct {
-	// Level: Node (default) or GPU.
-	// +kubebuilder:default=Node
+	// Level is what a fault takes out of service. Auto (default): the fault's action
+	// in NVIDIA's XID catalog decides; a fault a GPU reset clears isolates that GPU,
+	// one that needs a node reboot or a hardware replacement isolates the node, and
+	// when a node's failing GPUs need both, the node is isolated. Node: every fault
+	// isolates the node (taint and cordon). GPU: every fault isolates only the
+	// failing GPUs.
+	// +kubebuilder:default=Auto
 	// +optional
 	Level IsolationLevel `json:"level,omitempty"`
 	// DryRun reports what would be isolated (Events, metrics) and changes nothing.

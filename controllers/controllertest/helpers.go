@@ -41,6 +41,13 @@ func WorkloadOf(g gomega.Gomega, c client.Client, ns, job string) *kueue.Workloa
 // watches NVML events, so faults raised after it reach it.
 func RunAgent(t testing.TB, node string, fake *healthcheck.FakeGPUs, clk clock.WithTicker, tune func(*agent.Config)) (stop func()) {
 	t.Helper()
+	return RunAgentWithPods(t, node, fake, nil, clk, tune)
+}
+
+// RunAgentWithPods is RunAgent with pods telling the agent which pod holds each GPU,
+// as the kubelet's pod-resources API does on a real node (none when nil).
+func RunAgentWithPods(t testing.TB, node string, fake *healthcheck.FakeGPUs, pods agent.PodMapper, clk clock.WithTicker, tune func(*agent.Config)) (stop func()) {
+	t.Helper()
 	cfg := agent.DefaultConfig()
 	cfg.NodeName, cfg.MetricsBindAddress = node, "0"
 	cfg.PollInterval, cfg.HeartbeatInterval, cfg.UtilizationWindow = time.Second, 2*time.Second, 2*time.Second
@@ -55,7 +62,7 @@ func RunAgent(t testing.TB, node string, fake *healthcheck.FakeGPUs, clk clock.W
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := agent.New(agent.Options{Config: cfg, NVML: fake, Client: c, Clock: clk})
+	a, err := agent.New(agent.Options{Config: cfg, NVML: fake, Client: c, Clock: clk, Pods: pods})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,11 +1,14 @@
 // Package isolation runs Chamber's fault isolation. When a node agent reports a GPU
-// Unhealthy, the controller taints and cordons its node (or, at GPU level, holds the
-// failing GPUs), names the fault in a Node condition and an Event, and asks Chamber's
-// admission check to evict every Kueue workload on the node, so that Kueue requeues
-// them onto healthy hardware. A circuit breaker per pool and a rate limit bound what
-// it does; transient faults return the node after a run of healthy reports, hardware
-// faults stay until an operator clears them. Silence is never a fault: a node whose
-// agent stopped reporting is Unknown, and nothing is done to it.
+// Unhealthy, the controller takes out what failed: the failing GPUs alone when a GPU
+// reset clears every fault (by NVIDIA's XID catalog: XID 48, double-bit ECC), the
+// whole node, tainted and cordoned, when a fault needs a reboot or a replacement (XID
+// 79) or the pool forces Node level. It names the fault in a Node condition and an
+// Event, and asks Chamber's admission check to evict the Kueue workloads on what it
+// took out, so that Kueue requeues them onto healthy hardware. A circuit breaker per
+// pool and a rate limit bound what it does; transient faults return the node after a
+// run of healthy reports, hardware faults stay until an operator clears them. Silence
+// is never a fault: a node whose agent stopped reporting is Unknown, and nothing is
+// done to it.
 package isolation
 
 import (
@@ -66,7 +69,7 @@ const (
 	// AnnotationPersistent is "true" for a hardware fault, which only an operator
 	// clears; "false" for a transient one, which clears after healthy reports.
 	AnnotationPersistent = "chamber.dev/isolation-persistent"
-	// AnnotationLevel is the isolation level applied: Node or GPU.
+	// AnnotationLevel is the isolation level applied: Node or GPU (never Auto).
 	AnnotationLevel = "chamber.dev/isolation-level"
 	// AnnotationGPUs lists the failing GPUs' indices, e.g. "3,5".
 	AnnotationGPUs = "chamber.dev/isolated-gpus"
@@ -317,6 +320,7 @@ func returned(node *corev1.Node) bool {
 // breaker and the rate limit.
 func (c *Controller) isolate(ctx context.Context, node *corev1.Node, pool *chamber.GPUPool, policy chamber.IsolationPolicy, rep report, now time.Time) (reconcile.Result, error) {
 	what := rep.describe()
+	level, why := rep.level(policy.Level)
 	if policy.DryRun {
 		if changed, err := c.setConditionChanged(ctx, node, corev1.ConditionFalse, ReasonDryRun, "would isolate: "+what); err != nil || !changed {
 			return reconcile.Result{}, err
@@ -326,7 +330,7 @@ func (c *Controller) isolate(ctx context.Context, node *corev1.Node, pool *chamb
 			return reconcile.Result{}, err
 		}
 		c.recorder.Eventf(node, nil, corev1.EventTypeWarning, "WouldIsolate", "Isolate",
-			"dry run: would %s and evict %d workloads %v: %s", levelAction(policy.Level), len(wls), names(wls), what)
+			"dry run: would %s (%s) and evict %d workloads %v: %s", levelAction(level), why, len(wls), names(wls), what)
 		dryRuns.WithLabelValues(pool.Name, rep.primary().reason).Inc()
 		return reconcile.Result{}, nil
 	}
@@ -349,18 +353,14 @@ func (c *Controller) isolate(ctx context.Context, node *corev1.Node, pool *chamb
 		return reconcile.Result{RequeueAfter: time.Duration(float64(time.Second) / c.opts.RateLimit)}, nil
 	}
 
-	level := policy.Level
-	if level == "" {
-		level = chamber.IsolateNode
-	}
 	if err := c.patchIsolated(ctx, node, rep, level, now); err != nil {
 		return reconcile.Result{}, err
 	}
 	c.remember(pool.Name, node.Name, now)
 	primary := rep.primary()
 	isolations.WithLabelValues(pool.Name, string(level), primary.reason).Inc()
-	c.recorder.Eventf(node, nil, corev1.EventTypeWarning, "Isolated", "Isolate", "%s: %s", levelAction(level), what)
-	if err := c.setCondition(ctx, node, corev1.ConditionTrue, primary.reason, isolatedMessage(rep, level), ""); err != nil {
+	c.recorder.Eventf(node, nil, corev1.EventTypeWarning, "Isolated", "Isolate", "%s (%s): %s", levelAction(level), why, what)
+	if err := c.setCondition(ctx, node, corev1.ConditionTrue, primary.reason, isolatedMessage(rep, level, why), ""); err != nil {
 		return reconcile.Result{}, err
 	}
 	if level == chamber.IsolateGPU {
@@ -369,6 +369,27 @@ func (c *Controller) isolate(ctx context.Context, node *corev1.Node, pool *chamb
 		}
 	}
 	return reconcile.Result{}, c.evict(ctx, node, pool, rep, level, now)
+}
+
+// escalate isolates at Node level a node isolated at GPU level, once a fault there
+// takes the node: it taints and cordons it, lets go of the GPU hold, which the node's
+// isolation covers, and evicts every workload on it. The node was isolated already:
+// neither the breaker, the rate limit nor chamber_isolations_total counts it again.
+func (c *Controller) escalate(ctx context.Context, node *corev1.Node, pool *chamber.GPUPool, rep report, why string, now time.Time) error {
+	level := chamber.IsolateNode
+	if err := c.patchIsolated(ctx, node, rep, level, now); err != nil {
+		return err
+	}
+	if err := c.releaseGPUs(ctx, node.Name); err != nil {
+		return err
+	}
+	primary := rep.primary()
+	c.recorder.Eventf(node, nil, corev1.EventTypeWarning, "Isolated", "Isolate", "from GPU level to node level, %s (%s): %s",
+		levelAction(level), why, rep.describe())
+	if err := c.setCondition(ctx, node, corev1.ConditionTrue, primary.reason, isolatedMessage(rep, level, why), ""); err != nil {
+		return err
+	}
+	return c.evict(ctx, node, pool, rep, level, now)
 }
 
 // withhold records that a node would have been isolated but the breaker is open.
@@ -393,8 +414,12 @@ func (c *Controller) reconcileIsolated(ctx context.Context, node *corev1.Node, p
 	level := chamber.IsolationLevel(node.Annotations[AnnotationLevel])
 	switch rep.health {
 	case chamber.GPUUnhealthy:
-		// Still failing: the healthy run starts again, a new hardware fault makes the
+		// Still failing: a fault that takes the node turns a GPU-level isolation into a
+		// node-level one, the healthy run starts again, a new hardware fault makes the
 		// isolation persistent, and any workload still there is evicted.
+		if want, why := rep.level(policy.Level); level == chamber.IsolateGPU && want == chamber.IsolateNode {
+			return reconcile.Result{}, c.escalate(ctx, node, pool, rep, why, now)
+		}
 		want := map[string]any{AnnotationHealthyReports: nil}
 		if rep.persistent() && !persistent {
 			want[AnnotationPersistent] = "true"
@@ -434,16 +459,21 @@ func (c *Controller) reconcileIsolated(ctx context.Context, node *corev1.Node, p
 }
 
 // patchIsolated taints and cordons the node (Node level) and records the isolation
-// in its annotations, in one write.
+// in its annotations, in one write. An isolation that began at GPU level keeps its
+// start.
 func (c *Controller) patchIsolated(ctx context.Context, node *corev1.Node, rep report, level chamber.IsolationLevel, now time.Time) error {
 	primary := rep.primary()
 	return c.updateNode(ctx, node.Name, func(n *corev1.Node) {
 		if n.Annotations == nil {
 			n.Annotations = map[string]string{}
 		}
-		n.Annotations[AnnotationIsolatedAt] = now.UTC().Format(time.RFC3339)
+		if n.Annotations[AnnotationIsolatedAt] == "" {
+			n.Annotations[AnnotationIsolatedAt] = now.UTC().Format(time.RFC3339)
+		}
 		n.Annotations[AnnotationReason] = rep.describe()
-		n.Annotations[AnnotationPersistent] = strconv.FormatBool(rep.persistent())
+		// A GPU-level isolation that turns node-level stays a hardware fault's.
+		persistent := rep.persistent() || n.Annotations[AnnotationPersistent] == "true"
+		n.Annotations[AnnotationPersistent] = strconv.FormatBool(persistent)
 		n.Annotations[AnnotationLevel] = string(level)
 		n.Annotations[AnnotationGPUs] = joinInts(rep.failingGPUs())
 		delete(n.Annotations, AnnotationHealthyReports)
@@ -775,12 +805,12 @@ func levelAction(level chamber.IsolationLevel) string {
 	return "taint " + TaintKey + ":NoSchedule and cordon the node"
 }
 
-func isolatedMessage(rep report, level chamber.IsolationLevel) string {
+func isolatedMessage(rep report, level chamber.IsolationLevel, why string) string {
 	clears := fmt.Sprintf("a transient fault: it returns after healthy reports, or when an operator sets %s=true", AnnotationClear)
 	if rep.persistent() {
 		clears = fmt.Sprintf("a hardware fault: it stays isolated until an operator sets %s=true", AnnotationClear)
 	}
-	return fmt.Sprintf("%s (%s level); %s", rep.describe(), level, clears)
+	return fmt.Sprintf("%s (%s level: %s); %s", rep.describe(), level, why, clears)
 }
 
 func names(wls []*kueue.Workload) []string {

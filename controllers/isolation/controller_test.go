@@ -72,11 +72,77 @@ func gpuNode(name string, heartbeat time.Time, faulty map[int32][]chamber.GPUFau
 	return gn
 }
 
+// Faults as the agent reports them, with their actions in NVIDIA's XID catalog.
 var (
-	xid79 = chamber.GPUFault{Reason: "XID79", Severity: chamber.GPUUnhealthy, Persistent: true, Message: "XID 79: GPU has fallen off the bus"}
-	xid92 = chamber.GPUFault{Reason: "XID92", Severity: chamber.GPUDegraded, Message: "XID 92: High single-bit ECC error rate"}
-	gsp   = chamber.GPUFault{Reason: "XID119", Severity: chamber.GPUUnhealthy, Message: "XID 119: GSP RPC timeout"}
+	xid79 = chamber.GPUFault{Reason: "XID79", Severity: chamber.GPUUnhealthy, Action: "RebootNode", Persistent: true, Message: "XID 79: GPU has fallen off the bus"}
+	xid48 = chamber.GPUFault{Reason: "XID48", Severity: chamber.GPUUnhealthy, Action: "ResetGPU", Persistent: true, Message: "XID 48: Double-bit ECC error"}
+	xid92 = chamber.GPUFault{Reason: "XID92", Severity: chamber.GPUDegraded, Action: "ResetGPU", Message: "XID 92: High single-bit ECC error rate"}
+	gsp   = chamber.GPUFault{Reason: "XID119", Severity: chamber.GPUUnhealthy, Action: "ResetGPU", Message: "XID 119: GSP RPC timeout"}
+	// remapFailed needs the GPU replaced: the node is drained.
+	remapFailed = chamber.GPUFault{Reason: "RowRemapFailure", Severity: chamber.GPUUnhealthy, Action: "DrainAndReplace", Persistent: true}
 )
+
+func TestIsolationLevel(t *testing.T) {
+	noAction := xid48
+	noAction.Action = ""
+	// A GPU the agent calls Unhealthy without an Unhealthy fault to say why.
+	unexplained := gpuNode("n", start, map[int32][]chamber.GPUFault{4: {xid92}})
+	unexplained.Status.GPUs[4].Health, unexplained.Status.Health = chamber.GPUUnhealthy, chamber.GPUUnhealthy
+	for name, tc := range map[string]struct {
+		pool      chamber.IsolationLevel
+		gn        *chamber.GPUNode
+		wantLevel chamber.IsolationLevel
+		wantWhy   string
+	}{
+		"XID 48: a GPU reset clears it": {
+			pool: chamber.IsolateAuto, gn: gpuNode("n", start, map[int32][]chamber.GPUFault{2: {xid48}}),
+			wantLevel: chamber.IsolateGPU, wantWhy: "a reset of the failing GPUs is all the faults need",
+		},
+		"an unset level is Auto": {
+			gn:        gpuNode("n", start, map[int32][]chamber.GPUFault{2: {xid48}, 3: {gsp}}),
+			wantLevel: chamber.IsolateGPU, wantWhy: "a reset of the failing GPUs is all the faults need",
+		},
+		"XID 79 needs a reboot": {
+			pool: chamber.IsolateAuto, gn: gpuNode("n", start, map[int32][]chamber.GPUFault{3: {xid79}}),
+			wantLevel: chamber.IsolateNode, wantWhy: "XID79 on GPU 3 needs RebootNode",
+		},
+		"a failed row remap needs the GPU replaced": {
+			gn:        gpuNode("n", start, map[int32][]chamber.GPUFault{1: {remapFailed}}),
+			wantLevel: chamber.IsolateNode, wantWhy: "RowRemapFailure on GPU 1 needs DrainAndReplace",
+		},
+		"mixed faults on two GPUs: the node": {
+			gn:        gpuNode("n", start, map[int32][]chamber.GPUFault{2: {xid48}, 6: {xid79}}),
+			wantLevel: chamber.IsolateNode, wantWhy: "XID79 on GPU 6 needs RebootNode",
+		},
+		"mixed faults on one GPU: the node": {
+			gn:        gpuNode("n", start, map[int32][]chamber.GPUFault{5: {xid48, xid79}}),
+			wantLevel: chamber.IsolateNode, wantWhy: "XID79 on GPU 5 needs RebootNode",
+		},
+		"a fault without an action (an older agent): the node": {
+			gn:        gpuNode("n", start, map[int32][]chamber.GPUFault{2: {noAction}}),
+			wantLevel: chamber.IsolateNode, wantWhy: "XID48 on GPU 2 needs an action the agent did not report",
+		},
+		"an Unhealthy GPU without a fault: the node": {
+			gn:        unexplained,
+			wantLevel: chamber.IsolateNode, wantWhy: "GPUUnhealthy on GPU 4 needs an action the agent did not report",
+		},
+		"the pool forces Node on XID 48": {
+			pool: chamber.IsolateNode, gn: gpuNode("n", start, map[int32][]chamber.GPUFault{2: {xid48}}),
+			wantLevel: chamber.IsolateNode, wantWhy: "forced by the pool's isolation policy",
+		},
+		"the pool forces GPU on XID 79": {
+			pool: chamber.IsolateGPU, gn: gpuNode("n", start, map[int32][]chamber.GPUFault{3: {xid79}}),
+			wantLevel: chamber.IsolateGPU, wantWhy: "forced by the pool's isolation policy",
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			level, why := readReport(tc.gn, start, DefaultUnknownAfterHeartbeats).level(tc.pool)
+			if diff := cmp.Diff([]string{string(tc.wantLevel), tc.wantWhy}, []string{string(level), why}); diff != "" {
+				t.Errorf("level, why (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
 
 func TestReadReport(t *testing.T) {
 	for name, tc := range map[string]struct {
@@ -383,15 +449,7 @@ func TestGPULevel(t *testing.T) {
 	if hold.Spec.NodeName != "n1" || q.Value() != 1 {
 		t.Errorf("hold pod on %q for %s GPUs, want n1 and 1", hold.Spec.NodeName, q.String())
 	}
-	evicted := map[string]bool{}
-	for _, job := range []string{"a", "b"} {
-		var wl kueue.Workload
-		if err := e.client.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: job}, &wl); err != nil {
-			t.Fatal(err)
-		}
-		_, evicted[job] = admission.RequestedEviction(&wl)
-	}
-	if diff := cmp.Diff(map[string]bool{"a": true, "b": false}, evicted); diff != "" {
+	if diff := cmp.Diff(map[string]bool{"a": true, "b": false}, e.evicted("a", "b")); diff != "" {
 		t.Errorf("evicted (-want +got):\n%s", diff)
 	}
 
@@ -404,6 +462,71 @@ func TestGPULevel(t *testing.T) {
 	}
 	if err := e.client.Get(context.Background(), client.ObjectKeyFromObject(&hold), &hold); !apierrors.IsNotFound(err) {
 		t.Errorf("hold pod after recovery: %v, want NotFound", err)
+	}
+}
+
+// evicted says of each job's workload in namespace ns whether its eviction was asked for.
+func (e *env) evicted(jobs ...string) map[string]bool {
+	e.t.Helper()
+	out := map[string]bool{}
+	for _, job := range jobs {
+		var wl kueue.Workload
+		if err := e.client.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: job}, &wl); err != nil {
+			e.t.Fatal(err)
+		}
+		_, out[job] = admission.RequestedEviction(&wl)
+	}
+	return out
+}
+
+// Under Auto, an XID 48 isolates its GPU alone: the node stays in service and only
+// the workload on that GPU is evicted. An XID 79 on another GPU of the node then
+// isolates the node: taint, cordon, every workload evicted, the GPU hold let go.
+func TestAutoLevelFollowsTheFault(t *testing.T) {
+	faults := map[int32][]chamber.GPUFault{2: {xid48}}
+	gn := gpuNode("n1", start, faults)
+	gn.Status.GPUs[2].Pod = &chamber.PodReference{Namespace: "ns", Name: "a-0"}
+	gn.Status.GPUs[5].Pod = &chamber.PodReference{Namespace: "ns", Name: "b-0"}
+	objs := []client.Object{pool("p", &chamber.IsolationPolicy{Level: chamber.IsolateAuto}), node("n1", "p"), gn}
+	for _, job := range []string{"a", "b"} {
+		objs = append(objs, workloadWithPod(job, "n1")...)
+	}
+	e := newEnv(t, Options{}, nil, objs...)
+	e.reconcile("n1")
+	if diff := cmp.Diff(state{Status: corev1.ConditionTrue, Reason: "XID48"}, e.state("n1")); diff != "" {
+		t.Errorf("node after XID 48 (-want +got):\n%s", diff)
+	}
+	isolatedAt := e.node("n1").Annotations[AnnotationIsolatedAt]
+	if got := e.node("n1").Annotations; got[AnnotationLevel] != "GPU" || got[AnnotationGPUs] != "2" {
+		t.Errorf("annotations %v: want GPU level on GPU 2", got)
+	}
+	if diff := cmp.Diff(map[string]bool{"a": true, "b": false}, e.evicted("a", "b")); diff != "" {
+		t.Errorf("evicted after XID 48 (-want +got):\n%s", diff)
+	}
+	hold := client.ObjectKey{Namespace: DefaultHoldNamespace, Name: holdPodName("n1")}
+	if err := e.client.Get(context.Background(), hold, &corev1.Pod{}); err != nil {
+		t.Fatalf("hold pod after XID 48: %v", err)
+	}
+
+	e.clock.Step(30 * time.Second)
+	faults[5] = []chamber.GPUFault{xid79}
+	e.report("n1", faults)
+	e.reconcile("n1")
+	if diff := cmp.Diff(isolatedState("XID79"), e.state("n1")); diff != "" {
+		t.Errorf("node after XID 79 (-want +got):\n%s", diff)
+	}
+	got := e.node("n1").Annotations
+	if diff := cmp.Diff([]string{"Node", "2,5", isolatedAt}, []string{got[AnnotationLevel], got[AnnotationGPUs], got[AnnotationIsolatedAt]}); diff != "" {
+		t.Errorf("level, GPUs and start of the isolation (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]bool{"a": true, "b": true}, e.evicted("a", "b")); diff != "" {
+		t.Errorf("evicted after XID 79 (-want +got):\n%s", diff)
+	}
+	if err := e.client.Get(context.Background(), hold, &corev1.Pod{}); !apierrors.IsNotFound(err) {
+		t.Errorf("hold pod after XID 79: %v, want NotFound", err)
+	}
+	if diff := cmp.Diff([]string{"Isolated", "EvictionRequested", "Isolated", "EvictionRequested"}, e.eventReasons()); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
 	}
 }
 

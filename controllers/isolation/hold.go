@@ -19,8 +19,8 @@ import (
 // failing GPUs, so kube-scheduler and Kueue's topology-aware scheduling (which counts
 // pods it did not admit as usage) place nothing on them. On a real node the device
 // plugin, not Chamber, picks which GPUs the hold pod gets: unless the plugin itself
-// withholds the failing ones, it may get healthy ones. That is why Node level is
-// the default.
+// withholds the failing ones, it may get healthy ones. A pool that cannot take that
+// forces Node level; under Auto, GPU level is kept for faults a GPU reset clears.
 const (
 	// LabelGPUHold marks Chamber's GPU hold pods; its value is the node's name.
 	LabelGPUHold = "chamber.dev/gpu-hold"

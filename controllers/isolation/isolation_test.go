@@ -1,10 +1,13 @@
 package isolation_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +17,7 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -90,24 +94,49 @@ func nodes(t testing.TB, pool string, names ...string) {
 // every second and writing at least every heartbeat. stop ends it, as a crash would.
 func startAgent(t *testing.T, node string, heartbeat time.Duration) (gpus *healthcheck.FakeGPUs, stop func()) {
 	t.Helper()
+	fake := dgxH100(t)
+	return fake, runAgent(t, node, fake, heartbeat)
+}
+
+// startMappedAgent is startAgent with the pods of each GPU in the agent's reports, as
+// the kubelet's pod-resources API gives them on a real node.
+func startMappedAgent(t *testing.T, node string, heartbeat time.Duration) (gpus *healthcheck.FakeGPUs) {
+	t.Helper()
+	fake := dgxH100(t)
+	controllertest.RunAgentWithPods(t, node, fake, &devicePlugin{node: node, held: map[types.UID][]int{}}, nil, heartbeatEvery(heartbeat))
+	return fake
+}
+
+func dgxH100(t *testing.T) *healthcheck.FakeGPUs {
+	t.Helper()
 	fake, err := healthcheck.NewFake("dgxh100")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return fake, runAgent(t, node, fake, heartbeat)
+	return fake
+}
+
+func heartbeatEvery(d time.Duration) func(*agent.Config) {
+	return func(cfg *agent.Config) { cfg.HeartbeatInterval = d }
 }
 
 // runAgent runs an agent on the fake GPUs, as after a restart of the agent.
 func runAgent(t *testing.T, node string, fake *healthcheck.FakeGPUs, heartbeat time.Duration) (stop func()) {
 	t.Helper()
-	return controllertest.RunAgent(t, node, fake, nil, func(cfg *agent.Config) { cfg.HeartbeatInterval = heartbeat })
+	return controllertest.RunAgent(t, node, fake, nil, heartbeatEvery(heartbeat))
 }
 
 // submit creates a Job of one pod holding 8 GPUs for ten minutes.
 func submit(t testing.TB, ns, name string) {
 	t.Helper()
+	submitGPUs(t, ns, name, 8)
+}
+
+// submitGPUs creates a Job of one pod holding gpus GPUs for ten minutes.
+func submitGPUs(t testing.TB, ns, name string, gpus int) {
+	t.Helper()
 	create(t, testingjob.MakeJob(name, ns).Queue("default").Suspend(false).
-		RequestAndLimit(chamberkueue.ResourceGPU, "8").
+		RequestAndLimit(chamberkueue.ResourceGPU, strconv.Itoa(gpus)).
 		PodAnnotation("pod-complete.stage.kwok.x-k8s.io/delay", "10m").
 		PodAnnotation("pod-complete.stage.kwok.x-k8s.io/jitter-delay", "10m").Obj())
 }
@@ -227,6 +256,14 @@ func value(g gomega.Gomega, name string, labels ...string) float64 {
 	return 0
 }
 
+// evictedByCheck: Kueue evicted the job's workload through Chamber's admission check
+// at least once.
+func evictedByCheck(g gomega.Gomega, ns, job string) {
+	wl := controllertest.WorkloadOf(g, k8s, ns, job)
+	g.Expect(wl.Status.SchedulingStats).NotTo(gomega.BeNil())
+	g.Expect(wl.Status.SchedulingStats.Evictions).To(gomega.ContainElement(gomega.HaveField("Reason", kueue.WorkloadEvictedByAdmissionCheck)))
+}
+
 // undisturbed: the job's one workload has no eviction request and its pod runs.
 func undisturbed(g gomega.Gomega, ns, job string) {
 	wls := workloads(g, ns, job)
@@ -236,10 +273,12 @@ func undisturbed(g gomega.Gomega, ns, job string) {
 	runningPod(g, ns, job)
 }
 
-// Test 1. An XID 79 on one GPU of the node running a job: the node is tainted and
-// cordoned, the workload evicted through Chamber's admission check and requeued by
-// Kueue, and the job's new pod runs on a healthy node; one workload, one pod, no
-// failure counted against the job; the pool's healthy capacity shrinks.
+// Test 1. An XID 79 on one GPU of the node running a job: the GPU fell off the bus,
+// which NVIDIA's catalog says a node reboot recovers, so under the default level
+// (Auto) the node is isolated: it is tainted and cordoned, the workload evicted
+// through Chamber's admission check and requeued by Kueue, and the job's new pod runs
+// on a healthy node; one workload, one pod, no failure counted against the job; the
+// pool's healthy capacity shrinks.
 func TestXID79MovesWorkloadToHealthyNode(t *testing.T) {
 	t.Parallel()
 	g := newG(t)
@@ -271,6 +310,7 @@ func TestXID79MovesWorkloadToHealthyNode(t *testing.T) {
 		isolated(g, "move-3", "XID79")
 		n := getNode(g, "move-3")
 		g.Expect(n.Annotations).To(gomega.HaveKeyWithValue(isolation.AnnotationPersistent, "true"))
+		g.Expect(n.Annotations).To(gomega.HaveKeyWithValue(isolation.AnnotationLevel, string(chamber.IsolateNode)))
 		g.Expect(condition(n).Message).To(gomega.ContainSubstring("XID79 on GPU 3"))
 	}).Should(gomega.Succeed())
 
@@ -286,8 +326,7 @@ func TestXID79MovesWorkloadToHealthyNode(t *testing.T) {
 	wl := wls[0]
 	g.Expect(wl.UID).To(gomega.Equal(uid))
 	g.Expect(apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadAdmitted)).To(gomega.BeTrue())
-	g.Expect(wl.Status.SchedulingStats).NotTo(gomega.BeNil())
-	g.Expect(wl.Status.SchedulingStats.Evictions).To(gomega.ContainElement(gomega.HaveField("Reason", kueue.WorkloadEvictedByAdmissionCheck)))
+	evictedByCheck(g, "move", "train")
 
 	var job batchv1.Job
 	g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: "move", Name: "train"}, &job)).To(gomega.Succeed())
@@ -435,13 +474,14 @@ func TestSilentAgentIsUnknown(t *testing.T) {
 	undisturbed(g, "silent", "train")
 }
 
-// Test 5a. A double-bit ECC error is a hardware fault: the node stays isolated after
-// the GPU is reset and reports healthy again, until an operator clears it.
+// Test 5a. A double-bit ECC error is a hardware fault: the node (the pool forces Node
+// level; under Auto a double-bit ECC error isolates its GPU) stays isolated after the
+// GPU is reset and reports healthy again, until an operator clears it.
 func TestHardwareFaultWaitsForOperator(t *testing.T) {
 	t.Parallel()
 	g := newG(t)
 	ctx := context.Background()
-	fixture(t, "dbe", nil, 8)
+	fixture(t, "dbe", &chamber.IsolationPolicy{Level: chamber.IsolateNode}, 8)
 	nodes(t, "dbe", "dbe-1")
 	gpus, stop := startAgent(t, "dbe-1", time.Second)
 	if err := gpus.RaiseDoubleBitECC(2); err != nil {
@@ -491,13 +531,13 @@ func TestHardwareFaultWaitsForOperator(t *testing.T) {
 	}).Should(gomega.Succeed())
 }
 
-// Test 5b. A transient fault returns the node by itself after 3 consecutive healthy
-// reports. The agent's XID catalog marks every Unhealthy fault persistent, so this
+// Test 5b. A transient fault returns the node (forced Node level) by itself after 3
+// consecutive healthy reports. The agent's XID catalog marks every Unhealthy fault persistent, so this
 // test writes the GPUNode as a source reporting a transient Unhealthy fault would.
 func TestTransientFaultRecovers(t *testing.T) {
 	t.Parallel()
 	g := newG(t)
-	fixture(t, "transient", &chamber.IsolationPolicy{RecoveryReports: ptr.To[int32](3)}, 8)
+	fixture(t, "transient", &chamber.IsolationPolicy{Level: chamber.IsolateNode, RecoveryReports: ptr.To[int32](3)}, 8)
 	nodes(t, "transient", "transient-1")
 	gpu := chamber.GPUStatus{Index: 5, Health: chamber.GPUUnhealthy, Faults: []chamber.GPUFault{{
 		Reason: "XID119", Severity: chamber.GPUUnhealthy, Action: "ResetGPU", Message: "XID 119: GSP RPC timeout",
@@ -555,4 +595,138 @@ func reportEvery(t testing.TB, node string, heartbeat time.Time, period time.Dur
 	if err := k8s.Status().Update(ctx, gn); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// Test 6. An XID 48 (double-bit ECC error) on the GPU of a one-GPU job: NVIDIA's
+// catalog says a GPU reset clears it, so under the default level (Auto) Chamber takes
+// out that GPU alone. The node is neither tainted nor cordoned, a hold pod takes the
+// GPU, the job on it is evicted, and the job on the node's other 7 GPUs keeps running.
+func TestXID48IsolatesTheGPUOnly(t *testing.T) {
+	t.Parallel()
+	g := newG(t)
+	ctx := context.Background()
+	fixture(t, "gpu48", nil, 8)
+	nodes(t, "gpu48", "gpu48-1")
+	gpus := startMappedAgent(t, "gpu48-1", 2*time.Second)
+	submitGPUs(t, "gpu48", "small", 1)
+	var small *corev1.Pod
+	g.Eventually(func(g gomega.Gomega) { small = runningPod(g, "gpu48", "small") }).Should(gomega.Succeed())
+	submitGPUs(t, "gpu48", "big", 7)
+	g.Eventually(func(g gomega.Gomega) { runningPod(g, "gpu48", "big") }).Should(gomega.Succeed())
+
+	// The fault hits the GPU the agent says small's pod holds.
+	failing := -1
+	g.Eventually(func(g gomega.Gomega) {
+		var gn chamber.GPUNode
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Name: "gpu48-1"}, &gn)).To(gomega.Succeed())
+		i := slices.IndexFunc(gn.Status.GPUs, func(s chamber.GPUStatus) bool { return s.Pod != nil && s.Pod.Name == small.Name })
+		g.Expect(i).NotTo(gomega.Equal(-1), "the agent maps no GPU to pod %s", small.Name)
+		failing = int(gn.Status.GPUs[i].Index)
+	}).Should(gomega.Succeed())
+	if err := gpus.RaiseXID(failing, 48); err != nil {
+		t.Fatal(err)
+	}
+	g.Eventually(func(g gomega.Gomega) {
+		n := getNode(g, "gpu48-1")
+		cond := condition(n)
+		g.Expect(cond).NotTo(gomega.BeNil())
+		g.Expect(cond.Status).To(gomega.Equal(corev1.ConditionTrue))
+		g.Expect(cond.Reason).To(gomega.Equal("XID48"))
+		g.Expect(n.Annotations).To(gomega.HaveKeyWithValue(isolation.AnnotationLevel, string(chamber.IsolateGPU)))
+		g.Expect(n.Annotations).To(gomega.HaveKeyWithValue(isolation.AnnotationGPUs, strconv.Itoa(failing)))
+	}).Should(gomega.Succeed())
+	g.Eventually(func(g gomega.Gomega) { evictedByCheck(g, "gpu48", "small") }).Should(gomega.Succeed())
+
+	inService(g, "gpu48-1")
+	undisturbed(g, "gpu48", "big")
+	var hold corev1.PodList
+	g.Expect(k8s.List(ctx, &hold, client.MatchingLabels{isolation.LabelGPUHold: "gpu48-1"})).To(gomega.Succeed())
+	g.Expect(hold.Items).To(gomega.HaveLen(1))
+	q := hold.Items[0].Spec.Containers[0].Resources.Limits[chamberkueue.ResourceGPU]
+	g.Expect(q.Value()).To(gomega.Equal(int64(1)), "the hold takes the failing GPU only")
+	g.Expect(value(g, "chamber_isolations_total", "pool", "gpu48", "level", "GPU", "reason", "XID48")).To(gomega.Equal(1.0))
+}
+
+// Test 7. A pool that forces Node level isolates the node on an XID 48, which Auto
+// would isolate as one GPU.
+func TestForcedNodeLevelIsolatesNodeOnXID48(t *testing.T) {
+	t.Parallel()
+	g := newG(t)
+	fixture(t, "forced", &chamber.IsolationPolicy{Level: chamber.IsolateNode}, 8)
+	nodes(t, "forced", "forced-1")
+	gpus, _ := startAgent(t, "forced-1", 2*time.Second)
+	submitGPUs(t, "forced", "small", 1)
+	g.Eventually(func(g gomega.Gomega) { runningPod(g, "forced", "small") }).Should(gomega.Succeed())
+	if err := gpus.RaiseXID(6, 48); err != nil {
+		t.Fatal(err)
+	}
+	g.Eventually(func(g gomega.Gomega) {
+		isolated(g, "forced-1", "XID48")
+		g.Expect(getNode(g, "forced-1").Annotations).To(gomega.HaveKeyWithValue(isolation.AnnotationLevel, string(chamber.IsolateNode)))
+	}).Should(gomega.Succeed())
+	// Without a map of pods to GPUs (a kwok node), node level evicts every workload on the node.
+	g.Eventually(func(g gomega.Gomega) { evictedByCheck(g, "forced", "small") }).Should(gomega.Succeed())
+	g.Expect(value(g, "chamber_isolations_total", "pool", "forced", "level", "Node", "reason", "XID48")).To(gomega.Equal(1.0))
+}
+
+// devicePlugin plays the kubelet's device manager for one kwok node, for the agent's
+// pod-resources: each live pod bound to the node gets the lowest free GPUs it asks
+// for, and keeps them until it ends or is gone.
+type devicePlugin struct {
+	node string
+	mu   sync.Mutex
+	held map[types.UID][]int
+}
+
+// GPUPods maps NVML indices, which the agent accepts as device IDs, to pods.
+func (d *devicePlugin) GPUPods(ctx context.Context) (map[string]agent.PodRef, error) {
+	var pods corev1.PodList
+	if err := k8s.List(ctx, &pods, client.MatchingFields{"spec.nodeName": d.node}); err != nil {
+		return nil, err
+	}
+	slices.SortFunc(pods.Items, func(a, b corev1.Pod) int {
+		return cmp.Or(a.CreationTimestamp.Compare(b.CreationTimestamp.Time), cmp.Compare(a.Name, b.Name))
+	})
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	live := map[types.UID]bool{}
+	for _, p := range pods.Items {
+		live[p.UID] = p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed
+	}
+	var used [8]bool
+	for uid, gpus := range d.held {
+		if !live[uid] {
+			delete(d.held, uid)
+			continue
+		}
+		for _, i := range gpus {
+			used[i] = true
+		}
+	}
+	out := map[string]agent.PodRef{}
+	for _, p := range pods.Items {
+		if !live[p.UID] || len(p.Spec.Containers) == 0 {
+			continue
+		}
+		if _, ok := d.held[p.UID]; !ok {
+			q := p.Spec.Containers[0].Resources.Limits[chamberkueue.ResourceGPU]
+			var free []int
+			for i := 0; i < len(used) && int64(len(free)) < q.Value(); i++ {
+				if !used[i] {
+					free = append(free, i)
+				}
+			}
+			if q.Value() == 0 || int64(len(free)) < q.Value() {
+				continue
+			}
+			for _, i := range free {
+				used[i] = true
+			}
+			d.held[p.UID] = free
+		}
+		for _, i := range d.held[p.UID] {
+			out[strconv.Itoa(i)] = agent.PodRef{Namespace: p.Namespace, Name: p.Name, Container: p.Spec.Containers[0].Name}
+		}
+	}
+	return out, nil
 }

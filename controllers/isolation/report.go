@@ -1,6 +1,7 @@
 package isolation
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -12,12 +13,16 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
+	"chamber.dev/chamber/healthcheck"
 )
 
 // fault is one Unhealthy fault of one GPU, as its agent reports it.
 type fault struct {
-	gpu        int
-	reason     string
+	gpu    int
+	reason string
+	// action is the fault's Immediate Action in NVIDIA's XID catalog, as the agent
+	// reports it (healthcheck.Action); empty when the agent does not say.
+	action     healthcheck.Action
 	message    string
 	persistent bool
 }
@@ -75,7 +80,8 @@ func readReport(gn *chamber.GPUNode, now time.Time, unknownAfter int) report {
 		n := len(r.faults)
 		for _, f := range g.Faults {
 			if f.Severity == chamber.GPUUnhealthy {
-				r.faults = append(r.faults, fault{gpu: int(g.Index), reason: f.Reason, message: f.Message, persistent: f.Persistent})
+				r.faults = append(r.faults, fault{gpu: int(g.Index), reason: f.Reason, action: healthcheck.Action(f.Action),
+					message: f.Message, persistent: f.Persistent})
 			}
 		}
 		if len(r.faults) == n {
@@ -85,18 +91,48 @@ func readReport(gn *chamber.GPUNode, now time.Time, unknownAfter int) report {
 	return r
 }
 
-// primary is the fault that names the isolation: the first hardware fault, else the
-// first fault.
+// primary is the fault that names the isolation: a hardware fault before a transient
+// one, and among them one that takes the node (it decides the level under Auto)
+// before one a GPU reset clears; the first of a kind.
 func (r report) primary() fault {
-	for _, f := range r.faults {
-		if f.persistent {
-			return f
-		}
-	}
 	if len(r.faults) == 0 {
 		return fault{reason: "GPUUnhealthy"}
 	}
-	return r.faults[0]
+	rank := func(f fault) int {
+		n := 0
+		if f.persistent {
+			n += 2
+		}
+		if f.action.TakesNode() {
+			n++
+		}
+		return n
+	}
+	best := r.faults[0]
+	for _, f := range r.faults[1:] {
+		if rank(f) > rank(best) {
+			best = f
+		}
+	}
+	return best
+}
+
+// level is the isolation level of the report's faults under the pool's level, and
+// why, for people. Node and GPU are the pool's to force. Under Auto (or unset) each
+// fault's catalog action decides, and the node is isolated when any fault's action
+// takes the node (a reboot, a replacement) or is unknown (a GPU the agent reports
+// Unhealthy without a fault): GPU level only when a reset of the failing GPUs is all
+// the faults need.
+func (r report) level(pool chamber.IsolationLevel) (chamber.IsolationLevel, string) {
+	if pool == chamber.IsolateNode || pool == chamber.IsolateGPU {
+		return pool, "forced by the pool's isolation policy"
+	}
+	for _, f := range r.faults {
+		if f.action.TakesNode() {
+			return chamber.IsolateNode, fmt.Sprintf("%s on GPU %d needs %s", f.reason, f.gpu, cmp.Or(string(f.action), "an action the agent did not report"))
+		}
+	}
+	return chamber.IsolateGPU, "a reset of the failing GPUs is all the faults need"
 }
 
 func (r report) persistent() bool {
