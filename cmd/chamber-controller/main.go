@@ -40,7 +40,7 @@ func main() {
 		perGPUMetrics      = flag.Bool("per-gpu-metrics", false, "export chamber_gpu_state, one series per GPU (the node agent already exports per-GPU metrics)")
 		reclaimInterval    = flag.Duration("idle-reclaim-interval", idlereclaim.DefaultInterval, "how often idle reclaim looks again at each workload holding GPUs (the policies are on pools and teams)")
 		reclaimMinWait     = flag.Duration("idle-reclaim-min-wait", idlereclaim.DefaultMinWait, "how long a workload must have been without quota before idle reclaim counts it as waiting for GPUs (a requeued workload Kueue readmits at once is not)")
-		reclaimMaxHold     = flag.Duration("idle-reclaim-max-hold", idlereclaim.DefaultMaxHold, "the longest a reclaimed workload is kept out of its queue so that the workload it was reclaimed for gets its GPUs")
+		reclaimMaxHold     = flag.Duration("idle-reclaim-max-hold", idlereclaim.DefaultMaxHold, "the longest a workload reclaimed for idling stays paused while others wait for its GPUs, at its first reclaim; doubles with each further one (up to 8x)")
 		apiQPS             = flag.Float64("kube-api-qps", 300, "queries per second to the API server (Kueue's own default: its check round trips are on Kueue's admission path)")
 		apiBurst           = flag.Int("kube-api-burst", 500, "burst of queries to the API server")
 		admissionCheck     = flag.Bool("admission-check", true, "attach Chamber's admission check (placement on healthy GPUs, evictions) to every team's ClusterQueue")

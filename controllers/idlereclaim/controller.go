@@ -62,8 +62,8 @@ type Options struct {
 	// Interval is how often a workload holding GPUs is looked at again; contention and
 	// utilization are read from the cache each time.
 	Interval time.Duration
-	// MaxHold is the longest a reclaimed workload is kept out of its queue for the
-	// workload it was reclaimed for (see hold.go).
+	// MaxHold is the longest a workload reclaimed for the first time stays paused
+	// while others wait for its GPUs; it doubles with each further reclaim (hold.go).
 	MaxHold time.Duration
 	// MinWait is how long a workload must have been without quota before it counts as
 	// waiting for GPUs (contention); a requeued workload Kueue readmits at once never
@@ -480,19 +480,28 @@ func (c *Controller) gpuNodesOf(ctx context.Context, pods []corev1.Pod) (map[str
 // waitingFor lists what contention needs from the cache and finds a workload waiting
 // for the GPUs wl holds.
 func (c *Controller) waitingFor(ctx context.Context, wl *kueue.Workload, now time.Time) (*kueue.Workload, error) {
+	workloads, localQueues, clusterQueues, err := c.queueState(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return waiting(wl, workloads, localQueues, clusterQueues, now, c.opts.MinWait), nil
+}
+
+// queueState lists the Workloads, LocalQueues and ClusterQueues from the cache.
+func (c *Controller) queueState(ctx context.Context) ([]kueue.Workload, []kueue.LocalQueue, []kueue.ClusterQueue, error) {
 	var workloads kueue.WorkloadList
 	if err := c.client.List(ctx, &workloads); err != nil {
-		return nil, fmt.Errorf("list workloads: %w", err)
+		return nil, nil, nil, fmt.Errorf("list workloads: %w", err)
 	}
 	var localQueues kueue.LocalQueueList
 	if err := c.client.List(ctx, &localQueues); err != nil {
-		return nil, fmt.Errorf("list local queues: %w", err)
+		return nil, nil, nil, fmt.Errorf("list local queues: %w", err)
 	}
 	var clusterQueues kueue.ClusterQueueList
 	if err := c.client.List(ctx, &clusterQueues); err != nil {
-		return nil, fmt.Errorf("list cluster queues: %w", err)
+		return nil, nil, nil, fmt.Errorf("list cluster queues: %w", err)
 	}
-	return waiting(wl, workloads.Items, localQueues.Items, clusterQueues.Items, now, c.opts.MinWait), nil
+	return workloads.Items, localQueues.Items, clusterQueues.Items, nil
 }
 
 // offersGPUFlavor says whether the ClusterQueue has quota (nominal, or 0 to borrow)

@@ -44,6 +44,8 @@ type world struct {
 	pod     *corev1.Pod
 	node    *chamber.GPUNode
 	waiting *kueue.Workload
+	// others are more workloads, none at first.
+	others []*kueue.Workload
 }
 
 func newWorld() *world {
@@ -87,6 +89,9 @@ func (w *world) start(t *testing.T, funcs interceptor.Funcs) *run {
 	}
 	if w.waiting != nil {
 		objs = append(objs, w.waiting)
+	}
+	for _, o := range w.others {
+		objs = append(objs, o)
 	}
 	for i := range lqs {
 		objs = append(objs, &lqs[i])
@@ -471,6 +476,30 @@ func TestHold(t *testing.T) {
 				held(w)
 				w.waiting = waitingWorkload("wait", "team-b", start).SimpleReserveQuota("team-b", h100, start).Obj()
 			},
+			wantActive: true, wantEvent: ReasonReleased,
+		},
+		"the other has quota, but another still waits: paused": {
+			change: func(w *world) {
+				held(w)
+				w.waiting = waitingWorkload("wait", "team-b", start).SimpleReserveQuota("team-b", h100, start).Obj()
+				w.others = []*kueue.Workload{waitingWorkload("next", "team-a", start).Obj()}
+			},
+			wantMarks: true, wantHeld: true,
+		},
+		"a workload of another pool waits: released": {
+			change: func(w *world) {
+				held(w)
+				w.waiting = waitingWorkload("wait", "team-c", start).Obj()
+			},
+			wantActive: true, wantEvent: ReasonReleased,
+		},
+		"reclaimed a second time: paused past the first limit": {
+			change: func(w *world) { held(w); w.wl.Annotations[AnnotationReclaims] = "2" },
+			after:  15 * time.Minute, wantMarks: true, wantHeld: true,
+		},
+		"reclaimed a second time: resumed at twice the limit": {
+			change:     func(w *world) { held(w); w.wl.Annotations[AnnotationReclaims] = "2" },
+			after:      20 * time.Minute,
 			wantActive: true, wantEvent: ReasonReleased,
 		},
 		"the other is gone: released": {

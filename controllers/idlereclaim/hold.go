@@ -5,11 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -20,16 +18,19 @@ import (
 	"chamber.dev/chamber/controllers/admission"
 )
 
-// Why a reclaimed workload is held back: Kueue puts a workload evicted by an
-// admission check back in its queue at once, while the workloads waiting for that
-// capacity sit in Kueue's inadmissible list until its next batched requeue, so the
-// evicted workload takes its GPUs straight back (seen here with Kueue v0.19.2). A
-// check's requeueAfterSeconds does not help: Kueue waits it out before it evicts,
-// not after. So idle reclaim keeps the workload out of the queue itself: once Kueue
-// has evicted it, it deactivates it (spec.active false; Kueue then neither queues nor
-// admits it) until the workload it was reclaimed for has quota, has stopped waiting,
-// or MaxHold has passed, and then activates it again: Kueue requeues it, and it runs
-// again when capacity frees.
+// Why a reclaimed workload is paused: Kueue puts a workload evicted by an admission
+// check back in its queue at once, while the workloads waiting for that capacity sit
+// in Kueue's inadmissible list until its next batched requeue, so the evicted workload
+// takes its GPUs straight back (seen here with Kueue v0.19.2) and holds them idle
+// again. A check's requeueAfterSeconds does not help: Kueue waits it out before it
+// evicts, not after. So idle reclaim pauses the workload itself: once Kueue has
+// evicted it, it deactivates it (spec.active false; Kueue then neither queues nor
+// admits it, and its Job stays, suspended) for as long as any workload waits for GPUs
+// it could use, and resumes it (activates it again; Kueue requeues it and admits it
+// where GPUs are free) once nobody does. A workload is never paused longer than
+// MaxHold at its first reclaim, doubling at each further one (at most
+// maxHoldDoublings times): an idle notebook's user gets the session back, and a
+// workload that keeps idling stays out longer each time.
 
 // Annotations on a reclaimed Workload, written by idle reclaim alone.
 const (
@@ -46,14 +47,23 @@ const (
 	AnnotationReclaims = "chamber.dev/idle-reclaims"
 )
 
-// Events of the hold.
+// Events of the pause: `kubectl describe workload` shows why it is paused and when it
+// resumed.
 const (
-	ReasonHeld     = "IdleReclaimHeld"
-	ReasonReleased = "IdleReclaimReleased"
+	ReasonHeld     = "IdleReclaimPaused"
+	ReasonReleased = "IdleReclaimResumed"
 )
 
 // DefaultMaxHold is the default of Options.MaxHold.
 const DefaultMaxHold = 10 * time.Minute
+
+// maxHoldDoublings caps the back-off of repeated reclaims: MaxHold x 8 at most.
+const maxHoldDoublings = 3
+
+// maxHold is how long a workload reclaimed for the nth time (n from 1) may stay paused.
+func (c *Controller) maxHold(reclaims int) time.Duration {
+	return c.opts.MaxHold << min(max(reclaims-1, 0), maxHoldDoublings)
+}
 
 // markReclaimed records on the Workload what the hold needs: the workload (namespace/
 // name) its GPUs were reclaimed for, and when; and counts the reclaim.
@@ -111,8 +121,11 @@ func (c *Controller) reconcileHold(ctx context.Context, wl *kueue.Workload) (don
 			return true, reconcile.Result{}, err
 		}
 		c.remember(key, wl.UID, idleWorkload{held: true})
-		c.recorder.Eventf(wl, nil, corev1.EventTypeNormal, ReasonHeld, "Hold",
-			"reclaimed for %s: deactivated until that workload has quota or stops waiting (at most %s), then requeued", waiter, c.opts.MaxHold)
+		reclaims, _ := strconv.Atoi(a[AnnotationReclaims])
+		c.recorder.Eventf(wl, nil, corev1.EventTypeNormal, ReasonHeld, "Pause",
+			"paused (deactivated, its Job kept) after its idle GPUs were reclaimed for %s: it resumes by itself once no workload waits for GPUs it could use, or after %s (reclaim %d; the limit doubles with each)",
+			waiter, c.maxHold(reclaims), reclaims)
+		pauses.WithLabelValues(wl.Namespace).Inc()
 		return true, reconcile.Result{RequeueAfter: c.opts.Interval}, nil
 	}
 
@@ -129,41 +142,37 @@ func (c *Controller) reconcileHold(ctx context.Context, wl *kueue.Workload) (don
 	if err != nil {
 		at = time.Time{} // unreadable: never keep a workload held on it
 	}
-	deadline := at.Add(c.opts.MaxHold)
-	stillWaits, err := c.stillWaiting(ctx, waiter)
+	reclaims, _ := strconv.Atoi(a[AnnotationReclaims])
+	limit := c.maxHold(reclaims)
+	deadline := at.Add(limit)
+	waits, err := c.waitingForPaused(ctx, wl, now)
 	if err != nil {
 		return true, reconcile.Result{}, err
 	}
-	if stillWaits && now.Before(deadline) {
+	if waits != nil && now.Before(deadline) {
 		return true, reconcile.Result{RequeueAfter: min(c.opts.Interval, deadline.Sub(now))}, nil
 	}
-	why := fmt.Sprintf("%s is no longer waiting", waiter)
-	if stillWaits {
-		why = fmt.Sprintf("%s still waits after %s", waiter, c.opts.MaxHold)
+	why := "no workload waits for GPUs it could use"
+	if waits != nil {
+		why = fmt.Sprintf("paused for %s, its limit at reclaim %d, though %s/%s still waits", limit, reclaims, waits.Namespace, waits.Name)
 	}
 	if err := c.patch(ctx, wl, ptr.To(true), map[string]any{AnnotationReclaimedFor: nil, AnnotationReclaimedAt: nil, AnnotationHeld: nil}); err != nil {
 		return true, reconcile.Result{}, err
 	}
 	c.remember(key, wl.UID, idleWorkload{released: true})
-	c.recorder.Eventf(wl, nil, corev1.EventTypeNormal, ReasonReleased, "Release", "activated again and requeued: %s", why)
+	c.recorder.Eventf(wl, nil, corev1.EventTypeNormal, ReasonReleased, "Resume", "resumed (activated and requeued): %s", why)
+	resumes.WithLabelValues(wl.Namespace).Inc()
 	return true, reconcile.Result{}, nil
 }
 
-// stillWaiting: the workload named "namespace/name" exists and waits for quota.
-func (c *Controller) stillWaiting(ctx context.Context, ref string) (bool, error) {
-	ns, name, ok := strings.Cut(ref, "/")
-	if !ok {
-		return false, nil
-	}
-	var w kueue.Workload
-	err := c.client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &w)
-	if apierrors.IsNotFound(err) {
-		return false, nil
-	}
+// waitingForPaused lists what contention needs from the cache and finds a workload
+// waiting for GPUs the paused workload could use.
+func (c *Controller) waitingForPaused(ctx context.Context, wl *kueue.Workload, now time.Time) (*kueue.Workload, error) {
+	workloads, localQueues, clusterQueues, err := c.queueState(ctx)
 	if err != nil {
-		return false, fmt.Errorf("get waiting workload %s: %w", ref, err)
+		return nil, err
 	}
-	return pending(&w), nil
+	return waitingForPaused(wl, workloads, localQueues, clusterQueues, now, c.opts.MinWait), nil
 }
 
 func (c *Controller) clearReclaimed(ctx context.Context, wl *kueue.Workload) error {

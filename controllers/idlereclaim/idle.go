@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
@@ -168,39 +169,68 @@ func waiting(wl *kueue.Workload, workloads []kueue.Workload, localQueues []kueue
 	if wl.Status.Admission == nil {
 		return nil
 	}
-	own := wl.Status.Admission.ClusterQueue
 	var flavors []kueue.ResourceFlavorReference
 	for _, psa := range wl.Status.Admission.PodSetAssignments {
 		if f, ok := psa.Flavors[chamberkueue.ResourceGPU]; ok {
 			flavors = append(flavors, f)
 		}
 	}
-	cqs := make(map[kueue.ClusterQueueReference]*kueue.ClusterQueue, len(clusterQueues))
+	q := newQueues(localQueues, clusterQueues)
+	return q.firstWaiting(wl.UID, wl.Status.Admission.ClusterQueue, flavors, workloads, now, minWait)
+}
+
+// waitingForPaused finds the oldest workload waiting for GPUs a paused (deactivated,
+// so unadmitted) workload could use: pending in the ClusterQueue its LocalQueue feeds,
+// or in another of its cohort with quota of one of that ClusterQueue's GPU flavors.
+// Nil when nobody waits or its queue is unknown.
+func waitingForPaused(wl *kueue.Workload, workloads []kueue.Workload, localQueues []kueue.LocalQueue, clusterQueues []kueue.ClusterQueue, now time.Time, minWait time.Duration) *kueue.Workload {
+	q := newQueues(localQueues, clusterQueues)
+	own, ok := q.feeds[lqKey{wl.Namespace, string(wl.Spec.QueueName)}]
+	if !ok || q.cqs[own] == nil {
+		return nil
+	}
+	return q.firstWaiting(wl.UID, own, gpuFlavors(q.cqs[own]), workloads, now, minWait)
+}
+
+type lqKey struct{ namespace, name string }
+
+// queueIndex indexes the LocalQueues (which ClusterQueue each feeds) and ClusterQueues.
+type queueIndex struct {
+	cqs   map[kueue.ClusterQueueReference]*kueue.ClusterQueue
+	feeds map[lqKey]kueue.ClusterQueueReference
+}
+
+func newQueues(localQueues []kueue.LocalQueue, clusterQueues []kueue.ClusterQueue) queueIndex {
+	q := queueIndex{cqs: make(map[kueue.ClusterQueueReference]*kueue.ClusterQueue, len(clusterQueues)),
+		feeds: make(map[lqKey]kueue.ClusterQueueReference, len(localQueues))}
 	for i := range clusterQueues {
-		cqs[kueue.ClusterQueueReference(clusterQueues[i].Name)] = &clusterQueues[i]
+		q.cqs[kueue.ClusterQueueReference(clusterQueues[i].Name)] = &clusterQueues[i]
 	}
-	type lqKey struct{ namespace, name string }
-	feeds := make(map[lqKey]kueue.ClusterQueueReference, len(localQueues))
 	for _, lq := range localQueues {
-		feeds[lqKey{lq.Namespace, lq.Name}] = lq.Spec.ClusterQueue
+		q.feeds[lqKey{lq.Namespace, lq.Name}] = lq.Spec.ClusterQueue
 	}
+	return q
+}
+
+// firstWaiting is the oldest workload (other than self) waiting, as waiting says, in
+// own or in a ClusterQueue of own's cohort with quota of one of flavors.
+func (q queueIndex) firstWaiting(self types.UID, own kueue.ClusterQueueReference, flavors []kueue.ResourceFlavorReference, workloads []kueue.Workload, now time.Time, minWait time.Duration) *kueue.Workload {
 	var cohort kueue.CohortReference
-	if cq := cqs[own]; cq != nil {
+	if cq := q.cqs[own]; cq != nil {
 		cohort = cq.Spec.CohortName
 	}
-
 	var found *kueue.Workload
 	for i := range workloads {
 		p := &workloads[i]
-		if p.UID == wl.UID || !pending(p) || (minWait > 0 && now.Sub(withoutQuotaSince(p)) < minWait) ||
+		if p.UID == self || !pending(p) || (minWait > 0 && now.Sub(withoutQuotaSince(p)) < minWait) ||
 			p.Annotations[AnnotationReclaims] != "" || workloadGPUs(p) == 0 {
 			continue
 		}
-		target, ok := feeds[lqKey{p.Namespace, string(p.Spec.QueueName)}]
+		target, ok := q.feeds[lqKey{p.Namespace, string(p.Spec.QueueName)}]
 		if !ok {
 			continue
 		}
-		cq := cqs[target]
+		cq := q.cqs[target]
 		if cq == nil || (cq.Spec.StopPolicy != nil && *cq.Spec.StopPolicy != kueue.None) {
 			continue
 		}
@@ -212,6 +242,20 @@ func waiting(wl *kueue.Workload, workloads []kueue.Workload, localQueues []kueue
 		}
 	}
 	return found
+}
+
+// gpuFlavors lists the flavors a ClusterQueue has GPU quota of.
+func gpuFlavors(cq *kueue.ClusterQueue) []kueue.ResourceFlavorReference {
+	var out []kueue.ResourceFlavorReference
+	for _, rg := range cq.Spec.ResourceGroups {
+		if !slices.Contains(rg.CoveredResources, chamberkueue.ResourceGPU) {
+			continue
+		}
+		for _, f := range rg.Flavors {
+			out = append(out, f.Name)
+		}
+	}
+	return out
 }
 
 // pending: waiting for quota, and allowed to get it.

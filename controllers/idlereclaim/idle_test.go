@@ -314,3 +314,43 @@ func TestWaiting(t *testing.T) {
 		})
 	}
 }
+
+func TestWaitingForPaused(t *testing.T) {
+	now := start.Add(time.Hour)
+	// paused: reclaimed and deactivated, so without admission; its queue feeds team-a.
+	paused := waitingWorkload("paused", "team-a", start.Add(-2*time.Hour)).Active(false).Annotation(AnnotationReclaims, "1").Obj()
+	cases := map[string]struct {
+		paused    *kueue.Workload
+		workloads []*kueue.Workload
+		want      string
+	}{
+		"nobody waits":                           {},
+		"its own queue waits":                    {workloads: []*kueue.Workload{waitingWorkload("w", "team-a", start).Obj()}, want: "team-a/w"},
+		"another team of the pool waits":         {workloads: []*kueue.Workload{waitingWorkload("w", "team-b", start).Obj()}, want: "team-b/w"},
+		"a team of another pool waits":           {workloads: []*kueue.Workload{waitingWorkload("w", "team-c", start).Obj()}},
+		"a team waiting for another GPU model":   {workloads: []*kueue.Workload{waitingWorkload("w", "team-d", start).Obj()}},
+		"another paused workload does not count": {workloads: []*kueue.Workload{waitingWorkload("w", "team-b", start).Active(false).Obj()}},
+		"one reclaimed before does not count":    {workloads: []*kueue.Workload{waitingWorkload("w", "team-b", start).Annotation(AnnotationReclaims, "2").Obj()}},
+		"a queue Chamber does not know: no one":  {paused: waitingWorkload("paused", "team-a", start).Queue("nope").Active(false).Obj(), workloads: []*kueue.Workload{waitingWorkload("w", "team-a", start).Obj()}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			lqs, cqs := queues()
+			p := paused
+			if tc.paused != nil {
+				p = tc.paused
+			}
+			all := []kueue.Workload{*p}
+			for _, w := range tc.workloads {
+				all = append(all, *w)
+			}
+			got := ""
+			if w := waitingForPaused(p, all, lqs, cqs, now, DefaultMinWait); w != nil {
+				got = w.Namespace + "/" + w.Name
+			}
+			if got != tc.want {
+				t.Errorf("waitingForPaused = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

@@ -18,8 +18,16 @@ var (
 		Name: "chamber_idle_reclaimed_gpu_hours_total",
 		Help: "GPU-hours reclaimed workloads had held idle: each one's GPUs times how long they had been idle when its eviction was asked for.",
 	}, []string{"team"})
+	pauses = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "chamber_idle_reclaim_pauses_total",
+		Help: "Reclaimed workloads paused (deactivated, their Jobs kept) while others wait for GPUs they could use, by namespace.",
+	}, []string{"namespace"})
+	resumes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "chamber_idle_reclaim_resumes_total",
+		Help: "Paused workloads resumed (activated and requeued) because nobody waited any more or their pause limit passed, by namespace.",
+	}, []string{"namespace"})
 )
 
 func init() {
-	metrics.Registry.MustRegister(warnings, evictions, reclaimedGPUHours)
+	metrics.Registry.MustRegister(warnings, evictions, reclaimedGPUHours, pauses, resumes)
 }
