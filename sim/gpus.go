@@ -99,6 +99,19 @@ func (n *simNode) release(pod string) {
 	}
 }
 
+// free counts the GPUs no pod holds and no unrepaired fault broke.
+func (n *simNode) free() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	c := 0
+	for _, s := range n.slots {
+		if s.pod == "" && !s.broken {
+			c++
+		}
+	}
+	return c
+}
+
 // healthy counts the GPUs without an unrepaired fault.
 func (n *simNode) healthy() int {
 	n.mu.Lock()

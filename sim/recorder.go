@@ -425,6 +425,9 @@ type Sample struct {
 	// Teams: each team's allocated GPUs and demand (GPUs of its running and waiting
 	// jobs).
 	TeamAllocated, TeamDemand map[string]int
+	// FreeWhileFits counts the free GPUs (no pod, no unrepaired fault) while a queued
+	// job fits on them (see fits); 0 when none does.
+	FreeWhileFits int
 }
 
 // sample reads the cluster's state now: allocation from the pods, utilization from the
@@ -454,6 +457,14 @@ func (r *recorder) sample(idleBelow uint32) Sample {
 		s.Used = float64(s.Allocated) * used / read
 		s.Idle = float64(s.Allocated) * idle / read
 	}
+	free := make([]int, 0, len(r.nodes))
+	totalFree := 0
+	for _, n := range r.nodes {
+		f := n.free()
+		free = append(free, f)
+		totalFree += f
+	}
+	fitting := false
 	for _, j := range r.jobs {
 		if j.Submitted.IsZero() || !j.Finished.IsZero() {
 			continue
@@ -466,7 +477,29 @@ func (r *recorder) sample(idleBelow uint32) Sample {
 		s.Waiting++
 		if s.At.Sub(j.waitingSince()) > QueueGrace {
 			s.Queued++
+			fitting = fitting || fits(j.Job.GPUs, j.Pods, free)
 		}
 	}
+	if fitting {
+		s.FreeWhileFits = totalFree
+	}
 	return s
+}
+
+// fits says whether a job of gpus GPUs in pods equal pods fits on nodes with the
+// given free GPUs: each pod on one node, every node taking at most one pod of it (a
+// 16-GPU job needs two nodes with 8 free). Quotas are not considered: a job that fits
+// and waits is capacity some policy left unused.
+func fits(gpus, pods int, free []int) bool {
+	if pods < 1 {
+		pods = 1
+	}
+	per := gpus / pods
+	n := 0
+	for _, f := range free {
+		if f >= per {
+			n++
+		}
+	}
+	return n >= pods
 }

@@ -42,6 +42,9 @@ func WriteReport(sc *Scenario, recs []*Recording) (string, error) {
 	if err := writeData(sc.OutDir, sc, recs); err != nil {
 		return "", err
 	}
+	if err := writeFigures(sc.OutDir, results); err != nil {
+		return "", err
+	}
 	path := filepath.Join(sc.OutDir, ReportFile)
 	if err := os.WriteFile(path, []byte(renderReport(sc, recs, results)), 0o644); err != nil {
 		return "", fmt.Errorf("write the report: %w", err)
@@ -91,6 +94,7 @@ func renderReport(sc *Scenario, recs []*Recording, results []Result) string {
 	})
 	line("GPU allocation while jobs are queued", func(r Result) string { return pct(r.AllocWhileWaiting) })
 	line("GPU allocation, whole run", func(r Result) string { return pct(r.MeanAlloc) })
+	line("GPU-time left free while a queued job fit on it", func(r Result) string { return pct(r.FreeWhileFits) })
 	line("useful utilization (allocated x used)", func(r Result) string { return pct(r.UsefulUtil) })
 	line("allocated GPU-hours", func(r Result) string { return num(r.AllocatedGPUHours, 0) })
 	line("idle-but-allocated GPU-hours", func(r Result) string {
@@ -258,6 +262,12 @@ const methodText = `## Method
   minutes on average and idle (0%) in spells of 40; *stuck* jobs, 5% of all, hang at 20-80%
   of their work for 30-70% of their trace duration at 0% (their work plus the hang is the
   trace's duration), and a restart ends the hang; the rest is *training*.
+- **Free while a job fits.** At each sample, a queued job *fits* when each of its pods
+  (one per node's worth of GPUs) finds its own node with that many free GPUs (no pod, no
+  unrepaired fault; a node Chamber isolated counts as free, since its healthy GPUs sit
+  unused). The summary's "GPU-time left free while a queued job fit on it" sums the free
+  GPUs over the moments such a job waits, as a share of all GPU-time: capacity the policy
+  left unused while work it could run waited (quotas not considered).
 - **Measurement.** From a watch on Pods and Jobs, timed when each change is seen (API
   timestamps have whole seconds, many simulated minutes at these speed-ups): submission,
   first pod running, end of each pod, Job Complete or Failed. A job counts as queued once

@@ -46,6 +46,9 @@ type Result struct {
 	// their pods were evicted or preempted (notice too short to checkpoint in) or
 	// killed by a fault (back to the last periodic checkpoint).
 	UsefulWork, LostToEvictions, LostToFaults float64
+	// FreeWhileFits is the share of all GPU-time left free while a queued job fit on
+	// the free GPUs (Sample.FreeWhileFits): capacity no policy needed to leave idle.
+	FreeWhileFits float64
 	// StartLatency is the median time from a pod's creation to its running, over every
 	// pod run (simulated time): under Kueue, the control plane's own latency once a
 	// workload is admitted.
@@ -113,7 +116,7 @@ func Analyze(sc *Scenario, rec *Recording) Result {
 		weights[i] = float64(quotas[t])
 	}
 	gpus := float64(sc.GPUs())
-	var total, used, alloc, waitT, waitAlloc, jainT, jainSum float64
+	var total, used, alloc, waitT, waitAlloc, jainT, jainSum, freeFits float64
 	allocByTeam, fairByTeam := map[string]float64{}, map[string]float64{}
 	for i, s := range rec.Samples {
 		next := end
@@ -125,6 +128,7 @@ func Analyze(sc *Scenario, rec *Recording) Result {
 		used += s.Used * dt
 		alloc += float64(s.Allocated) * dt
 		res.IdleGPUHours += s.Idle * dt
+		freeFits += float64(s.FreeWhileFits) * dt
 		if s.Queued == 0 {
 			continue
 		}
@@ -150,6 +154,7 @@ func Analyze(sc *Scenario, rec *Recording) Result {
 		}
 	}
 	res.UsefulUtil = ratio(used, gpus*total)
+	res.FreeWhileFits = ratio(freeFits, gpus*total)
 	res.MeanAlloc = ratio(alloc, gpus*total)
 	res.AllocWhileWaiting = ratio(waitAlloc, gpus*waitT)
 	res.Jain = ratio(jainSum, jainT)

@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"os/signal"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -21,6 +24,7 @@ import (
 // demo's defaults.
 type simFlags struct {
 	trace, nodes, policies, out, metricsAddr string
+	seeds, starts                            string
 	isolationLevel                           string
 	skipBad, verbose, idleReclaim            bool
 	start, window, maxDuration, repair       time.Duration
@@ -74,6 +78,8 @@ func (f *simFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.metricsAddr, "metrics-bind-address", f.metricsAddr, `where Chamber's controller serves /metrics during policy chamber; "0" for none`)
 	fs.StringVar(&f.isolationLevel, "isolation-level", f.isolationLevel, "Chamber's fault isolation under policy chamber: Node (taint and cordon the node: Chamber's default) or GPU (hold the failing GPU only)")
 	fs.BoolVar(&f.idleReclaim, "idle-reclaim", f.idleReclaim, "idle reclaim on under policy chamber (false: the rest of Chamber only, to tell them apart)")
+	fs.StringVar(&f.seeds, "seeds", f.seeds, "a sweep: comma-separated seeds; with --starts, one replay per slice start and seed, each in a process of its own, and summary.md over them all (mean and spread, goals against Kueue alone)")
+	fs.StringVar(&f.starts, "starts", f.starts, "a sweep: comma-separated slice starts (trace time), e.g. 78h,30h,126h; empty: --start")
 	fs.BoolVar(&f.verbose, "v", f.verbose, "show the control plane's start-up lines and keep its components' logs in the report folder")
 }
 
@@ -94,6 +100,9 @@ func (f *simFlags) run(name string, args []string) error {
 	f.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if f.seeds != "" || f.starts != "" {
+		return f.sweep(name, fs)
 	}
 	sc, err := f.scenario(os.Stdout)
 	if err != nil {
@@ -175,4 +184,103 @@ func (f *simFlags) scenario(progress io.Writer) (*sim.Scenario, error) {
 	fmt.Fprintf(progress, "sim: %d jobs of %s on %d GPUs, %gx speed-up, policies %s; report in %s\n",
 		len(jobs), traceName, sc.GPUs(), f.speedup, f.policies, out)
 	return sc, nil
+}
+
+// sweep runs one replay per slice start and seed, each in a child process of this
+// binary (Chamber's controllers register their metrics once per process), and writes
+// the summary over them.
+func (f *simFlags) sweep(name string, fs *flag.FlagSet) error {
+	starts := []time.Duration{f.start}
+	if f.starts != "" {
+		starts = nil
+		for _, s := range strings.Split(f.starts, ",") {
+			d, err := time.ParseDuration(strings.TrimSpace(s))
+			if err != nil || d < 0 {
+				return fmt.Errorf("--starts %q: want comma-separated durations of trace time, e.g. 78h,30h", f.starts)
+			}
+			starts = append(starts, d)
+		}
+	}
+	seeds := []uint64{f.seed}
+	if f.seeds != "" {
+		seeds = nil
+		for _, s := range strings.Split(f.seeds, ",") {
+			n, err := strconv.ParseUint(strings.TrimSpace(s), 10, 64)
+			if err != nil {
+				return fmt.Errorf("--seeds %q: want comma-separated whole numbers, e.g. 1,2,3", f.seeds)
+			}
+			seeds = append(seeds, n)
+		}
+	}
+	policies, err := sim.ParsePolicies(f.policies)
+	if err != nil {
+		return fmt.Errorf("--policies: %w", err)
+	}
+	out := f.out
+	if out == "" {
+		out = "chamber-report-" + time.Now().Format("20060102-150405")
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return fmt.Errorf("create the sweep's folder: %w", err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find this binary to run the sweep's replays: %w", err)
+	}
+	var pass []string
+	fs.Visit(func(fl *flag.Flag) {
+		switch fl.Name {
+		case "seeds", "starts", "start", "seed", "out":
+		default:
+			pass = append(pass, "-"+fl.Name+"="+fl.Value.String())
+		}
+	})
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	begin := time.Now()
+	var runs []sim.SweepRun
+	var failed []string
+	for _, start := range starts {
+		for _, seed := range seeds {
+			label := fmt.Sprintf("start %gh, seed %d", start.Hours(), seed)
+			dir := filepath.Join(out, fmt.Sprintf("start-%gh-seed-%d", start.Hours(), seed))
+			fmt.Printf("%s: sweep run %d of %d: %s\n", name, len(runs)+len(failed)+1, len(starts)*len(seeds), label)
+			args := append([]string{name}, pass...)
+			args = append(args, "-start="+start.String(), "-seed="+strconv.FormatUint(seed, 10), "-out="+dir)
+			cmd := exec.CommandContext(ctx, exe, args...)
+			cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+			if err := cmd.Run(); err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				fmt.Fprintf(os.Stderr, "%s: sweep run %s failed: %v\n", name, label, err)
+				failed = append(failed, label)
+				continue
+			}
+			run, err := sim.ReadSweepRun(label, dir)
+			if err != nil {
+				return err
+			}
+			runs = append(runs, run)
+		}
+	}
+	describe := []sim.Param{
+		{Name: "command", Value: "`chamber " + name + " " + strings.Join(os.Args[2:], " ") + "`"},
+		{Name: "slice starts", Value: f.starts},
+		{Name: "seeds", Value: f.seeds},
+		{Name: "slice", Value: fmt.Sprintf("%s of submissions from each start, %g of the jobs kept, at most %s per job", f.window, f.keep, f.maxDuration)},
+		{Name: "cluster, speed-up", Value: fmt.Sprintf("%s, %gx", f.nodes, f.speedup)},
+	}
+	if len(failed) > 0 {
+		describe = append(describe, sim.Param{Name: "runs that failed (left out)", Value: strings.Join(failed, "; ")})
+	}
+	path, err := sim.WriteSummary(out, policies, runs, describe)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("%s: sweep done in %s; summary: %s\n", name, time.Since(begin).Round(time.Second), path)
+	if len(failed) > 0 {
+		return fmt.Errorf("%d of %d sweep runs failed: %s", len(failed), len(starts)*len(seeds), strings.Join(failed, "; "))
+	}
+	return nil
 }
