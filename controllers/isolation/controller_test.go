@@ -534,7 +534,8 @@ func TestAutoLevelFollowsTheFault(t *testing.T) {
 func workloadWithPod(job, nodeName string) []client.Object {
 	jobUID := "uid-" + job
 	wl := &kueue.Workload{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: job, OwnerReferences: []metav1.OwnerReference{{
+		// The fake API server sets no UIDs; the controller tells workloads apart by theirs.
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: job, UID: types.UID("wl-" + job), OwnerReferences: []metav1.OwnerReference{{
 			APIVersion: "batch/v1", Kind: "Job", Name: job, UID: types.UID(jobUID), Controller: ptr.To(true)}}},
 		Status: kueue.WorkloadStatus{Conditions: []metav1.Condition{{Type: kueue.WorkloadQuotaReserved, Status: metav1.ConditionTrue,
 			Reason: "QuotaReserved", LastTransitionTime: metav1.NewTime(start)}}},
