@@ -219,7 +219,7 @@ func renderReport(sc *Scenario, recs []*Recording, results []Result) string {
 	}
 	t.row("median job duration", hours(time.Duration(Percentile(durations, 50))))
 	t.row("idle", fmt.Sprintf("an allocated GPU whose agent reads below %d%%", sc.IdleBelowPercent))
-	level := cmp.Or(sc.IsolationLevel, chamber.IsolateNode)
+	level := cmp.Or(sc.IsolationLevel, chamber.IsolateAuto)
 	reclaim := fmt.Sprintf("idle reclaim on the pool (window %s simulated, Chamber's default; production exempt)", hours(IdleReclaimWindow))
 	if sc.NoIdleReclaim {
 		reclaim = "idle reclaim off (--idle-reclaim=false)"

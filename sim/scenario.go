@@ -128,8 +128,8 @@ type Scenario struct {
 	MetricsAddr string
 	// Seed drives the fault injector.
 	Seed uint64
-	// IsolationLevel is Chamber's fault isolation level under PolicyChamber: Node
-	// (Chamber's default) or GPU.
+	// IsolationLevel is Chamber's fault isolation level under PolicyChamber: Auto
+	// (Chamber's default: by each fault's catalog action), Node or GPU.
 	IsolationLevel chamber.IsolationLevel
 	// NoIdleReclaim leaves idle reclaim off under PolicyChamber, to tell what it does
 	// from what the rest of Chamber does.
@@ -192,8 +192,8 @@ func (s *Scenario) Validate() error {
 		return fmt.Errorf("no policy to run")
 	case s.OutDir == "":
 		return fmt.Errorf("no report folder: give --out")
-	case s.IsolationLevel != "" && s.IsolationLevel != chamber.IsolateNode && s.IsolationLevel != chamber.IsolateGPU:
-		return fmt.Errorf("--isolation-level %q: want Node or GPU", s.IsolationLevel)
+	case s.IsolationLevel != "" && s.IsolationLevel != chamber.IsolateAuto && s.IsolationLevel != chamber.IsolateNode && s.IsolationLevel != chamber.IsolateGPU:
+		return fmt.Errorf("--isolation-level %q: want Auto, Node or GPU", s.IsolationLevel)
 	}
 	maxPod := s.MaxGPUsPerNode()
 	for _, j := range s.Jobs {

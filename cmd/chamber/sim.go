@@ -76,7 +76,7 @@ func (f *simFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.timeout, "timeout", f.timeout, "longest clock time per policy; jobs left are reported unfinished")
 	fs.StringVar(&f.out, "out", f.out, "folder for report.md and the plots (default chamber-report-<time>)")
 	fs.StringVar(&f.metricsAddr, "metrics-bind-address", f.metricsAddr, `where Chamber's controller serves /metrics during policy chamber; "0" for none`)
-	fs.StringVar(&f.isolationLevel, "isolation-level", f.isolationLevel, "Chamber's fault isolation under policy chamber: Node (taint and cordon the node: Chamber's default) or GPU (hold the failing GPU only)")
+	fs.StringVar(&f.isolationLevel, "isolation-level", f.isolationLevel, "Chamber's fault isolation under policy chamber: Auto (each fault's catalog action decides: XID 48 holds the GPU, XID 79 takes the node; Chamber's default), Node (always taint and cordon the node) or GPU (always hold the failing GPU only)")
 	fs.BoolVar(&f.idleReclaim, "idle-reclaim", f.idleReclaim, "idle reclaim on under policy chamber (false: the rest of Chamber only, to tell them apart)")
 	fs.StringVar(&f.seeds, "seeds", f.seeds, "a sweep: comma-separated seeds; with --starts, one replay per slice start and seed, each in a process of its own, and summary.md over them all (mean and spread, goals against Kueue alone)")
 	fs.StringVar(&f.starts, "starts", f.starts, "a sweep: comma-separated slice starts (trace time), e.g. 78h,30h,126h; empty: --start")
