@@ -45,11 +45,21 @@ bench-controllers: tools ## Admission check overhead on Kueue's own benchmark sh
 	CHAMBER_PERF_SCALE=$(CHAMBER_PERF_SCALE) $(GO) test -count=1 -timeout 60m -run '^$$' -bench SchedulerShape -benchtime 1x -v ./controllers/admission/
 	$(GO) test -count=1 -timeout 30m -run '^$$' -bench FaultIsolation -benchtime 1x ./controllers/isolation/
 
-# The report lands in chamber-report-bench/ (report.md, plots, data); about 35 minutes.
+# Kueue alone against Kueue + Chamber on three slices of the week (the demo's and two
+# others, chosen before any result was seen) with three seeds each, on the demo's 32
+# GPUs: summary.md (mean, spread, the goals) and each run's report in
+# chamber-report-bench/; about 45 minutes.
+SIM_STARTS ?= 24h,54h,102h
+SIM_SEEDS ?= 1,2,3
 SIM_FLAGS ?=
 .PHONY: bench-sim
-bench-sim: tools ## The simulator's full comparison of plain Kubernetes, Kueue, Kueue + Chamber on the Philly trace.
-	$(GO) run ./cmd/chamber sim --out chamber-report-bench $(SIM_FLAGS)
+bench-sim: tools ## The simulator's sweep: Kueue alone against Kueue + Chamber over 3 slices x 3 seeds on 32 GPUs.
+	$(GO) run ./cmd/chamber demo --policies kueue,chamber --starts $(SIM_STARTS) --seeds $(SIM_SEEDS) --out chamber-report-bench $(SIM_FLAGS)
+
+# The three policies on 128 GPUs and the week's busiest four hours; about 35 minutes.
+.PHONY: bench-sim-large
+bench-sim-large: tools ## The simulator's full comparison of plain Kubernetes, Kueue, Kueue + Chamber on 128 GPUs.
+	$(GO) run ./cmd/chamber sim --out chamber-report-bench-large $(SIM_FLAGS)
 
 .PHONY: lint
 lint: $(BIN)/staticcheck $(BIN)/helm ## gofmt, go vet and staticcheck.
