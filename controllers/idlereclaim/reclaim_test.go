@@ -160,6 +160,11 @@ func TestIdleWorkloadReclaimed(t *testing.T) {
 	for _, j := range spared {
 		g.Expect(evictedByCheck(workload(g, "reclaim-a", j))).To(gomega.BeFalse(), "job %s", j)
 	}
+	// One pause, one resume, each counted; the Job was kept throughout (the same one
+	// ran again).
+	g.Expect(metricBy(g, "chamber_idle_reclaim_pauses_total", "namespace", "reclaim-a")).To(gomega.Equal(1.0))
+	g.Expect(metricBy(g, "chamber_idle_reclaim_resumes_total", "namespace", "reclaim-a")).To(gomega.Equal(1.0))
+	g.Expect(workload(g, "reclaim-a", "idle").Annotations[idlereclaim.AnnotationReclaims]).To(gomega.Equal("1"))
 }
 
 // startAgents runs a real node agent on go-nvml's DGX H100 fakes for each node, on the
@@ -267,6 +272,11 @@ func eventReasons(g gomega.Gomega, ns, job string) []string {
 
 // metric reads a counter of the controllers' registry for a team; 0 when absent.
 func metric(g gomega.Gomega, name, team string) float64 {
+	return metricBy(g, name, "team", team)
+}
+
+// metricBy is the value of the counter name whose label has value.
+func metricBy(g gomega.Gomega, name, label, value string) float64 {
 	families, err := metrics.Registry.Gather()
 	g.Expect(err).NotTo(gomega.HaveOccurred())
 	for _, mf := range families {
@@ -275,7 +285,7 @@ func metric(g gomega.Gomega, name, team string) float64 {
 		}
 		for _, m := range mf.GetMetric() {
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "team" && l.GetValue() == team {
+				if l.GetName() == label && l.GetValue() == value {
 					return m.GetCounter().GetValue()
 				}
 			}
