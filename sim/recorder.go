@@ -333,7 +333,7 @@ func (r *recorder) advance(now time.Time) {
 			j.completing = true
 			continue
 		}
-		if !j.noticed.IsZero() && !j.checkpointed && p.W.Kind != KindInteractive &&
+		if !j.noticed.IsZero() && !j.checkpointed && p.CanCheckpoint() &&
 			wallToSim(now.Sub(j.noticed), r.speedup) >= p.W.CheckpointWrite {
 			j.checkpointed = true
 			checkpointed[j] = true

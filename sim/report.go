@@ -284,9 +284,10 @@ const methodText = `## Method
   users (virtual clusters); quotas divide the GPUs in proportion to each team's demand in the
   slice. Priority tiers: jobs of 8+ GPUs are production; the others are production with
   probability 0.1, preemptible 0.3, standard 0.6 (a hash of the job id).
-- **Utilization model** (the trace has none): per job, a class drawn from idle 15% (0-2%:
-  holds GPUs while leaving them idle), low 30% (5-35%), medium 35% (35-75%), high 20%
-  (75-98%); jobs over 8 GPUs x0.8. After Jeon et al. (ATC'19), Weng et al., "MLaaS in the
+- **Utilization model** (the trace has none): per job, what its GPUs do while it works, a
+  class drawn from idle 3% (0-2%: progresses while input-starved), low 32% (5-35%), medium
+  40% (35-75%), high 25% (75-98%); jobs over 8 GPUs x0.8. Notebooks and hung jobs are job
+  kinds (below), idle in spells or while hung. After Jeon et al. (ATC'19), Weng et al., "MLaaS in the
   Wild" (NSDI'22, Alibaba PAI) and Gao et al., "An Empirical Study on Low GPU Utilization of
   Deep Learning Jobs" (ICSE'24); the parameters are ours.
 - **Caveats.** Scheduling, watch and kwok latencies are multiplied by the speed-up (the

@@ -46,17 +46,20 @@ type UtilizationModel struct {
 //     ICSE 2024 (Microsoft): low utilization is common and comes from data loading,
 //     interactive use and jobs that wait on something other than the GPU.
 //
-// Classes: idle 15% (hold GPUs at 0-2%: notebooks, debug sessions, hung or
-// input-starved jobs: what idle reclaim targets), low 30% (5-35%), medium 35%
-// (35-75%), high 20% (75-98%): a mean near 40%. Jobs of more than 8 GPUs are scaled
-// by 0.8.
+// Classes: idle 3% (jobs that progress with their GPUs at 0-2%: input-starved,
+// CPU-bound), low 32% (5-35%), medium 40% (35-75%), high 25% (75-98%). Jobs of more
+// than 8 GPUs are scaled by 0.8. The class is what a job's GPUs do while it works;
+// notebooks and hung jobs, which hold GPUs idle without working, are job kinds of
+// their own (WorkModel): interactive sessions idle in spells, stuck jobs at 0% while
+// hung. The mean while working is near 50%; with notebooks' idle spells and hangs,
+// about 12% of the jobs leave their GPUs mostly idle.
 func DefaultUtilizationModel() UtilizationModel {
 	return UtilizationModel{
 		Classes: []UtilizationClass{
-			{Name: "idle", Share: 0.15, MinPercent: 0, MaxPercent: 2},
-			{Name: "low", Share: 0.30, MinPercent: 5, MaxPercent: 35},
-			{Name: "medium", Share: 0.35, MinPercent: 35, MaxPercent: 75},
-			{Name: "high", Share: 0.20, MinPercent: 75, MaxPercent: 98},
+			{Name: "idle", Share: 0.03, MinPercent: 0, MaxPercent: 2},
+			{Name: "low", Share: 0.32, MinPercent: 5, MaxPercent: 35},
+			{Name: "medium", Share: 0.40, MinPercent: 35, MaxPercent: 75},
+			{Name: "high", Share: 0.25, MinPercent: 75, MaxPercent: 98},
 		},
 		MultiNodeFactor: 0.8,
 	}

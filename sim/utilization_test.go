@@ -30,12 +30,14 @@ func TestUtilizationModel(t *testing.T) {
 			t.Errorf("class %s: %.3f of jobs, want about %.2f", c.Name, got, c.Share)
 		}
 	}
-	// The model must hold GPUs idle for some jobs: what idle reclaim is for.
+	// Jobs that progress with idle GPUs are rare but there; holding GPUs idle without
+	// working is the job kinds' part (TestWorkModelDraws).
 	if classes["idle"] == 0 {
-		t.Error("no job holds its GPUs idle")
+		t.Error("no job progresses with its GPUs idle")
 	}
-	if mean := sum / n; mean < 35 || mean > 45 {
-		t.Errorf("mean utilization %.1f%%, want about 40%%", mean)
+	// While working, about half (Jeon et al.: Philly's jobs use about half their GPUs).
+	if mean := sum / n; mean < 45 || mean > 55 {
+		t.Errorf("mean utilization while working %.1f%%, want about 50%%", mean)
 	}
 }
 

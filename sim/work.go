@@ -221,7 +221,7 @@ func (p *Progress) progress(dt time.Duration) {
 
 // Stop notes that the job stopped at t: a pod was deleted or failed. A fault gives
 // no notice; an eviction gives notice (Chamber's notice, or the pod's SIGTERM grace),
-// and a job whose checkpoint fits in it keeps its progress. Anything else goes back
+// and a job whose checkpoint fits in it keeps its progress, unless it is hung. Anything else goes back
 // to the last checkpoint. A restart ends a hang.
 func (p *Progress) Stop(t time.Duration, notice time.Duration, fault bool) {
 	if !p.Running {
@@ -233,7 +233,7 @@ func (p *Progress) Stop(t time.Duration, notice time.Duration, fault bool) {
 		return
 	}
 	keep := p.Saved
-	if !fault && notice >= p.W.CheckpointWrite {
+	if !fault && notice >= p.W.CheckpointWrite && p.CanCheckpoint() {
 		keep = p.Done
 	}
 	if fault {
@@ -245,6 +245,16 @@ func (p *Progress) Stop(t time.Duration, notice time.Duration, fault bool) {
 	if p.Hung > 0 {
 		p.HangOver = true
 	}
+}
+
+// CanCheckpoint says whether the job can write a checkpoint when told to: not an
+// interactive session (nothing to save) nor a hung job (it answers nothing).
+func (p *Progress) CanCheckpoint() bool {
+	return p.W.Kind != KindInteractive && !p.hung()
+}
+
+func (p *Progress) hung() bool {
+	return p.W.Kind == KindStuck && p.Done >= p.W.HangAt && !p.HangOver
 }
 
 // Finish notes that the job ended by completing: nothing is lost.
@@ -267,7 +277,7 @@ func (p *Progress) Finished() bool {
 func (p *Progress) Idle() bool {
 	switch p.W.Kind {
 	case KindStuck:
-		return p.Done >= p.W.HangAt && !p.HangOver
+		return p.hung()
 	case KindInteractive:
 		if p.Started < 0 {
 			return false

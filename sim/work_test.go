@@ -69,12 +69,17 @@ func TestProgress(t *testing.T) {
 			work: stuck, steps: []step{{at: 0, start: true}}, until: 160 * minute,
 			want: want{Done: 100 * minute, Saved: 90 * minute, Finished: true},
 		},
-		"a restart ends the hang: the rest of the work runs at once": {
+		"a hung job cannot checkpoint on notice: back to its last checkpoint": {
+			work:  stuck,
+			steps: []step{{at: 0, start: true}, {at: 70 * minute, notice: 2 * minute}},
+			want:  want{Done: 30 * minute, Saved: 30 * minute, LostToEvictions: 10 * minute},
+		},
+		"a restart ends the hang: from its last checkpoint the rest of the work runs at once": {
 			work: stuck,
 			steps: []step{{at: 0, start: true}, {at: 70 * minute, notice: 2 * minute},
 				{at: 80 * minute, start: true}},
-			until: 140 * minute,
-			want:  want{Done: 100 * minute, Saved: 90 * minute, Finished: true},
+			until: 150 * minute,
+			want:  want{Done: 100 * minute, Saved: 90 * minute, LostToEvictions: 10 * minute, Finished: true},
 		},
 		"an interactive session lasts its span from its first start, paused or not": {
 			work:  Work{Kind: KindInteractive, Work: 60 * minute, ActiveSpell: 20 * minute, IdleSpell: 40 * minute},
