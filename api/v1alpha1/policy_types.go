@@ -45,6 +45,15 @@ type IdleReclaimPolicy struct {
 	// +kubebuilder:validation:MaxItems=16
 	// +optional
 	ExemptTiers []string `json:"exemptTiers,omitempty"`
+	// InteractiveIdleLimit pauses an interactive workload (a notebook, a debug
+	// session: label or annotation chamber.dev/interactive "true" on its pods or its
+	// Workload) whose GPUs stay idle this long, even when nobody waits for them, as
+	// an idle GPU time limit does. It stays paused (deactivated, its Job kept) until
+	// its user resumes it by setting the Workload's spec.active to true. Unset: no
+	// limit. Exempt tiers and opted-out workloads are never paused.
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m')",message="must be a duration of at least 1m, such as 30m or 2h"
+	// +optional
+	InteractiveIdleLimit *metav1.Duration `json:"interactiveIdleLimit,omitempty"`
 }
 
 // EvictionPolicy is how long a workload Chamber evicts (idle reclaim, GPU faults) has

@@ -38,6 +38,11 @@ import (
 // its pods keeps the workload from being reclaimed.
 const AnnotationIdleReclaim = "chamber.dev/idle-reclaim"
 
+// LabelInteractive "true" (a label or an annotation) on a Workload or its pods marks an
+// interactive workload (a notebook, a debug session), to which a policy's
+// InteractiveIdleLimit applies.
+const LabelInteractive = "chamber.dev/interactive"
+
 // Reasons of the Events and of the eviction request.
 const (
 	// ReasonIdleGPUs is the warning Event of a workload idle under contention.
@@ -45,6 +50,9 @@ const (
 	// ReasonIdleReclaim is the eviction request's reason, which the admission
 	// controller's Events carry.
 	ReasonIdleReclaim = "IdleReclaim"
+	// ReasonIdleTimeLimit is the eviction request's reason when an interactive
+	// workload reached its InteractiveIdleLimit.
+	ReasonIdleTimeLimit = "IdleTimeLimit"
 )
 
 // Defaults of a policy's unset fields (see chamber.IdleReclaimPolicy).
@@ -231,7 +239,17 @@ func (c *Controller) reconcile(ctx context.Context, wl *kueue.Workload) (reconci
 	if waiting == nil {
 		c.mu.Lock()
 		rec.contendedSince = time.Time{}
+		lowSince := rec.lowSince
 		c.mu.Unlock()
+		if limit := policy.InteractiveIdleLimit; limit > 0 && interactive(wl, pods) {
+			if idleFor := now.Sub(lowSince); idleFor >= limit {
+				if out, err := c.ownerOptedOut(ctx, wl, pods); err != nil || out {
+					return again, err
+				}
+				return c.pauseAtLimit(ctx, key, wl, team, use, idleFor, policy, now)
+			}
+			return reconcile.Result{RequeueAfter: min(c.opts.Interval, lowSince.Add(limit).Sub(now))}, nil
+		}
 		return again, nil
 	}
 	// Opt-outs on pods and owner are read only now: the owner costs an API call.
@@ -279,6 +297,47 @@ func (c *Controller) reconcile(ctx context.Context, wl *kueue.Workload) (reconci
 	// The mark comes after the request, so that no state of the cache shows the mark
 	// without the request; failed, the next reconcile writes it.
 	return again, c.markReclaimed(ctx, key, wl, waiter, now)
+}
+
+// pauseAtLimit asks for the eviction of an interactive workload idle for its limit;
+// the hold then keeps it paused until its user resumes it (reclaimedForIdleLimit).
+func (c *Controller) pauseAtLimit(ctx context.Context, key types.NamespacedName, wl *kueue.Workload, team string, use usage, idleFor time.Duration, policy Policy, now time.Time) (reconcile.Result, error) {
+	err := admission.RequestEviction(ctx, c.client, wl, admission.Eviction{
+		Reason: ReasonIdleTimeLimit,
+		Message: fmt.Sprintf("interactive idle time limit: its %d GPUs stayed below %d%% utilization for %s (limit %s); resume it with spec.active true",
+			use.gpus, policy.UtilizationPercent, idleFor.Round(time.Second), policy.InteractiveIdleLimit),
+		RequestedAt: now,
+	})
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	evictions.WithLabelValues(team).Inc()
+	reclaimedGPUHours.WithLabelValues(team).Add(float64(use.gpus) * idleFor.Hours())
+	log.FromContext(ctx).Info("interactive workload paused at its idle time limit", "workload", key, "gpus", use.gpus, "idleFor", idleFor)
+	c.remember(key, wl.UID, idleWorkload{reclaimed: true, reclaimedFor: reclaimedForIdleLimit, reclaimedAt: now})
+	return reconcile.Result{RequeueAfter: c.opts.Interval}, c.markReclaimed(ctx, key, wl, reclaimedForIdleLimit, now)
+}
+
+// interactive: the workload or one of its pods is marked interactive (LabelInteractive
+// as a label or an annotation).
+func interactive(wl *kueue.Workload, pods []corev1.Pod) bool {
+	marked := func(o metav1.Object) bool {
+		for _, m := range []map[string]string{o.GetLabels(), o.GetAnnotations()} {
+			if on, err := strconv.ParseBool(m[LabelInteractive]); err == nil && on {
+				return true
+			}
+		}
+		return false
+	}
+	if marked(wl) {
+		return true
+	}
+	for i := range pods {
+		if marked(&pods[i]) {
+			return true
+		}
+	}
+	return false
 }
 
 // record returns the record of the idle workload, starting one if there is none or

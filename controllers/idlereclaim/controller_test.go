@@ -626,3 +626,113 @@ func TestMarkFails(t *testing.T) {
 		t.Errorf("metrics (-want +got):\n%s", diff)
 	}
 }
+
+// TestInteractiveIdleLimit: with the team's interactive idle time limit, an interactive
+// workload idle that long is paused though nobody waits, not a second earlier; it
+// stays paused however long, until its user activates it; others are left alone.
+func TestInteractiveIdleLimit(t *testing.T) {
+	const limit = 20 * time.Minute
+	interactivePod := func(w *world) { w.pod.Labels = map[string]string{LabelInteractive: "true"} }
+	cases := map[string]struct {
+		change    func(w *world)
+		wantPause bool
+	}{
+		"an interactive notebook, idle, nobody waiting": {change: interactivePod, wantPause: true},
+		"marked on the Workload": {
+			change:    func(w *world) { w.wl.Annotations = map[string]string{LabelInteractive: "true"} },
+			wantPause: true,
+		},
+		"not interactive": {},
+		"interactive but opted out": {
+			change: func(w *world) {
+				interactivePod(w)
+				w.job.Annotations = map[string]string{AnnotationIdleReclaim: "false"}
+			},
+		},
+		"interactive but busy": {
+			change: func(w *world) { interactivePod(w); w.node.Status.GPUs[3].Utilization.GPUPercent = 40 },
+		},
+		"interactive, production tier": {
+			change: func(w *world) {
+				interactivePod(w)
+				w.wl.Spec.PriorityClassRef = kueue.NewWorkloadPriorityClassRef("production")
+			},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			w := newWorld()
+			w.waiting = nil
+			w.teams[0].Spec.IdleReclaim = &chamber.IdleReclaimPolicy{InteractiveIdleLimit: &metav1.Duration{Duration: limit}}
+			if tc.change != nil {
+				tc.change(w)
+			}
+			r := w.start(t, interceptor.Funcs{})
+			r.mustReconcile()
+			r.step(limit - time.Second)
+			r.mustReconcile()
+			if e, ok := r.limitEviction(); ok {
+				t.Fatalf("paused a second before the limit: %+v", e)
+			}
+			r.step(time.Second)
+			r.mustReconcile()
+			if _, ok := r.limitEviction(); ok != tc.wantPause {
+				t.Fatalf("paused at the limit = %v, want %v", ok, tc.wantPause)
+			}
+			if !tc.wantPause {
+				return
+			}
+			// Kueue evicts it; idle reclaim keeps it deactivated for as long as its user
+			// leaves it, with nobody waiting.
+			r.kueueEvicts()
+			r.mustReconcile()
+			r.clock.Step(24 * time.Hour)
+			r.mustReconcile()
+			if wl := r.workload(); ptr.Deref(wl.Spec.Active, true) || wl.Annotations[AnnotationHeld] != "true" {
+				t.Fatalf("a day later: active %v, held %q; want it paused until its user resumes it", ptr.Deref(wl.Spec.Active, true), wl.Annotations[AnnotationHeld])
+			}
+			// Its user resumes it.
+			wl := r.workload()
+			wl.Spec.Active = ptr.To(true)
+			if err := r.client.Update(context.Background(), wl); err != nil {
+				t.Fatal(err)
+			}
+			r.mustReconcile()
+			if wl := r.workload(); wl.Annotations[AnnotationHeld] != "" || wl.Annotations[AnnotationReclaimedFor] != "" {
+				t.Errorf("after its user resumed it: annotations %v, want the pause cleared", wl.Annotations)
+			}
+		})
+	}
+}
+
+func (r *run) workload() *kueue.Workload {
+	r.t.Helper()
+	var wl kueue.Workload
+	if err := r.client.Get(context.Background(), types.NamespacedName{Namespace: "team-a", Name: "train"}, &wl); err != nil {
+		r.t.Fatal(err)
+	}
+	return &wl
+}
+
+// limitEviction is the eviction requested at the interactive idle time limit, if any.
+func (r *run) limitEviction() (admission.Eviction, bool) {
+	e, ok := admission.RequestedEviction(r.workload())
+	return e, ok && e.Reason == ReasonIdleTimeLimit
+}
+
+// kueueEvicts does what Kueue does when Chamber's check turns Retry: the workload is
+// evicted and loses its admission; the admission controller has cleared its request.
+func (r *run) kueueEvicts() {
+	r.t.Helper()
+	wl := r.workload()
+	delete(wl.Annotations, admission.AnnotationEvictionReason)
+	wl.Status.Admission = nil
+	wl.Status.Conditions = []metav1.Condition{{Type: kueue.WorkloadEvicted, Status: metav1.ConditionTrue,
+		Reason: kueue.WorkloadEvictedByAdmissionCheck, LastTransitionTime: metav1.NewTime(r.clock.Now())}}
+	if err := r.client.Update(context.Background(), wl); err != nil {
+		r.t.Fatal(err)
+	}
+	if err := r.client.Status().Update(context.Background(), wl); err != nil {
+		r.t.Fatal(err)
+	}
+}

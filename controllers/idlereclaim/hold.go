@@ -54,6 +54,11 @@ const (
 	ReasonReleased = "IdleReclaimResumed"
 )
 
+// reclaimedForIdleLimit in AnnotationReclaimedFor marks a workload paused at its
+// interactive idle time limit: nobody waited; it stays paused until its user
+// activates it again.
+const reclaimedForIdleLimit = "interactive-idle-time-limit"
+
 // DefaultMaxHold is the default of Options.MaxHold.
 const DefaultMaxHold = 10 * time.Minute
 
@@ -105,7 +110,7 @@ func (c *Controller) reconcileHold(ctx context.Context, wl *kueue.Workload) (don
 			// Someone else deactivated it: theirs to bring back.
 			return false, reconcile.Result{}, c.clearReclaimed(ctx, wl)
 		case admitted && !evicted:
-			if e, ok := admission.RequestedEviction(wl); ok && e.Reason != ReasonIdleReclaim {
+			if e, ok := admission.RequestedEviction(wl); ok && e.Reason != ReasonIdleReclaim && e.Reason != ReasonIdleTimeLimit {
 				// Another eviction (a GPU fault) took over: not ours to hold.
 				return false, reconcile.Result{}, c.clearReclaimed(ctx, wl)
 			}
@@ -121,11 +126,17 @@ func (c *Controller) reconcileHold(ctx context.Context, wl *kueue.Workload) (don
 			return true, reconcile.Result{}, err
 		}
 		c.remember(key, wl.UID, idleWorkload{held: true})
+		pauses.WithLabelValues(wl.Namespace).Inc()
+		if waiter == reclaimedForIdleLimit {
+			c.recorder.Eventf(wl, nil, corev1.EventTypeNormal, ReasonHeld, "Pause",
+				"paused (deactivated, its Job kept) at its team's interactive idle time limit: resume it with kubectl patch workload %s -n %s --type=merge -p '{\"spec\":{\"active\":true}}'",
+				wl.Name, wl.Namespace)
+			return true, reconcile.Result{}, nil
+		}
 		reclaims, _ := strconv.Atoi(a[AnnotationReclaims])
 		c.recorder.Eventf(wl, nil, corev1.EventTypeNormal, ReasonHeld, "Pause",
 			"paused (deactivated, its Job kept) after its idle GPUs were reclaimed for %s: it resumes by itself once no workload waits for GPUs it could use, or after %s (reclaim %d; the limit doubles with each)",
 			waiter, c.maxHold(reclaims), reclaims)
-		pauses.WithLabelValues(wl.Namespace).Inc()
 		return true, reconcile.Result{RequeueAfter: c.opts.Interval}, nil
 	}
 
@@ -134,8 +145,16 @@ func (c *Controller) reconcileHold(ctx context.Context, wl *kueue.Workload) (don
 		return true, reconcile.Result{RequeueAfter: c.opts.Interval}, nil // the cache is behind
 	}
 	if active {
-		// Activated by someone else meanwhile: the hold is over.
+		// Activated by someone else meanwhile (its user, after an idle time limit):
+		// the hold is over.
+		if waiter == reclaimedForIdleLimit {
+			resumes.WithLabelValues(wl.Namespace).Inc()
+			c.recorder.Eventf(wl, nil, corev1.EventTypeNormal, ReasonReleased, "Resume", "resumed by its user after its interactive idle time limit")
+		}
 		return false, reconcile.Result{}, c.clearReclaimed(ctx, wl)
+	}
+	if waiter == reclaimedForIdleLimit {
+		return true, reconcile.Result{}, nil // its user resumes it
 	}
 	now := c.opts.Clock.Now()
 	at, err := time.Parse(time.RFC3339, a[AnnotationReclaimedAt])

@@ -25,6 +25,9 @@ type Policy struct {
 	// Window is how long a workload stays idle while others wait before it is reclaimed.
 	Window      time.Duration
 	ExemptTiers []string
+	// InteractiveIdleLimit pauses an interactive workload idle this long, waiters or
+	// not; 0 means no limit.
+	InteractiveIdleLimit time.Duration
 }
 
 // ResolvePolicy is the pool's policy with the team's set fields over it. Either may be
@@ -46,6 +49,9 @@ func ResolvePolicy(pool, team *chamber.IdleReclaimPolicy) Policy {
 		}
 		if layer.ExemptTiers != nil {
 			p.ExemptTiers = layer.ExemptTiers
+		}
+		if layer.InteractiveIdleLimit != nil && layer.InteractiveIdleLimit.Duration >= 0 {
+			p.InteractiveIdleLimit = layer.InteractiveIdleLimit.Duration
 		}
 	}
 	return p
