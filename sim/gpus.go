@@ -204,18 +204,21 @@ func setAllocatable(ctx context.Context, c client.Client, node string, gpus int)
 type faultKind struct {
 	name  string
 	raise func(f *healthcheck.FakeGPUs, gpu int) error
+	// reboot: its repair (NVIDIA's catalog action) reboots the node, killing every pod
+	// still on it; otherwise the GPU alone is reset.
+	reboot bool
 }
 
 // faultKinds are the injected faults, drawn with equal odds: the two most common fatal
 // GPU faults in large fleets.
 var faultKinds = []faultKind{
-	{"XID 79 (GPU fallen off the bus)", (*healthcheck.FakeGPUs).LoseGPU},
-	{"XID 48 (double-bit ECC error)", (*healthcheck.FakeGPUs).RaiseDoubleBitECC},
+	{"XID 79 (GPU fallen off the bus)", (*healthcheck.FakeGPUs).LoseGPU, true},
+	{"XID 48 (double-bit ECC error)", (*healthcheck.FakeGPUs).RaiseDoubleBitECC, false},
 }
 
 // breakGPU marks a random healthy GPU broken and raises a fault on it. It returns the
 // node, the GPU, the pod that held it (empty if none) and the fault's name.
-func breakGPU(nodes map[string]*simNode, names []string, r *rand.Rand) (*simNode, int, string, string, bool) {
+func breakGPU(nodes map[string]*simNode, names []string, r *rand.Rand) (*simNode, int, string, faultKind, bool) {
 	type gpu struct {
 		n *simNode
 		i int
@@ -232,7 +235,7 @@ func breakGPU(nodes map[string]*simNode, names []string, r *rand.Rand) (*simNode
 		n.mu.Unlock()
 	}
 	if len(healthy) == 0 {
-		return nil, 0, "", "", false
+		return nil, 0, "", faultKind{}, false
 	}
 	g := healthy[r.IntN(len(healthy))]
 	k := faultKinds[r.IntN(len(faultKinds))]
@@ -241,7 +244,20 @@ func breakGPU(nodes map[string]*simNode, names []string, r *rand.Rand) (*simNode
 	pod := g.n.slots[g.i].pod
 	g.n.mu.Unlock()
 	_ = k.raise(g.n.gpus, g.i)
-	return g.n, g.i, pod, k.name, true
+	return g.n, g.i, pod, k, true
+}
+
+// pods lists the pods holding GPUs of the node.
+func (n *simNode) pods() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var out []string
+	for _, s := range n.slots {
+		if s.pod != "" && !slices.Contains(out, s.pod) {
+			out = append(out, s.pod)
+		}
+	}
+	return out
 }
 
 // repairGPU is what an operator does after replacing or resetting the GPU: reset it and

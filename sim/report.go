@@ -167,7 +167,9 @@ func renderReport(sc *Scenario, recs []*Recording, results []Result) string {
 	fmt.Fprintf(&b, "GPU faults at %g per 1000 GPU-hours (simulated), each repaired after %s: a random healthy GPU raises XID 79 "+
 		"(fallen off the bus) or XID 48 (double-bit ECC) on the fake NVML its agent reads; the pod holding it is killed "+
 		"(deleted, so its Job retries up to %d times, then is lost); the node's allocatable GPUs drop by one until the repair, as "+
-		"NVIDIA's device plugin does, under every policy. A pod placed where only a broken GPU is left crashes at start.\n\n",
+		"NVIDIA's device plugin does, under every policy. A pod placed where only a broken GPU is left crashes at start. "+
+		"The repair of an XID 79 reboots the node (its catalog action), killing every pod still on it, under every policy; "+
+		"an XID 48's resets the GPU alone.\n\n",
 		sc.FaultsPer1000GPUHours, hours(sc.RepairTime), sc.BackoffLimit)
 	t.header("policy", "faults", "pods killed", "jobs restarted", "jobs lost")
 	for _, r := range results {

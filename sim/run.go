@@ -454,7 +454,9 @@ func jobObject(j *Job, p Policy, sc *Scenario) *batchv1.Job {
 
 // injectFaults breaks random healthy GPUs at the scenario's rate (a Poisson process in
 // simulated time), kills the pod holding each, lowers the node's allocatable GPUs as
-// the device plugin would, and repairs each after the repair time.
+// the device plugin would, and repairs each after the repair time: a GPU reset, or for
+// a fault whose catalog action is a reboot (XID 79), a node reboot that kills every
+// pod still on the node.
 func injectFaults(ctx context.Context, c client.Client, sc *Scenario, nodes map[string]*simNode, names []string, r *recorder, start time.Time, out chan<- FaultRecord) {
 	if sc.FaultsPer1000GPUHours <= 0 {
 		return
@@ -479,12 +481,20 @@ func injectFaults(ctx context.Context, c client.Client, sc *Scenario, nodes map[
 			go deletePod(ctx, c, pod)
 		}
 		_ = setAllocatable(ctx, c, n.name, n.healthy())
-		out <- FaultRecord{At: time.Now(), Node: n.name, GPU: gpu, Kind: kind, Pod: pod}
+		out <- FaultRecord{At: time.Now(), Node: n.name, GPU: gpu, Kind: kind.name, Pod: pod}
 		wg.Go(func() {
 			select {
 			case <-ctx.Done():
 				return
 			case <-time.After(simToWall(sc.RepairTime, sc.Speedup)):
+			}
+			if kind.reboot {
+				// The repair reboots the node: whatever still runs there dies without
+				// notice, under every policy (a node Chamber drained has nothing left).
+				for _, p := range n.pods() {
+					r.markFaulted(p)
+					go deletePod(ctx, c, p)
+				}
 			}
 			n.repairGPU(gpu)
 			_ = setAllocatable(ctx, c, n.name, n.healthy())
