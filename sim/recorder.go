@@ -81,8 +81,6 @@ type PodRun struct {
 	// start latency once the pod exists (kube-scheduler, kwok), plus any wait for
 	// room in plain Kubernetes, where pods are created at submission.
 	Latency time.Duration
-	// completing is set once the simulator has asked for it to end as succeeded.
-	completing bool
 }
 
 // recorder watches Pods and Jobs and keeps, with wall-clock times taken when each
@@ -322,7 +320,7 @@ func (r *recorder) advance(now time.Time) {
 	t := r.simAt(now)
 	var done, saved []string
 	r.mu.Lock()
-	changed, checkpointed := map[*JobRecord]bool{}, map[*JobRecord]bool{}
+	finished, changed, checkpointed := map[*JobRecord]bool{}, map[*JobRecord]bool{}, map[*JobRecord]bool{}
 	for _, j := range r.jobs {
 		p := j.Progress
 		if !p.Running || j.completing {
@@ -331,6 +329,7 @@ func (r *recorder) advance(now time.Time) {
 		p.Advance(t)
 		if p.Finished() {
 			j.completing = true
+			finished[j] = true
 			continue
 		}
 		if !j.noticed.IsZero() && !j.checkpointed && p.CanCheckpoint() &&
@@ -345,11 +344,8 @@ func (r *recorder) advance(now time.Time) {
 	}
 	for key, run := range r.pods {
 		switch {
-		case run.Job.completing:
-			if !run.completing {
-				run.completing = true
-				done = append(done, key)
-			}
+		case finished[run.Job]:
+			done = append(done, key)
 		case changed[run.Job]:
 			u := run.Job.Job.Util
 			if run.Job.idle {
@@ -491,9 +487,6 @@ func (r *recorder) sample(idleBelow uint32) Sample {
 // 16-GPU job needs two nodes with 8 free). Quotas are not considered: a job that fits
 // and waits is capacity some policy left unused.
 func fits(gpus, pods int, free []int) bool {
-	if pods < 1 {
-		pods = 1
-	}
 	per := gpus / pods
 	n := 0
 	for _, f := range free {

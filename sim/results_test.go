@@ -87,13 +87,12 @@ func TestFits(t *testing.T) {
 		free       []int
 		want       bool
 	}{
-		"one GPU, one free":                  {gpus: 1, pods: 1, free: []int{0, 1}, want: true},
-		"four GPUs spread over two nodes":    {gpus: 4, pods: 1, free: []int{2, 2}},
-		"four GPUs on one node":              {gpus: 4, pods: 1, free: []int{2, 4}, want: true},
-		"sixteen GPUs need two whole nodes":  {gpus: 16, pods: 2, free: []int{8, 7, 8}, want: true},
-		"sixteen GPUs, one whole node only":  {gpus: 16, pods: 2, free: []int{8, 7, 7}},
-		"nothing free":                       {gpus: 1, pods: 1, free: []int{0, 0}},
-		"a job of no pods counts as one pod": {gpus: 2, pods: 0, free: []int{2}, want: true},
+		"one GPU, one free":                 {gpus: 1, pods: 1, free: []int{0, 1}, want: true},
+		"four GPUs spread over two nodes":   {gpus: 4, pods: 1, free: []int{2, 2}},
+		"four GPUs on one node":             {gpus: 4, pods: 1, free: []int{2, 4}, want: true},
+		"sixteen GPUs need two whole nodes": {gpus: 16, pods: 2, free: []int{8, 7, 8}, want: true},
+		"sixteen GPUs, one whole node only": {gpus: 16, pods: 2, free: []int{8, 7, 7}},
+		"nothing free":                      {gpus: 1, pods: 1, free: []int{0, 0}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

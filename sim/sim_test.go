@@ -50,6 +50,10 @@ func TestShortScenario(t *testing.T) {
 				failed++
 			default:
 				complete++
+				// The simulator, not kwok's clock, ends a job: only once its work is done.
+				if !j.Progress.Finished() {
+					t.Errorf("%s: job %s (%s) complete with %v of %v done", rec.Policy, j.Job.Name, j.Job.Work.Kind, j.Progress.Done, j.Job.Work.Work)
+				}
 			}
 			// The watch's times against the API's whole-second timestamps: the watch
 			// cannot see a Job before the API created it, nor see it run before it was

@@ -280,7 +280,7 @@ func (c *Controller) reconcile(ctx context.Context, wl *kueue.Workload) (reconci
 	}
 
 	idleFor := now.Sub(lowSince)
-	err = admission.RequestEviction(ctx, c.client, wl, admission.Eviction{
+	err = c.reclaim(ctx, key, wl, team, use, idleFor, waiting.Namespace+"/"+waiting.Name, admission.Eviction{
 		Reason: ReasonIdleReclaim,
 		Message: fmt.Sprintf("idle reclaim: its %d GPUs stayed below %d%% utilization for %s while %s/%s waited for them",
 			use.gpus, policy.UtilizationPercent, now.Sub(since).Round(time.Second), waiting.Namespace, waiting.Name),
@@ -289,20 +289,28 @@ func (c *Controller) reconcile(ctx context.Context, wl *kueue.Workload) (reconci
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	logger.Info("idle GPUs reclaimed", "workload", key, "gpus", use.gpus, "idleFor", idleFor, "waiting", client.ObjectKeyFromObject(waiting))
+	return again, nil
+}
+
+// reclaim asks for the eviction, counts it, and marks the workload reclaimed for
+// reclaimedFor (a waiting workload, or reclaimedForIdleLimit), which the hold reads.
+// The mark comes after the request, so that no state of the cache shows the mark
+// without the request; failed, the next reconcile writes it.
+func (c *Controller) reclaim(ctx context.Context, key types.NamespacedName, wl *kueue.Workload, team string, use usage, idleFor time.Duration, reclaimedFor string, e admission.Eviction) error {
+	if err := admission.RequestEviction(ctx, c.client, wl, e); err != nil {
+		return err
+	}
 	evictions.WithLabelValues(team).Inc()
 	reclaimedGPUHours.WithLabelValues(team).Add(float64(use.gpus) * idleFor.Hours())
-	logger.Info("idle GPUs reclaimed", "workload", key, "gpus", use.gpus, "idleFor", idleFor, "waiting", client.ObjectKeyFromObject(waiting))
-	waiter := waiting.Namespace + "/" + waiting.Name
-	c.remember(key, wl.UID, idleWorkload{reclaimed: true, reclaimedFor: waiter, reclaimedAt: now})
-	// The mark comes after the request, so that no state of the cache shows the mark
-	// without the request; failed, the next reconcile writes it.
-	return again, c.markReclaimed(ctx, key, wl, waiter, now)
+	c.remember(key, wl.UID, idleWorkload{reclaimed: true, reclaimedFor: reclaimedFor, reclaimedAt: e.RequestedAt})
+	return c.markReclaimed(ctx, key, wl, reclaimedFor, e.RequestedAt)
 }
 
 // pauseAtLimit asks for the eviction of an interactive workload idle for its limit;
 // the hold then keeps it paused until its user resumes it (reclaimedForIdleLimit).
 func (c *Controller) pauseAtLimit(ctx context.Context, key types.NamespacedName, wl *kueue.Workload, team string, use usage, idleFor time.Duration, policy Policy, now time.Time) (reconcile.Result, error) {
-	err := admission.RequestEviction(ctx, c.client, wl, admission.Eviction{
+	err := c.reclaim(ctx, key, wl, team, use, idleFor, reclaimedForIdleLimit, admission.Eviction{
 		Reason: ReasonIdleTimeLimit,
 		Message: fmt.Sprintf("interactive idle time limit: its %d GPUs stayed below %d%% utilization for %s (limit %s); resume it with spec.active true",
 			use.gpus, policy.UtilizationPercent, idleFor.Round(time.Second), policy.InteractiveIdleLimit),
@@ -311,11 +319,8 @@ func (c *Controller) pauseAtLimit(ctx context.Context, key types.NamespacedName,
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	evictions.WithLabelValues(team).Inc()
-	reclaimedGPUHours.WithLabelValues(team).Add(float64(use.gpus) * idleFor.Hours())
 	log.FromContext(ctx).Info("interactive workload paused at its idle time limit", "workload", key, "gpus", use.gpus, "idleFor", idleFor)
-	c.remember(key, wl.UID, idleWorkload{reclaimed: true, reclaimedFor: reclaimedForIdleLimit, reclaimedAt: now})
-	return reconcile.Result{RequeueAfter: c.opts.Interval}, c.markReclaimed(ctx, key, wl, reclaimedForIdleLimit, now)
+	return reconcile.Result{RequeueAfter: c.opts.Interval}, nil
 }
 
 // interactive: the workload or one of its pods is marked interactive (LabelInteractive

@@ -175,7 +175,7 @@ func (c *Controller) reconcileHold(ctx context.Context, wl *kueue.Workload) (don
 	if waits != nil {
 		why = fmt.Sprintf("paused for %s, its limit at reclaim %d, though %s/%s still waits", limit, reclaims, waits.Namespace, waits.Name)
 	}
-	if err := c.patch(ctx, wl, ptr.To(true), map[string]any{AnnotationReclaimedFor: nil, AnnotationReclaimedAt: nil, AnnotationHeld: nil}); err != nil {
+	if err := c.patch(ctx, wl, ptr.To(true), reclaimMarksRemoved()); err != nil {
 		return true, reconcile.Result{}, err
 	}
 	c.remember(key, wl.UID, idleWorkload{released: true})
@@ -195,7 +195,13 @@ func (c *Controller) waitingForPaused(ctx context.Context, wl *kueue.Workload, n
 }
 
 func (c *Controller) clearReclaimed(ctx context.Context, wl *kueue.Workload) error {
-	return c.patch(ctx, wl, nil, map[string]any{AnnotationReclaimedFor: nil, AnnotationReclaimedAt: nil, AnnotationHeld: nil})
+	return c.patch(ctx, wl, nil, reclaimMarksRemoved())
+}
+
+// reclaimMarksRemoved is the annotation patch that ends a reclaim and its pause;
+// AnnotationReclaims stays.
+func reclaimMarksRemoved() map[string]any {
+	return map[string]any{AnnotationReclaimedFor: nil, AnnotationReclaimedAt: nil, AnnotationHeld: nil}
 }
 
 // patch merges annotations (nil values remove) and, when active is set, spec.active

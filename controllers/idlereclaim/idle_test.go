@@ -300,14 +300,7 @@ func TestWaiting(t *testing.T) {
 			if tc.noCohort {
 				cqs[0].Spec.CohortName = ""
 			}
-			all := []kueue.Workload{*idle}
-			for _, w := range tc.workloads {
-				all = append(all, *w)
-			}
-			got := ""
-			if w := waiting(idle, all, lqs, cqs, now, DefaultMinWait); w != nil {
-				got = w.Namespace + "/" + w.Name
-			}
+			got := keyOf(waiting(idle, withOthers(idle, tc.workloads), lqs, cqs, now, DefaultMinWait))
 			if got != tc.want {
 				t.Errorf("waiting = %q, want %q", got, tc.want)
 			}
@@ -340,17 +333,27 @@ func TestWaitingForPaused(t *testing.T) {
 			if tc.paused != nil {
 				p = tc.paused
 			}
-			all := []kueue.Workload{*p}
-			for _, w := range tc.workloads {
-				all = append(all, *w)
-			}
-			got := ""
-			if w := waitingForPaused(p, all, lqs, cqs, now, DefaultMinWait); w != nil {
-				got = w.Namespace + "/" + w.Name
-			}
+			got := keyOf(waitingForPaused(p, withOthers(p, tc.workloads), lqs, cqs, now, DefaultMinWait))
 			if got != tc.want {
 				t.Errorf("waitingForPaused = %q, want %q", got, tc.want)
 			}
 		})
 	}
+}
+
+// withOthers is the cache's workloads: self and the others.
+func withOthers(self *kueue.Workload, others []*kueue.Workload) []kueue.Workload {
+	all := []kueue.Workload{*self}
+	for _, w := range others {
+		all = append(all, *w)
+	}
+	return all
+}
+
+// keyOf is "namespace/name", or "" for no workload.
+func keyOf(w *kueue.Workload) string {
+	if w == nil {
+		return ""
+	}
+	return w.Namespace + "/" + w.Name
 }
