@@ -291,19 +291,23 @@ func (r *recorder) pod(o any, deleted bool) {
 		}
 		t := r.simAt(now)
 		switch {
+		case pod.Status.Phase == corev1.PodSucceeded:
+			// The simulator ended it because its job's work was done. A fault or
+			// eviction that reaches the pod after that (its deletion racing the
+			// status patch) finds the Job complete: nothing is lost.
+			delete(r.faulted, key)
+			run.Job.Progress.Finish(t)
 		case r.faulted[key]:
 			run.Job.FaultKills++
 			delete(r.faulted, key)
 			run.Job.Progress.Stop(t, 0, true)
-		case pod.Status.Phase != corev1.PodSucceeded:
+		default:
 			run.Job.Evictions++
 			notice := r.sigterm
 			if !run.Job.noticed.IsZero() {
 				notice = max(notice, wallToSim(now.Sub(run.Job.noticed), r.speedup))
 			}
 			run.Job.Progress.Stop(t, notice, false)
-		default:
-			run.Job.Progress.Finish(t)
 		}
 		if run.Job.Running == 0 {
 			run.Job.noticed = time.Time{}

@@ -49,7 +49,7 @@ func main() {
 		isolationRate      = flag.Float64("isolation-rate-limit", isolation.DefaultRateLimit, "how many nodes per second fault isolation may isolate, fleet-wide, once its burst is spent")
 		isolationBurst     = flag.Int("isolation-rate-burst", isolation.DefaultRateBurst, "how many nodes fault isolation may isolate at once before the rate limit applies")
 		isolationUnknown   = flag.Int("isolation-unknown-after-heartbeats", isolation.DefaultUnknownAfterHeartbeats, "missed node agent heartbeats after which a node's GPU health is Unknown (never a reason to isolate)")
-		isolationGrace     = flag.Duration("isolation-eviction-grace-period", 0, "checkpoint grace period of workloads evicted from failed GPUs (0: at once; a failed GPU cannot checkpoint)")
+		isolationGrace     = flag.Duration("isolation-eviction-grace-period", 0, "checkpoint grace period of workloads on failed GPUs (0: at once; a failed GPU cannot checkpoint); workloads on the healthy GPUs of an isolated node keep their team's")
 		isolationHoldNS    = flag.String("isolation-hold-namespace", isolation.DefaultHoldNamespace, "namespace of the pods that hold failing GPUs under GPU-level isolation")
 	)
 	opts := zap.Options{}

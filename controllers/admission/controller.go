@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -178,6 +177,9 @@ func (c *Controller) Reconcile(ctx context.Context, wl *kueue.Workload) (reconci
 		if evictionAsked {
 			return reconcile.Result{}, c.clearEviction(ctx, wl)
 		}
+		if check != nil && check.State == kueue.CheckStatePending && waiting(wl) {
+			return reconcile.Result{}, c.preApprove(ctx, wl)
+		}
 		return reconcile.Result{}, nil
 	}
 	switch check.State {
@@ -190,6 +192,9 @@ func (c *Controller) Reconcile(ctx context.Context, wl *kueue.Workload) (reconci
 	case kueue.CheckStateReady:
 		if evictionAsked {
 			return c.evictCooperatively(ctx, wl, eviction)
+		}
+		if c.preApproved(wl, check) {
+			return c.verifyAtReservation(ctx, wl)
 		}
 	}
 	return reconcile.Result{}, nil
@@ -206,7 +211,7 @@ func (c *Controller) checkPlacement(ctx context.Context, wl *kueue.Workload, che
 	}
 	if verdict.Ready {
 		c.metrics.verdicts.WithLabelValues("ready").Inc()
-		return reconcile.Result{}, c.setCheck(ctx, wl, kueue.CheckStateReady, verdict.Message, nil)
+		return reconcile.Result{}, c.setCheck(ctx, wl, kueue.CheckStateReady, verdict.Message)
 	}
 	since := now
 	if cond := apimeta.FindStatusCondition(wl.Status.Conditions, kueue.WorkloadQuotaReserved); cond != nil {
@@ -218,12 +223,12 @@ func (c *Controller) checkPlacement(ctx context.Context, wl *kueue.Workload, che
 		c.recorder.Eventf(wl, nil, corev1.EventTypeWarning, "NoHealthyGPUs", "Requeue", "%s", msg)
 		// No requeueAfterSeconds: Kueue (v0.19) waits it out before it evicts, not
 		// after, so it would only hold the quota longer.
-		return reconcile.Result{}, c.setCheck(ctx, wl, kueue.CheckStateRetry, msg, nil)
+		return reconcile.Result{}, c.setCheck(ctx, wl, kueue.CheckStateRetry, msg)
 	}
 	msg := "Waiting for healthy GPUs: " + verdict.Message
 	if check.Message != msg {
 		c.metrics.verdicts.WithLabelValues("pending").Inc()
-		if err := c.setCheck(ctx, wl, kueue.CheckStatePending, msg, nil); err != nil {
+		if err := c.setCheck(ctx, wl, kueue.CheckStatePending, msg); err != nil {
 			return reconcile.Result{}, err
 		}
 	}
@@ -236,11 +241,7 @@ func (c *Controller) verdict(ctx context.Context, wl *kueue.Workload, now time.T
 	if wl.Status.Admission == nil {
 		return Verdict{Message: "no admission yet"}, nil
 	}
-	var owners []types.UID
-	for _, ref := range wl.OwnerReferences {
-		owners = append(owners, ref.UID)
-	}
-	own := ownedBy(owners)
+	own := ownedBy(ownerUIDs(wl))
 	var msgs []string
 	ready := true
 	for _, d := range demands(wl.Status.Admission) {
@@ -383,7 +384,7 @@ func (c *Controller) evictCooperatively(ctx context.Context, wl *kueue.Workload,
 // evict sets the check to Retry: Kueue evicts the workload and requeues it.
 func (c *Controller) evict(ctx context.Context, wl *kueue.Workload, e Eviction) error {
 	msg := fmt.Sprintf("Evicted by Chamber (%s): %s", e.Reason, e.Message)
-	if err := c.setCheck(ctx, wl, kueue.CheckStateRetry, msg, nil); err != nil {
+	if err := c.setCheck(ctx, wl, kueue.CheckStateRetry, msg); err != nil {
 		return err
 	}
 	c.metrics.evictions.WithLabelValues(e.Reason).Inc()
@@ -460,6 +461,15 @@ func (c *Controller) teamOf(ctx context.Context, wl *kueue.Workload) (*chamber.T
 	return &team, &pool, nil
 }
 
+// ownerUIDs are the UIDs of the workload's owners (its job).
+func ownerUIDs(wl *kueue.Workload) []types.UID {
+	var uids []types.UID
+	for _, ref := range wl.OwnerReferences {
+		uids = append(uids, ref.UID)
+	}
+	return uids
+}
+
 func (c *Controller) podsOf(ctx context.Context, wl *kueue.Workload) ([]corev1.Pod, error) {
 	var out []corev1.Pod
 	for _, ref := range wl.OwnerReferences {
@@ -507,16 +517,23 @@ func (c *Controller) clearEviction(ctx context.Context, wl *kueue.Workload) erro
 	return nil
 }
 
-// setCheck writes the check's state; Kueue acts on it. It applies only its own
-// entry of status.admissionChecks (server-side apply, as Kueue's own check controllers
-// do), so it never conflicts with Kueue's writes to the rest of the workload.
-func (c *Controller) setCheck(ctx context.Context, wl *kueue.Workload, state kueue.CheckState, msg string, requeueAfter *int32) error {
+// setCheck writes the check's state; Kueue acts on it.
+func (c *Controller) setCheck(ctx context.Context, wl *kueue.Workload, state kueue.CheckState, msg string) error {
+	return c.applyCheck(ctx, wl, state, msg, false)
+}
+
+// applyCheck applies only Chamber's entry of status.admissionChecks (server-side
+// apply, as Kueue's own check controllers do), so it never conflicts with Kueue's
+// writes to the rest of the workload. unchanged makes the write conditional on the
+// workload being as read: a pre-approval is void if Kueue moved on meanwhile (the
+// change brings the workload back to the check).
+func (c *Controller) applyCheck(ctx context.Context, wl *kueue.Workload, state kueue.CheckState, msg string, unchanged bool) error {
 	const maxMessage = 32 * 1024 // the API's limit on a check message
 	if len(msg) > maxMessage {
 		msg = msg[:maxMessage-3] + "..."
 	}
 	current := findCheck(wl)
-	if current.State == state && current.Message == msg && ptr.Equal(current.RequeueAfterSeconds, requeueAfter) {
+	if current.State == state && current.Message == msg && current.RequeueAfterSeconds == nil {
 		return nil
 	}
 	transition := current.LastTransitionTime
@@ -524,13 +541,13 @@ func (c *Controller) setCheck(ctx context.Context, wl *kueue.Workload, state kue
 		transition = metav1.NewTime(c.opts.Clock.Now())
 	}
 	check := kueueac.AdmissionCheckState().WithName(CheckName).WithState(state).WithMessage(msg).WithLastTransitionTime(transition)
-	if requeueAfter != nil {
-		check = check.WithRequeueAfterSeconds(*requeueAfter)
-	}
 	apply := kueueac.Workload(wl.Name, wl.Namespace).WithUID(wl.UID).WithStatus(kueueac.WorkloadStatus().WithAdmissionChecks(check))
+	if unchanged {
+		apply = apply.WithResourceVersion(wl.ResourceVersion)
+	}
 	if err := c.client.Status().Apply(ctx, apply, client.FieldOwner(ControllerName), client.ForceOwnership); err != nil {
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-			// The workload was deleted or replaced meanwhile.
+			// The workload was deleted, replaced or changed meanwhile.
 			return nil
 		}
 		return fmt.Errorf("set check %s of workload %s/%s to %s: %w", CheckName, wl.Namespace, wl.Name, state, err)

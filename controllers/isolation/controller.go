@@ -125,8 +125,9 @@ type Options struct {
 	// RateBurst: see RateLimit.
 	RateBurst int
 	// EvictionGracePeriod is the checkpoint grace period of a workload evicted from
-	// failed hardware; it replaces the team's and tier's. Default 0: a GPU that fell
-	// off the bus cannot checkpoint, and a job left on a failing GPU may corrupt its run.
+	// failing GPUs; it replaces the team's and tier's. Default 0: a GPU that fell off
+	// the bus cannot checkpoint, and a job left on a failing GPU may corrupt its run.
+	// Workloads on the healthy GPUs of an isolated node keep their team's grace.
 	EvictionGracePeriod time.Duration
 	// HoldNamespace is where GPU-level isolation's hold pods live. Default kube-system.
 	HoldNamespace string
@@ -615,15 +616,26 @@ func (c *Controller) setConditionChanged(ctx context.Context, node *corev1.Node,
 }
 
 // evict asks Chamber's admission check to evict every admitted workload with pods on
-// the node (at GPU level, those on the failing GPUs where the agent says which).
+// the node (at GPU level, only those on the failing GPUs where the agent says which).
+// A workload on a failing GPU is evicted at once (EvictionGracePeriod); at node level
+// the others, on healthy GPUs of the node, get their team's grace period to
+// checkpoint before they leave it. Where the agent does not say which pod holds which
+// GPU, every workload counts as on a failing GPU.
 func (c *Controller) evict(ctx context.Context, node *corev1.Node, pool *chamber.GPUPool, rep report, level chamber.IsolationLevel, now time.Time) error {
+	failing := rep.podsOnFailingGPUs()
 	var only map[types.NamespacedName]bool
 	if level == chamber.IsolateGPU {
-		only = rep.podsOnFailingGPUs()
+		only = failing
 	}
 	wls, err := c.workloadsOn(ctx, node.Name, only)
 	if err != nil {
 		return err
+	}
+	onFailing := wls
+	if only == nil && failing != nil {
+		if onFailing, err = c.workloadsOn(ctx, node.Name, failing); err != nil {
+			return err
+		}
 	}
 	grace := c.opts.EvictionGracePeriod
 	var asked []*kueue.Workload
@@ -632,7 +644,13 @@ func (c *Controller) evict(ctx context.Context, node *corev1.Node, pool *chamber
 			continue
 		}
 		msg := fmt.Sprintf("evicted from node %s, isolated for a GPU fault (%s); Kueue requeues it onto healthy GPUs", node.Name, rep.describe())
-		if err := admission.RequestEviction(ctx, c.client, wl, admission.Eviction{Reason: EvictionReason, Message: msg, RequestedAt: now, GracePeriod: &grace}); err != nil {
+		e := admission.Eviction{Reason: EvictionReason, Message: msg, RequestedAt: now}
+		if slices.ContainsFunc(onFailing, func(f *kueue.Workload) bool { return f.UID == wl.UID }) {
+			e.GracePeriod = &grace
+		} else {
+			e.Message += "; its GPUs are healthy, so it has its grace period to checkpoint"
+		}
+		if err := admission.RequestEviction(ctx, c.client, wl, e); err != nil {
 			if apierrors.IsNotFound(err) {
 				continue
 			}

@@ -1,0 +1,170 @@
+package admission
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+	utiltas "sigs.k8s.io/kueue/pkg/util/tas"
+
+	chamberkueue "chamber.dev/chamber/integrations/kueue"
+)
+
+// The check stays off Kueue's admission path where it has nothing to say. While a
+// workload waits in its queue, Chamber sets the check Ready if every GPU it could be
+// given is healthy (or it fits on healthy free GPUs now): Kueue then writes
+// QuotaReserved and Admitted in one patch, as it would with no check at all. At
+// reservation Chamber looks again, and sends the workload back to the queue (Retry)
+// only if the GPUs it was given stopped being healthy in between. A workload that
+// could not be pre-approved takes the check's usual path: its verdict at reservation.
+
+// preApprovedPrefix starts the message of a check set Ready before reservation.
+const preApprovedPrefix = "Pre-approved in the queue: "
+
+// waiting reports whether the workload waits in its queue for quota.
+func waiting(wl *kueue.Workload) bool {
+	return !conditionTrue(wl, kueue.WorkloadQuotaReserved) && !conditionTrue(wl, kueue.WorkloadFinished) &&
+		ptr.Deref(wl.Spec.Active, true)
+}
+
+// preApprove sets the check of a waiting workload Ready when every flavor its
+// ClusterQueue may give it GPUs of is healthy, or has room for it on healthy free
+// GPUs now. Otherwise it writes nothing: the check is decided at reservation.
+func (c *Controller) preApprove(ctx context.Context, wl *kueue.Workload) error {
+	flavors, err := c.gpuFlavors(ctx, wl)
+	if err != nil || flavors == nil {
+		return err
+	}
+	now := c.opts.Clock.Now()
+	var reasons []string
+	for _, flavor := range flavors {
+		nodes, err := c.nodesOfFlavor(ctx, flavor, ownedBy(ownerUIDs(wl)), now)
+		if err != nil {
+			return err
+		}
+		if len(nodes) > 0 && healthy(nodes) {
+			reasons = append(reasons, fmt.Sprintf("every GPU of flavor %s is healthy", flavor))
+			continue
+		}
+		for _, d := range specDemands(wl, flavor) {
+			if ok, _ := fitVerdict(d, nodes); !ok {
+				return nil
+			}
+		}
+		reasons = append(reasons, fmt.Sprintf("it fits on the healthy free GPUs of flavor %s", flavor))
+	}
+	c.metrics.verdicts.WithLabelValues("preapproved").Inc()
+	return c.applyCheck(ctx, wl, kueue.CheckStateReady, preApprovedPrefix+strings.Join(reasons, "; "), true)
+}
+
+// gpuFlavors are the flavors of the workload's ClusterQueue that cover GPUs; nil
+// when its queue is not there yet, or it asks for no GPUs.
+func (c *Controller) gpuFlavors(ctx context.Context, wl *kueue.Workload) ([]kueue.ResourceFlavorReference, error) {
+	if len(specDemands(wl, "")) == 0 {
+		return nil, nil
+	}
+	var lq kueue.LocalQueue
+	if err := c.client.Get(ctx, client.ObjectKey{Namespace: wl.Namespace, Name: string(wl.Spec.QueueName)}, &lq); err != nil {
+		return nil, client.IgnoreNotFound(err)
+	}
+	var cq kueue.ClusterQueue
+	if err := c.client.Get(ctx, client.ObjectKey{Name: string(lq.Spec.ClusterQueue)}, &cq); err != nil {
+		return nil, client.IgnoreNotFound(err)
+	}
+	var flavors []kueue.ResourceFlavorReference
+	for _, rg := range cq.Spec.ResourceGroups {
+		if !slices.Contains(rg.CoveredResources, chamberkueue.ResourceGPU) {
+			continue
+		}
+		for _, fq := range rg.Flavors {
+			flavors = append(flavors, fq.Name)
+		}
+	}
+	return flavors, nil
+}
+
+// specDemands are the GPU pod sets the workload asks for, on flavor.
+func specDemands(wl *kueue.Workload, flavor kueue.ResourceFlavorReference) []podSetDemand {
+	var out []podSetDemand
+	for i := range wl.Spec.PodSets {
+		ps := &wl.Spec.PodSets[i]
+		if per := chamberkueue.PodGPUs(&ps.Template.Spec); per > 0 && ps.Count > 0 {
+			out = append(out, podSetDemand{Name: ps.Name, Count: ps.Count, PerPod: per, Flavor: flavor})
+		}
+	}
+	return out
+}
+
+// healthy: every node can take pods and has no failing GPU.
+func healthy(nodes []NodeGPUs) bool {
+	for _, n := range nodes {
+		if !n.Schedulable || len(n.Failing) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// preApproved reports whether the check was set Ready before the workload's quota was
+// reserved and the reservation is recent enough (within the placement timeout) to
+// verify.
+func (c *Controller) preApproved(wl *kueue.Workload, check *kueue.AdmissionCheckState) bool {
+	if check.State != kueue.CheckStateReady || !strings.HasPrefix(check.Message, preApprovedPrefix) {
+		return false
+	}
+	reserved := apimeta.FindStatusCondition(wl.Status.Conditions, kueue.WorkloadQuotaReserved)
+	return reserved != nil && c.opts.Clock.Since(reserved.LastTransitionTime.Time) < c.opts.PlacementTimeout
+}
+
+// verifyAtReservation looks again at a pre-approved workload once Kueue has given it
+// quota (and, pre-approved, admitted it in the same write). The GPUs it was given
+// still healthy: nothing to write. Otherwise its pods must still land on healthy GPUs,
+// or it goes back to the queue (Retry) before they start on failing ones.
+func (c *Controller) verifyAtReservation(ctx context.Context, wl *kueue.Workload) (reconcile.Result, error) {
+	now := c.opts.Clock.Now()
+	own := ownedBy(ownerUIDs(wl))
+	stillHealthy := true
+	for _, d := range demands(wl.Status.Admission) {
+		var nodes []NodeGPUs
+		if d.Topology != nil {
+			placed, err := c.nodesOfAssignment(ctx, d.Topology, own, now)
+			if err != nil {
+				return reconcile.Result{}, err
+			}
+			hosts := 0
+			for range utiltas.LowestLevelValues(d.Topology) {
+				hosts++
+			}
+			if len(placed) < hosts {
+				stillHealthy = false // a node it was given is gone
+			}
+			for _, n := range placed {
+				nodes = append(nodes, n)
+			}
+		} else {
+			var err error
+			if nodes, err = c.nodesOfFlavor(ctx, d.Flavor, own, now); err != nil {
+				return reconcile.Result{}, err
+			}
+		}
+		stillHealthy = stillHealthy && healthy(nodes)
+	}
+	if stillHealthy {
+		return reconcile.Result{}, nil
+	}
+	verdict, err := c.verdict(ctx, wl, now)
+	if err != nil || verdict.Ready {
+		return reconcile.Result{}, err
+	}
+	c.metrics.verdicts.WithLabelValues("retry").Inc()
+	msg := "GPUs failed between pre-approval and reservation; the workload goes back to the queue: " + verdict.Message
+	c.recorder.Eventf(wl, nil, corev1.EventTypeWarning, "NoHealthyGPUs", "Requeue", "%s", msg)
+	return reconcile.Result{}, c.setCheck(ctx, wl, kueue.CheckStateRetry, msg)
+}

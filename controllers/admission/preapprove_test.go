@@ -1,0 +1,155 @@
+package admission_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/onsi/gomega"
+	eventsv1 "k8s.io/api/events/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+
+	chamber "chamber.dev/chamber/api/v1alpha1"
+	"chamber.dev/chamber/controllers/controllertest"
+	"chamber.dev/chamber/healthcheck"
+	"chamber.dev/chamber/test/controlplane"
+)
+
+// statusWrites watches the namespace's Workloads and sends each version of them the
+// API server stores: every write, none coalesced.
+func statusWrites(t *testing.T, ns string) <-chan *kueue.Workload {
+	t.Helper()
+	wc, err := client.NewWithWatch(controllertest.Config, client.Options{Scheme: controlplane.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := wc.Watch(context.Background(), &kueue.WorkloadList{}, client.InNamespace(ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	out := make(chan *kueue.Workload, 1000)
+	go func() {
+		for e := range w.ResultChan() {
+			if wl, ok := e.Object.(*kueue.Workload); ok && e.Type != watch.Deleted {
+				out <- wl
+			}
+		}
+	}()
+	return out
+}
+
+// A workload that waits in its queue on a healthy pool is pre-approved there, and
+// Kueue reserves its quota and admits it in one write, as it would with no check.
+func TestPreApprovedWorkloadIsAdmittedInOneWrite(t *testing.T) {
+	t.Parallel()
+	g := newG(t)
+	ctx := context.Background()
+	teamFixture(t, "preapproved", 8, []string{"preapproved-1"}, nil, nil)
+	writes := statusWrites(t, "preapproved")
+
+	// "first" holds all 8 GPUs; "second" waits in the queue for them.
+	create(t, job("preapproved", "first", 8, "").Obj())
+	g.Eventually(func(g gomega.Gomega) { runningOn(g, "preapproved", "first") }).Should(gomega.Succeed())
+	create(t, job("preapproved", "second", 4, "").Obj())
+	g.Eventually(func(g gomega.Gomega) {
+		wl := workload(g, "preapproved", "second")
+		g.Expect(isTrue(wl, kueue.WorkloadQuotaReserved)).To(gomega.BeFalse())
+		c := check(g, wl)
+		g.Expect(c.State).To(gomega.Equal(kueue.CheckStateReady))
+		g.Expect(c.Message).To(gomega.ContainSubstring("every GPU of flavor"))
+	}).Should(gomega.Succeed())
+
+	if err := k8s.Delete(ctx, job("preapproved", "first", 8, "").Obj(), client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil {
+		t.Fatal(err)
+	}
+	g.Eventually(func(g gomega.Gomega) { runningOn(g, "preapproved", "second") }).Should(gomega.Succeed())
+
+	// The first stored version of "second" with quota reserved is already admitted.
+	wl := workload(g, "preapproved", "second")
+	for {
+		var v *kueue.Workload
+		g.Eventually(writes).Should(gomega.Receive(&v))
+		if v.UID != wl.UID || !isTrue(v, kueue.WorkloadQuotaReserved) {
+			continue
+		}
+		if !isTrue(v, kueue.WorkloadAdmitted) {
+			t.Fatalf("quota reserved without admission in one write; conditions: %+v", v.Status.Conditions)
+		}
+		t.Logf("reserved and admitted in one write (resourceVersion %s); check: %s", v.ResourceVersion, check(g, v).Message)
+		break
+	}
+}
+
+// A GPU that fails after the workload was pre-approved, before Kueue reserves its
+// quota, sends it back to the queue (Retry) at reservation, not onto the failing GPU.
+func TestGPUFailingAfterPreApprovalSendsTheWorkloadBack(t *testing.T) {
+	t.Parallel()
+	g := newG(t)
+	ctx := context.Background()
+	// Isolation would take the whole node out; this test is about the check alone.
+	teamFixture(t, "changed", 8, []string{"changed-1"}, func(p *chamber.GPUPool) {
+		p.Spec.Isolation = &chamber.IsolationPolicy{DryRun: true}
+	}, nil)
+	fake, err := healthcheck.NewFake("dgxh100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	controllertest.RunAgent(t, "changed-1", fake, nil, nil)
+
+	create(t, job("changed", "first", 8, "").Obj())
+	g.Eventually(func(g gomega.Gomega) { runningOn(g, "changed", "first") }).Should(gomega.Succeed())
+	create(t, job("changed", "second", 8, "").Obj())
+	g.Eventually(func(g gomega.Gomega) {
+		c := check(g, workload(g, "changed", "second"))
+		g.Expect(c.State).To(gomega.Equal(kueue.CheckStateReady))
+		g.Expect(c.Message).To(gomega.HavePrefix("Pre-approved"))
+	}).Should(gomega.Succeed())
+
+	// Two GPUs fail while "second" waits, pre-approved.
+	for _, gpu := range []int{2, 5} {
+		if err := fake.RaiseDoubleBitECC(gpu); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g.Eventually(func(g gomega.Gomega) {
+		var gn chamber.GPUNode
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Name: "changed-1"}, &gn)).To(gomega.Succeed())
+		unhealthy := 0
+		for _, gpu := range gn.Status.GPUs {
+			if gpu.Health == chamber.GPUUnhealthy {
+				unhealthy++
+			}
+		}
+		g.Expect(unhealthy).To(gomega.Equal(2))
+	}).Should(gomega.Succeed())
+	if err := k8s.Delete(ctx, job("changed", "first", 8, "").Obj(), client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil {
+		t.Fatal(err)
+	}
+	wl := workload(g, "changed", "second")
+	g.Eventually(func(g gomega.Gomega) {
+		var list eventsv1.EventList
+		g.Expect(k8s.List(ctx, &list, client.InNamespace("changed"))).To(gomega.Succeed())
+		found := false
+		for _, e := range list.Items {
+			if e.Regarding.UID == wl.UID && e.Reason == "NoHealthyGPUs" && strings.Contains(e.Note, "between pre-approval and reservation") {
+				g.Expect(e.Note).To(gomega.ContainSubstring("advertised but failing"))
+				t.Logf("sent back: %s", e.Note)
+				found = true
+			}
+		}
+		g.Expect(found).To(gomega.BeTrue())
+		evicted := apimeta.FindStatusCondition(workload(g, "changed", "second").Status.Conditions, kueue.WorkloadEvicted)
+		g.Expect(evicted).NotTo(gomega.BeNil())
+		g.Expect(evicted.Reason).To(gomega.Equal(kueue.WorkloadEvictedByAdmissionCheck))
+	}).Should(gomega.Succeed())
+	// Back in the queue, it is not pre-approved again while the GPUs fail.
+	g.Consistently(func(g gomega.Gomega) {
+		c := check(g, workload(g, "changed", "second"))
+		g.Expect(c.Message).NotTo(gomega.HavePrefix("Pre-approved"))
+	}).Should(gomega.Succeed())
+}
