@@ -647,6 +647,49 @@ func TestXID48IsolatesTheGPUOnly(t *testing.T) {
 	g.Expect(value(g, "chamber_isolations_total", "pool", "gpu48", "level", "GPU", "reason", "XID48")).To(gomega.Equal(1.0))
 }
 
+// An XID 79 on the GPU of a one-GPU job takes the node (its catalog action is a
+// reboot). The job on the failing GPU is evicted at once; the job on the node's
+// healthy GPUs gets notice and its team's grace period to checkpoint first.
+func TestXID79GivesHealthyGPUsWorkloadsTheirGrace(t *testing.T) {
+	t.Parallel()
+	g := newG(t)
+	ctx := context.Background()
+	fixture(t, "grace79", nil, 8)
+	nodes(t, "grace79", "grace79-1")
+	gpus := startMappedAgent(t, "grace79-1", 2*time.Second)
+	submitGPUs(t, "grace79", "small", 1)
+	var small *corev1.Pod
+	g.Eventually(func(g gomega.Gomega) { small = runningPod(g, "grace79", "small") }).Should(gomega.Succeed())
+	submitGPUs(t, "grace79", "big", 7)
+	g.Eventually(func(g gomega.Gomega) { runningPod(g, "grace79", "big") }).Should(gomega.Succeed())
+	failing := -1
+	g.Eventually(func(g gomega.Gomega) {
+		var gn chamber.GPUNode
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Name: "grace79-1"}, &gn)).To(gomega.Succeed())
+		i := slices.IndexFunc(gn.Status.GPUs, func(s chamber.GPUStatus) bool { return s.Pod != nil && s.Pod.Name == small.Name })
+		g.Expect(i).NotTo(gomega.Equal(-1), "the agent maps no GPU to pod %s", small.Name)
+		failing = int(gn.Status.GPUs[i].Index)
+	}).Should(gomega.Succeed())
+	raised := time.Now()
+	if err := gpus.RaiseXID(failing, 79); err != nil {
+		t.Fatal(err)
+	}
+	g.Eventually(func(g gomega.Gomega) { isolated(g, "grace79-1", "XID79") }).Should(gomega.Succeed())
+	g.Eventually(func(g gomega.Gomega) { evictedByCheck(g, "grace79", "small") }).Should(gomega.Succeed())
+
+	// big has notice, with the default grace period (2 minutes), and still runs.
+	g.Eventually(func(g gomega.Gomega) {
+		pod := runningPod(g, "grace79", "big")
+		deadline, err := time.Parse(time.RFC3339, pod.Annotations[admission.AnnotationEvictionDeadline])
+		g.Expect(err).NotTo(gomega.HaveOccurred())
+		g.Expect(deadline).To(gomega.BeTemporally(">=", raised.Add(admission.DefaultGracePeriod).Truncate(time.Second)))
+		g.Expect(pod.Annotations[admission.AnnotationEvictionReason]).To(gomega.Equal(isolation.EvictionReason))
+	}).Should(gomega.Succeed())
+	wls := workloads(g, "grace79", "big")
+	g.Expect(wls).To(gomega.HaveLen(1))
+	g.Expect(wls[0].Status.SchedulingStats).To(gomega.Or(gomega.BeNil(), gomega.HaveField("Evictions", gomega.BeEmpty())))
+}
+
 // Test 7. A pool that forces Node level isolates the node on an XID 48, which Auto
 // would isolate as one GPU.
 func TestForcedNodeLevelIsolatesNodeOnXID48(t *testing.T) {
