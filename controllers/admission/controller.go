@@ -135,11 +135,12 @@ func Register(mgr ctrl.Manager, opts Options) error {
 		Named("admission").
 		// Each verdict waits on one API write: several at once keep up with Kueue.
 		WithOptions(controller.Options{MaxConcurrentReconciles: 8}).
-		// Only workloads of ClusterQueues with the check, or with an eviction asked.
+		// Only workloads of ClusterQueues with the check, or with an eviction asked,
+		// and new ones waiting in a queue (Kueue may not have added the check yet).
 		For(&kueue.Workload{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
 			wl := o.(*kueue.Workload)
 			_, asked := RequestedEviction(wl)
-			return asked || HasCheck(wl)
+			return asked || HasCheck(wl) || (len(wl.Status.AdmissionChecks) == 0 && waiting(wl))
 		}))).
 		// A job answering the eviction notice early.
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(c.workloadOfPod), builder.WithPredicates(predicate.Funcs{
@@ -177,8 +178,8 @@ func (c *Controller) Reconcile(ctx context.Context, wl *kueue.Workload) (reconci
 		if evictionAsked {
 			return reconcile.Result{}, c.clearEviction(ctx, wl)
 		}
-		if check != nil && check.State == kueue.CheckStatePending && waiting(wl) {
-			return reconcile.Result{}, c.preApprove(ctx, wl)
+		if (check == nil || check.State == kueue.CheckStatePending) && waiting(wl) {
+			return reconcile.Result{}, c.preApprove(ctx, wl, check)
 		}
 		return reconcile.Result{}, nil
 	}
@@ -532,13 +533,14 @@ func (c *Controller) applyCheck(ctx context.Context, wl *kueue.Workload, state k
 	if len(msg) > maxMessage {
 		msg = msg[:maxMessage-3] + "..."
 	}
-	current := findCheck(wl)
-	if current.State == state && current.Message == msg && current.RequeueAfterSeconds == nil {
-		return nil
-	}
-	transition := current.LastTransitionTime
-	if current.State != state {
-		transition = metav1.NewTime(c.opts.Clock.Now())
+	transition := metav1.NewTime(c.opts.Clock.Now())
+	if current := findCheck(wl); current != nil {
+		if current.State == state && current.Message == msg && current.RequeueAfterSeconds == nil {
+			return nil
+		}
+		if current.State == state {
+			transition = current.LastTransitionTime
+		}
 	}
 	check := kueueac.AdmissionCheckState().WithName(CheckName).WithState(state).WithMessage(msg).WithLastTransitionTime(transition)
 	apply := kueueac.Workload(wl.Name, wl.Namespace).WithUID(wl.UID).WithStatus(kueueac.WorkloadStatus().WithAdmissionChecks(check))

@@ -36,38 +36,50 @@ func waiting(wl *kueue.Workload) bool {
 
 // preApprove sets the check of a waiting workload Ready when every flavor its
 // ClusterQueue may give it GPUs of is healthy, or has room for it on healthy free
-// GPUs now. Otherwise it writes nothing: the check is decided at reservation.
-func (c *Controller) preApprove(ctx context.Context, wl *kueue.Workload) error {
-	flavors, err := c.gpuFlavors(ctx, wl)
-	if err != nil || flavors == nil {
+// GPUs now. Otherwise it writes nothing: the check is decided at reservation. A new
+// workload of a ClusterQueue with Chamber's check may have no entry for it yet:
+// Chamber writes the entry, and Kueue, finding it there, does not write its own
+// Pending one.
+func (c *Controller) preApprove(ctx context.Context, wl *kueue.Workload, check *kueue.AdmissionCheckState) error {
+	cq, err := c.clusterQueueOf(ctx, wl)
+	if err != nil || cq == nil {
 		return err
 	}
-	now := c.opts.Clock.Now()
-	var reasons []string
-	for _, flavor := range flavors {
-		nodes, err := c.nodesOfFlavor(ctx, flavor, ownedBy(ownerUIDs(wl)), now)
-		if err != nil {
-			return err
-		}
-		if len(nodes) > 0 && healthy(nodes) {
-			reasons = append(reasons, fmt.Sprintf("every GPU of flavor %s is healthy", flavor))
-			continue
-		}
-		for _, d := range specDemands(wl, flavor) {
-			if ok, _ := fitVerdict(d, nodes); !ok {
-				return nil
+	if check == nil && !hasCheck(cq) {
+		return nil
+	}
+	reasons := []string{"the workload uses no GPUs"}
+	if len(specDemands(wl, "")) > 0 {
+		reasons = nil
+		now := c.opts.Clock.Now()
+		for _, flavor := range gpuFlavors(cq) {
+			nodes, err := c.nodesOfFlavor(ctx, flavor, ownedBy(ownerUIDs(wl)), now)
+			if err != nil {
+				return err
 			}
+			if len(nodes) > 0 && healthy(nodes) {
+				reasons = append(reasons, fmt.Sprintf("every GPU of flavor %s is healthy", flavor))
+				continue
+			}
+			for _, d := range specDemands(wl, flavor) {
+				if ok, _ := fitVerdict(d, nodes); !ok {
+					return nil
+				}
+			}
+			reasons = append(reasons, fmt.Sprintf("it fits on the healthy free GPUs of flavor %s", flavor))
 		}
-		reasons = append(reasons, fmt.Sprintf("it fits on the healthy free GPUs of flavor %s", flavor))
+		if len(reasons) == 0 {
+			return nil // no flavor of its ClusterQueue has GPUs
+		}
 	}
 	c.metrics.verdicts.WithLabelValues("preapproved").Inc()
 	return c.applyCheck(ctx, wl, kueue.CheckStateReady, preApprovedPrefix+strings.Join(reasons, "; "), true)
 }
 
-// gpuFlavors are the flavors of the workload's ClusterQueue that cover GPUs; nil
-// when its queue is not there yet, or it asks for no GPUs.
-func (c *Controller) gpuFlavors(ctx context.Context, wl *kueue.Workload) ([]kueue.ResourceFlavorReference, error) {
-	if len(specDemands(wl, "")) == 0 {
+// clusterQueueOf is the ClusterQueue of the workload's LocalQueue; nil when either is
+// not there (yet).
+func (c *Controller) clusterQueueOf(ctx context.Context, wl *kueue.Workload) (*kueue.ClusterQueue, error) {
+	if wl.Spec.QueueName == "" {
 		return nil, nil
 	}
 	var lq kueue.LocalQueue
@@ -78,6 +90,17 @@ func (c *Controller) gpuFlavors(ctx context.Context, wl *kueue.Workload) ([]kueu
 	if err := c.client.Get(ctx, client.ObjectKey{Name: string(lq.Spec.ClusterQueue)}, &cq); err != nil {
 		return nil, client.IgnoreNotFound(err)
 	}
+	return &cq, nil
+}
+
+// hasCheck: the ClusterQueue runs Chamber's check on its workloads.
+func hasCheck(cq *kueue.ClusterQueue) bool {
+	return cq.Spec.AdmissionChecksStrategy != nil && slices.ContainsFunc(cq.Spec.AdmissionChecksStrategy.AdmissionChecks,
+		func(r kueue.AdmissionCheckStrategyRule) bool { return r.Name == CheckName })
+}
+
+// gpuFlavors are the flavors of the ClusterQueue that cover GPUs.
+func gpuFlavors(cq *kueue.ClusterQueue) []kueue.ResourceFlavorReference {
 	var flavors []kueue.ResourceFlavorReference
 	for _, rg := range cq.Spec.ResourceGroups {
 		if !slices.Contains(rg.CoveredResources, chamberkueue.ResourceGPU) {
@@ -87,7 +110,7 @@ func (c *Controller) gpuFlavors(ctx context.Context, wl *kueue.Workload) ([]kueu
 			flavors = append(flavors, fq.Name)
 		}
 	}
-	return flavors, nil
+	return flavors
 }
 
 // specDemands are the GPU pod sets the workload asks for, on flavor.
