@@ -178,7 +178,7 @@ func (c *Controller) Reconcile(ctx context.Context, wl *kueue.Workload) (reconci
 		if evictionAsked {
 			return reconcile.Result{}, c.clearEviction(ctx, wl)
 		}
-		if (check == nil || check.State == kueue.CheckStatePending) && waiting(wl) {
+		if (check == nil || check.State != kueue.CheckStateReady) && waiting(wl) {
 			return reconcile.Result{}, c.preApprove(ctx, wl, check)
 		}
 		return reconcile.Result{}, nil
@@ -237,7 +237,9 @@ func (c *Controller) checkPlacement(ctx context.Context, wl *kueue.Workload, che
 }
 
 // verdict compares the workload's admission (Kueue's topology assignment, or its
-// flavor) with the GPUs the agents report.
+// flavor) with the GPUs the agents report. Verdicts read the informers' objects
+// without copying them (client.UnsafeDisableDeepCopy): they never change what they
+// read, and a verdict on every admission must not copy the fleet each time.
 func (c *Controller) verdict(ctx context.Context, wl *kueue.Workload, now time.Time) (Verdict, error) {
 	if wl.Status.Admission == nil {
 		return Verdict{Message: "no admission yet"}, nil
@@ -277,7 +279,7 @@ func (c *Controller) nodesOfAssignment(ctx context.Context, ta *kueue.TopologyAs
 		return out, nil
 	}
 	var nodes corev1.NodeList
-	if err := c.client.List(ctx, &nodes); err != nil {
+	if err := c.client.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)
 	}
 	assigned := map[string]bool{}
@@ -301,11 +303,11 @@ func (c *Controller) nodesOfAssignment(ctx context.Context, ta *kueue.TopologyAs
 // nodesOfFlavor are the nodes a flavor's pods may land on.
 func (c *Controller) nodesOfFlavor(ctx context.Context, flavor kueue.ResourceFlavorReference, own func(*corev1.Pod) bool, now time.Time) ([]NodeGPUs, error) {
 	var rf kueue.ResourceFlavor
-	if err := c.client.Get(ctx, client.ObjectKey{Name: string(flavor)}, &rf); err != nil {
+	if err := c.client.Get(ctx, client.ObjectKey{Name: string(flavor)}, &rf, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("get resource flavor %s: %w", flavor, err)
 	}
 	var nodes corev1.NodeList
-	if err := c.client.List(ctx, &nodes, client.MatchingLabels(rf.Spec.NodeLabels)); err != nil {
+	if err := c.client.List(ctx, &nodes, client.MatchingLabels(rf.Spec.NodeLabels), client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list nodes of flavor %s: %w", flavor, err)
 	}
 	var out []NodeGPUs
@@ -321,11 +323,11 @@ func (c *Controller) nodesOfFlavor(ctx context.Context, flavor kueue.ResourceFla
 
 func (c *Controller) nodeGPUs(ctx context.Context, node *corev1.Node, own func(*corev1.Pod) bool, now time.Time) (NodeGPUs, error) {
 	var pods corev1.PodList
-	if err := c.client.List(ctx, &pods, client.MatchingFields{indexPodNode: node.Name}); err != nil {
+	if err := c.client.List(ctx, &pods, client.MatchingFields{indexPodNode: node.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return NodeGPUs{}, fmt.Errorf("list pods on node %s: %w", node.Name, err)
 	}
 	var gn chamber.GPUNode
-	err := c.client.Get(ctx, client.ObjectKey{Name: node.Name}, &gn)
+	err := c.client.Get(ctx, client.ObjectKey{Name: node.Name}, &gn, client.UnsafeDisableDeepCopy)
 	if apierrors.IsNotFound(err) {
 		return nodeGPUs(node, pods.Items, own, nil, now, staleAgent), nil
 	}
@@ -385,7 +387,7 @@ func (c *Controller) evictCooperatively(ctx context.Context, wl *kueue.Workload,
 // evict sets the check to Retry: Kueue evicts the workload and requeues it.
 func (c *Controller) evict(ctx context.Context, wl *kueue.Workload, e Eviction) error {
 	msg := fmt.Sprintf("Evicted by Chamber (%s): %s", e.Reason, e.Message)
-	if err := c.setCheck(ctx, wl, kueue.CheckStateRetry, msg); err != nil {
+	if written, err := c.writeCheck(ctx, wl, kueue.CheckStateRetry, msg); err != nil || !written {
 		return err
 	}
 	c.metrics.evictions.WithLabelValues(e.Reason).Inc()
@@ -518,17 +520,20 @@ func (c *Controller) clearEviction(ctx context.Context, wl *kueue.Workload) erro
 	return nil
 }
 
-// setCheck writes the check's state; Kueue acts on it.
+// setCheck writes the check's state; Kueue acts on it. It applies only Chamber's entry
+// of status.admissionChecks (server-side apply, as Kueue's own check controllers do),
+// so it never overwrites Kueue's writes to the rest of the workload, and only if the
+// workload is as the check read it: a decision taken on a stale copy (the informer
+// not yet showing Chamber's last write, or Kueue's reset of the check after an
+// eviction) must not land. A conflict is dropped: the change that caused it brings
+// the workload back to the check.
 func (c *Controller) setCheck(ctx context.Context, wl *kueue.Workload, state kueue.CheckState, msg string) error {
-	return c.applyCheck(ctx, wl, state, msg, false)
+	_, err := c.writeCheck(ctx, wl, state, msg)
+	return err
 }
 
-// applyCheck applies only Chamber's entry of status.admissionChecks (server-side
-// apply, as Kueue's own check controllers do), so it never conflicts with Kueue's
-// writes to the rest of the workload. unchanged makes the write conditional on the
-// workload being as read: a pre-approval is void if Kueue moved on meanwhile (the
-// change brings the workload back to the check).
-func (c *Controller) applyCheck(ctx context.Context, wl *kueue.Workload, state kueue.CheckState, msg string, unchanged bool) error {
+// writeCheck is setCheck, and says whether the check now has that state.
+func (c *Controller) writeCheck(ctx context.Context, wl *kueue.Workload, state kueue.CheckState, msg string) (bool, error) {
 	const maxMessage = 32 * 1024 // the API's limit on a check message
 	if len(msg) > maxMessage {
 		msg = msg[:maxMessage-3] + "..."
@@ -536,25 +541,23 @@ func (c *Controller) applyCheck(ctx context.Context, wl *kueue.Workload, state k
 	transition := metav1.NewTime(c.opts.Clock.Now())
 	if current := findCheck(wl); current != nil {
 		if current.State == state && current.Message == msg && current.RequeueAfterSeconds == nil {
-			return nil
+			return true, nil
 		}
 		if current.State == state {
 			transition = current.LastTransitionTime
 		}
 	}
 	check := kueueac.AdmissionCheckState().WithName(CheckName).WithState(state).WithMessage(msg).WithLastTransitionTime(transition)
-	apply := kueueac.Workload(wl.Name, wl.Namespace).WithUID(wl.UID).WithStatus(kueueac.WorkloadStatus().WithAdmissionChecks(check))
-	if unchanged {
-		apply = apply.WithResourceVersion(wl.ResourceVersion)
-	}
+	apply := kueueac.Workload(wl.Name, wl.Namespace).WithUID(wl.UID).WithResourceVersion(wl.ResourceVersion).
+		WithStatus(kueueac.WorkloadStatus().WithAdmissionChecks(check))
 	if err := c.client.Status().Apply(ctx, apply, client.FieldOwner(ControllerName), client.ForceOwnership); err != nil {
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 			// The workload was deleted, replaced or changed meanwhile.
-			return nil
+			return false, nil
 		}
-		return fmt.Errorf("set check %s of workload %s/%s to %s: %w", CheckName, wl.Namespace, wl.Name, state, err)
+		return false, fmt.Errorf("set check %s of workload %s/%s to %s: %w", CheckName, wl.Namespace, wl.Name, state, err)
 	}
-	return nil
+	return true, nil
 }
 
 // HasCheck reports whether the workload carries Chamber's admission check, the one way

@@ -63,17 +63,27 @@ func (c *Controller) preApprove(ctx context.Context, wl *kueue.Workload, check *
 			}
 			for _, d := range specDemands(wl, flavor) {
 				if ok, _ := fitVerdict(d, nodes); !ok {
-					return nil
+					return c.leaveForReservation(ctx, wl, check)
 				}
 			}
 			reasons = append(reasons, fmt.Sprintf("it fits on the healthy free GPUs of flavor %s", flavor))
 		}
 		if len(reasons) == 0 {
-			return nil // no flavor of its ClusterQueue has GPUs
+			return c.leaveForReservation(ctx, wl, check) // no flavor of its ClusterQueue has GPUs
 		}
 	}
 	c.metrics.verdicts.WithLabelValues("preapproved").Inc()
-	return c.applyCheck(ctx, wl, kueue.CheckStateReady, preApprovedPrefix+strings.Join(reasons, "; "), true)
+	return c.setCheck(ctx, wl, kueue.CheckStateReady, preApprovedPrefix+strings.Join(reasons, "; "))
+}
+
+// leaveForReservation leaves the check to its verdict at reservation: Pending. A
+// waiting workload's check is Pending already, unless a Retry from before its last
+// eviction is left on it, which Kueue would hold the workload on forever.
+func (c *Controller) leaveForReservation(ctx context.Context, wl *kueue.Workload, check *kueue.AdmissionCheckState) error {
+	if check == nil || check.State != kueue.CheckStateRetry {
+		return nil
+	}
+	return c.setCheck(ctx, wl, kueue.CheckStatePending, "Back in the queue; the check decides when Kueue reserves quota")
 }
 
 // clusterQueueOf is the ClusterQueue of the workload's LocalQueue; nil when either is
@@ -83,11 +93,11 @@ func (c *Controller) clusterQueueOf(ctx context.Context, wl *kueue.Workload) (*k
 		return nil, nil
 	}
 	var lq kueue.LocalQueue
-	if err := c.client.Get(ctx, client.ObjectKey{Namespace: wl.Namespace, Name: string(wl.Spec.QueueName)}, &lq); err != nil {
+	if err := c.client.Get(ctx, client.ObjectKey{Namespace: wl.Namespace, Name: string(wl.Spec.QueueName)}, &lq, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, client.IgnoreNotFound(err)
 	}
 	var cq kueue.ClusterQueue
-	if err := c.client.Get(ctx, client.ObjectKey{Name: string(lq.Spec.ClusterQueue)}, &cq); err != nil {
+	if err := c.client.Get(ctx, client.ObjectKey{Name: string(lq.Spec.ClusterQueue)}, &cq, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, client.IgnoreNotFound(err)
 	}
 	return &cq, nil
