@@ -52,7 +52,7 @@ func (c *Controller) preApprove(ctx context.Context, wl *kueue.Workload, check *
 	if len(specDemands(wl, "")) > 0 {
 		reasons = nil
 		now := c.opts.Clock.Now()
-		for _, flavor := range gpuFlavors(cq) {
+		for _, flavor := range chamberkueue.GPUFlavors(cq) {
 			nodes, err := c.nodesOfFlavor(ctx, flavor, ownedBy(ownerUIDs(wl)), now)
 			if err != nil {
 				return err
@@ -107,20 +107,6 @@ func (c *Controller) clusterQueueOf(ctx context.Context, wl *kueue.Workload) (*k
 func hasCheck(cq *kueue.ClusterQueue) bool {
 	return cq.Spec.AdmissionChecksStrategy != nil && slices.ContainsFunc(cq.Spec.AdmissionChecksStrategy.AdmissionChecks,
 		func(r kueue.AdmissionCheckStrategyRule) bool { return r.Name == CheckName })
-}
-
-// gpuFlavors are the flavors of the ClusterQueue that cover GPUs.
-func gpuFlavors(cq *kueue.ClusterQueue) []kueue.ResourceFlavorReference {
-	var flavors []kueue.ResourceFlavorReference
-	for _, rg := range cq.Spec.ResourceGroups {
-		if !slices.Contains(rg.CoveredResources, chamberkueue.ResourceGPU) {
-			continue
-		}
-		for _, fq := range rg.Flavors {
-			flavors = append(flavors, fq.Name)
-		}
-	}
-	return flavors
 }
 
 // specDemands are the GPU pod sets the workload asks for, on flavor.

@@ -195,7 +195,7 @@ func waitingForPaused(wl *kueue.Workload, workloads []kueue.Workload, localQueue
 	if !ok || q.cqs[own] == nil {
 		return nil
 	}
-	return q.firstWaiting(wl.UID, own, gpuFlavors(q.cqs[own]), workloads, now, minWait)
+	return q.firstWaiting(wl.UID, own, chamberkueue.GPUFlavors(q.cqs[own]), workloads, now, minWait)
 }
 
 type lqKey struct{ namespace, name string }
@@ -248,20 +248,6 @@ func (q queueIndex) firstWaiting(self types.UID, own kueue.ClusterQueueReference
 		}
 	}
 	return found
-}
-
-// gpuFlavors lists the flavors a ClusterQueue has GPU quota of.
-func gpuFlavors(cq *kueue.ClusterQueue) []kueue.ResourceFlavorReference {
-	var out []kueue.ResourceFlavorReference
-	for _, rg := range cq.Spec.ResourceGroups {
-		if !slices.Contains(rg.CoveredResources, chamberkueue.ResourceGPU) {
-			continue
-		}
-		for _, f := range rg.Flavors {
-			out = append(out, f.Name)
-		}
-	}
-	return out
 }
 
 // pending: waiting for quota, and allowed to get it.

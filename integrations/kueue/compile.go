@@ -347,3 +347,17 @@ func ParsePriorityTiers(s string) ([]PriorityTier, error) {
 	}
 	return tiers, nil
 }
+
+// GPUFlavors lists the flavors a ClusterQueue has GPU quota of.
+func GPUFlavors(cq *kueue.ClusterQueue) []kueue.ResourceFlavorReference {
+	var out []kueue.ResourceFlavorReference
+	for _, rg := range cq.Spec.ResourceGroups {
+		if !slices.Contains(rg.CoveredResources, ResourceGPU) {
+			continue
+		}
+		for _, f := range rg.Flavors {
+			out = append(out, f.Name)
+		}
+	}
+	return out
+}
