@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -132,24 +133,51 @@ func healthy(nodes []NodeGPUs) bool {
 }
 
 // preApproved reports whether the check was set Ready before the workload's quota was
-// reserved and the reservation is recent enough (within the placement timeout) to
-// verify.
+// reserved and the reservation is recent enough to verify: within the placement
+// timeout, and one recheck past it to act on the timeout.
 func (c *Controller) preApproved(wl *kueue.Workload, check *kueue.AdmissionCheckState) bool {
 	if check.State != kueue.CheckStateReady || !strings.HasPrefix(check.Message, preApprovedPrefix) {
 		return false
 	}
 	reserved := apimeta.FindStatusCondition(wl.Status.Conditions, kueue.WorkloadQuotaReserved)
-	return reserved != nil && c.opts.Clock.Since(reserved.LastTransitionTime.Time) < c.opts.PlacementTimeout
+	return reserved != nil && c.opts.Clock.Since(reserved.LastTransitionTime.Time) < c.opts.PlacementTimeout+c.opts.Recheck
+}
+
+// podsPlaced reports whether every pod of the workload's admission is bound to a node.
+func (c *Controller) podsPlaced(ctx context.Context, wl *kueue.Workload) (bool, error) {
+	want := int32(0)
+	for _, psa := range wl.Status.Admission.PodSetAssignments {
+		want += ptr.Deref(psa.Count, 1)
+	}
+	pods, err := c.podsOf(ctx, wl)
+	if err != nil {
+		return false, err
+	}
+	bound := int32(0)
+	for i := range pods {
+		p := &pods[i]
+		if p.Spec.NodeName != "" && p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodFailed {
+			bound++
+		}
+	}
+	return bound >= want, nil
 }
 
 // verifyAtReservation looks again at a pre-approved workload once Kueue has given it
 // quota (and, pre-approved, admitted it in the same write). The GPUs it was given
-// still healthy: nothing to write. Otherwise its pods must still land on healthy GPUs,
-// or it goes back to the queue (Retry) before they start on failing ones.
+// still healthy: nothing to write. GPUs failed meanwhile and its pods no longer fit
+// on healthy ones: back to the queue (Retry) at once, before they start on failing
+// GPUs. Its nodes only cordoned, tainted or full (kube-scheduler keeps its pods off
+// them): it waits, as any workload does at reservation, up to the placement timeout.
+// Once its pods are bound there is nothing left to verify: a node cordoned under
+// running pods does not send them back.
 func (c *Controller) verifyAtReservation(ctx context.Context, wl *kueue.Workload) (reconcile.Result, error) {
+	if placed, err := c.podsPlaced(ctx, wl); placed || err != nil {
+		return reconcile.Result{}, err // its pods have landed: nothing left to verify
+	}
 	now := c.opts.Clock.Now()
 	own := ownedBy(ownerUIDs(wl))
-	stillHealthy := true
+	stillHealthy, failing := true, false
 	for _, d := range demands(wl.Status.Admission) {
 		var nodes []NodeGPUs
 		if d.Topology != nil {
@@ -174,6 +202,7 @@ func (c *Controller) verifyAtReservation(ctx context.Context, wl *kueue.Workload
 			}
 		}
 		stillHealthy = stillHealthy && healthy(nodes)
+		failing = failing || slices.ContainsFunc(nodes, func(n NodeGPUs) bool { return len(n.Failing) > 0 })
 	}
 	if stillHealthy {
 		return reconcile.Result{}, nil
@@ -182,8 +211,17 @@ func (c *Controller) verifyAtReservation(ctx context.Context, wl *kueue.Workload
 	if err != nil || verdict.Ready {
 		return reconcile.Result{}, err
 	}
+	waited := now.Sub(apimeta.FindStatusCondition(wl.Status.Conditions, kueue.WorkloadQuotaReserved).LastTransitionTime.Time)
+	var msg string
+	switch {
+	case failing:
+		msg = "GPUs failed between pre-approval and reservation; the workload goes back to the queue: " + verdict.Message
+	case waited >= c.opts.PlacementTimeout:
+		msg = fmt.Sprintf("No healthy GPUs for the workload after %s; its quota goes back to the queue: %s", waited.Round(time.Second), verdict.Message)
+	default:
+		return reconcile.Result{RequeueAfter: min(c.opts.Recheck, c.opts.PlacementTimeout-waited)}, nil
+	}
 	c.metrics.verdicts.WithLabelValues("retry").Inc()
-	msg := "GPUs failed between pre-approval and reservation; the workload goes back to the queue: " + verdict.Message
 	c.recorder.Eventf(wl, nil, corev1.EventTypeWarning, "NoHealthyGPUs", "Requeue", "%s", msg)
 	return reconcile.Result{}, c.setCheck(ctx, wl, kueue.CheckStateRetry, msg)
 }

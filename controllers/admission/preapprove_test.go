@@ -4,8 +4,10 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -14,6 +16,7 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
+	"chamber.dev/chamber/controllers/admission"
 	"chamber.dev/chamber/controllers/controllertest"
 	"chamber.dev/chamber/healthcheck"
 	"chamber.dev/chamber/test/controlplane"
@@ -152,4 +155,49 @@ func TestGPUFailingAfterPreApprovalSendsTheWorkloadBack(t *testing.T) {
 		c := check(g, workload(g, "changed", "second"))
 		g.Expect(c.Message).NotTo(gomega.HavePrefix("Pre-approved"))
 	}).Should(gomega.Succeed())
+}
+
+// A node cordoned (or tainted NotReady for a moment) under a pre-approved workload's
+// running pods leaves the workload running: only GPUs failing before its pods land
+// send it back. Seen flaking another package's test: a node's taint flickering under
+// a running job had it evicted through the check.
+func TestCordonUnderRunningPreApprovedWorkloadLeavesItRunning(t *testing.T) {
+	t.Parallel()
+	g := newG(t)
+	ctx := context.Background()
+	teamFixture(t, "cordon", 8, []string{"cordon-1"}, nil, nil)
+	// "runs" waits behind "first" (done in 10 s) and is pre-approved while it waits.
+	create(t, job("cordon", "first", 8, "").
+		PodAnnotation("pod-complete.stage.kwok.x-k8s.io/delay", "10s").
+		PodAnnotation("pod-complete.stage.kwok.x-k8s.io/jitter-delay", "10s").Obj())
+	g.Eventually(func(g gomega.Gomega) { runningOn(g, "cordon", "first") }).Should(gomega.Succeed())
+	create(t, job("cordon", "runs", 8, "").Obj())
+	g.Eventually(func(g gomega.Gomega) {
+		g.Expect(check(g, workload(g, "cordon", "runs")).Message).To(gomega.HavePrefix("Pre-approved"))
+	}).Should(gomega.Succeed())
+	g.Eventually(func(g gomega.Gomega) { runningOn(g, "cordon", "runs") }).Should(gomega.Succeed())
+
+	setUnschedulable := func(v bool) {
+		var node corev1.Node
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Name: "cordon-1"}, &node)).To(gomega.Succeed())
+		patch := client.MergeFrom(node.DeepCopy())
+		node.Spec.Unschedulable = v
+		g.Expect(k8s.Patch(ctx, &node, patch)).To(gomega.Succeed())
+	}
+	setUnschedulable(true)
+	t.Cleanup(func() { setUnschedulable(false) })
+	// Any change to the workload brings it back to the check.
+	wl := workload(g, "cordon", "runs")
+	patch := client.MergeFrom(wl.DeepCopy())
+	metav1.SetMetaDataAnnotation(&wl.ObjectMeta, "chamber.dev/test-touch", "1")
+	g.Expect(k8s.Patch(ctx, wl, patch)).To(gomega.Succeed())
+	t.Logf("touched %s after reservation", time.Since(apimeta.FindStatusCondition(wl.Status.Conditions, kueue.WorkloadQuotaReserved).LastTransitionTime.Time))
+
+	// Past the placement timeout and one recheck after its reservation.
+	g.Consistently(func(g gomega.Gomega) {
+		wl := workload(g, "cordon", "runs")
+		g.Expect(isTrue(wl, kueue.WorkloadAdmitted)).To(gomega.BeTrue())
+		g.Expect(isTrue(wl, kueue.WorkloadEvicted)).To(gomega.BeFalse())
+		g.Expect(check(g, wl).State).To(gomega.Equal(kueue.CheckStateReady))
+	}, placementTimeout+admission.DefaultRecheck+time.Second, 250*time.Millisecond).Should(gomega.Succeed())
 }
