@@ -40,6 +40,10 @@ type Config struct {
 	// IdleReclaim configures idle reclaim (the policies are on pools and teams); its
 	// clock is Clock.
 	IdleReclaim idlereclaim.Options
+	// PodGracePeriods: Kueue's preemptions give a team's pods its eviction grace
+	// period (Admission.GracePeriod where neither the team nor its pool sets one), as
+	// their terminationGracePeriodSeconds.
+	PodGracePeriods bool
 	// Clock is the time source; the real clock when nil.
 	Clock clock.Clock
 }
@@ -47,7 +51,7 @@ type Config struct {
 // DefaultConfig is the controllers' configuration unless flags say otherwise.
 func DefaultConfig() Config {
 	return Config{PriorityTiers: chamberkueue.DefaultPriorityTiers, AccountingInterval: team.DefaultAccountingInterval, Inventory: inventory.DefaultOptions(),
-		Admission: admission.DefaultOptions(), AdmissionCheck: true, IdleReclaim: idlereclaim.DefaultOptions()}
+		Admission: admission.DefaultOptions(), AdmissionCheck: true, IdleReclaim: idlereclaim.DefaultOptions(), PodGracePeriods: true}
 }
 
 // controllerList is what runs, in start order.
@@ -57,7 +61,8 @@ var controllerList = []struct {
 }{
 	{"pool", func(mgr ctrl.Manager, _ Config) error { return pool.Register(mgr) }},
 	{"team", func(mgr ctrl.Manager, cfg Config) error {
-		opts := team.Options{AccountingInterval: cfg.AccountingInterval, Clock: cfg.Clock}
+		opts := team.Options{AccountingInterval: cfg.AccountingInterval, Clock: cfg.Clock,
+			PodGracePeriods: cfg.PodGracePeriods, EvictionGrace: cfg.Admission.GracePeriod}
 		if cfg.AdmissionCheck {
 			opts.AdmissionChecks = []string{admission.CheckName}
 		}

@@ -81,6 +81,11 @@ type PodRun struct {
 	// start latency once the pod exists (kube-scheduler, kwok), plus any wait for
 	// room in plain Kubernetes, where pods are created at submission.
 	Latency time.Duration
+	// terminating: its deletion (SIGTERM) was seen, with notice; it holds its GPUs
+	// until it exits. The notice is the grace as first seen: a force deletion at its
+	// exit shortens the pod's to 0.
+	terminating bool
+	notice      time.Duration
 }
 
 // recorder watches Pods and Jobs and keeps, with wall-clock times taken when each
@@ -96,6 +101,9 @@ type recorder struct {
 	// checkpointed tells Chamber's admission check, on a pod, that the job has
 	// written its checkpoint after an eviction notice, so it is evicted at once.
 	checkpointed func(pod string)
+	// exit ends a terminating pod after a wall-clock delay, as its process exits once
+	// it has saved its checkpoint on SIGTERM.
+	exit func(pod string, after time.Duration)
 	// start is simulated time 0 (set by begin); speedup converts the clock to it;
 	// sigterm is the notice of a pod deleted without Chamber's.
 	start   time.Time
@@ -279,6 +287,13 @@ func (r *recorder) pod(o any, deleted bool) {
 			r.kill(key)
 			return
 		}
+	case !ended && pod.DeletionTimestamp != nil && run != nil && !run.terminating && !r.faulted[key]:
+		run.terminating, run.notice = true, r.sigtermOf(pod)
+		if after, ok := r.exitOnSIGTERM(run.Job, run.notice); ok {
+			r.mu.Unlock()
+			r.exit(key, after)
+			return
+		}
 	case ended && run == nil:
 		delete(r.created, key)
 	case ended && run != nil:
@@ -303,7 +318,10 @@ func (r *recorder) pod(o any, deleted bool) {
 			run.Job.Progress.Stop(t, 0, true)
 		default:
 			run.Job.Evictions++
-			notice := r.sigterm
+			notice := r.sigtermOf(pod)
+			if run.terminating {
+				notice = run.notice
+			}
 			if !run.Job.noticed.IsZero() {
 				notice = max(notice, wallToSim(now.Sub(run.Job.noticed), r.speedup))
 			}
@@ -315,6 +333,35 @@ func (r *recorder) pod(o any, deleted bool) {
 		}
 	}
 	r.mu.Unlock()
+}
+
+// sigtermOf is the notice a deleted pod got: its deletion's grace period in simulated
+// time. The simulator's own pods ask for none (hours of simulated time at the
+// speed-up); they stand for pods with Kubernetes' default, the model's SIGTERMGrace.
+// A pod whose grace Chamber raised to its team's eviction grace gets that.
+func (r *recorder) sigtermOf(pod *corev1.Pod) time.Duration {
+	if g := pod.DeletionGracePeriodSeconds; g != nil && *g > 0 {
+		return max(r.sigterm, wallToSim(time.Duration(*g)*time.Second, r.speedup))
+	}
+	return r.sigterm
+}
+
+// exitOnSIGTERM is what a job's pod does when it is told to stop with notice: one with
+// nothing to save (an interactive session, a job whose checkpoint is written after
+// Chamber's notice) exits at once; one that can write its checkpoint within the notice
+// writes it and exits; a hung one, or one whose write does not fit, runs until the
+// grace ends and is killed (by kwok at its deletionTimestamp).
+func (r *recorder) exitOnSIGTERM(j *JobRecord, notice time.Duration) (time.Duration, bool) {
+	p := j.Progress
+	switch {
+	case j.completing:
+		return 0, false
+	case p.W.Kind == KindInteractive || j.checkpointed:
+		return 0, true
+	case p.CanCheckpoint() && p.W.CheckpointWrite <= notice:
+		return simToWall(p.W.CheckpointWrite, r.speedup), true
+	}
+	return 0, false
 }
 
 // advance brings every running job's progress to now: it ends the pods of a job

@@ -155,6 +155,9 @@ func runPolicy(ctx context.Context, sc *Scenario, p Policy, label string) (*Reco
 	r.kill = func(pod string) { go deletePod(ctx, c, pod) }
 	r.complete = func(pod string) { go completePod(ctx, c, pod) }
 	r.checkpointed = func(pod string) { go reportCheckpoint(ctx, c, pod) }
+	r.exit = func(pod string, after time.Duration) {
+		time.AfterFunc(after, func() { deletePod(ctx, c, pod) })
+	}
 	informers, err := cache.New(cp.Config, cache.Options{Scheme: controlplane.Scheme})
 	if err != nil {
 		return nil, err
@@ -431,13 +434,19 @@ func jobObject(j *Job, p Policy, sc *Scenario) *batchv1.Job {
 					"pod-ready.stage.kwok.x-k8s.io/jitter-delay":    instant,
 					"pod-complete.stage.kwok.x-k8s.io/delay":        run.String(),
 					"pod-complete.stage.kwok.x-k8s.io/jitter-delay": run.String(),
-					annotationUtilization:                           strconv.Itoa(int(j.Util.GPUPercent)),
-					annotationGPUs:                                  strconv.Itoa(perPod),
+					// kwok deletes a terminating pod at its grace's end (its
+					// deletionTimestamp), as the kubelet kills a process still
+					// running then; one that exits earlier, the simulator deletes.
+					"pod-delete.stage.kwok.x-k8s.io/delay": run.String(),
+					annotationUtilization:                  strconv.Itoa(int(j.Util.GPUPercent)),
+					annotationGPUs:                         strconv.Itoa(perPod),
 				}},
 				Spec: corev1.PodSpec{
 					RestartPolicy: corev1.RestartPolicyNever,
-					// A preempted or evicted pod is gone within a second (the API server's
-					// least grace period), not the default 30 s, hours of simulated time.
+					// No grace of its own: Kubernetes' default 30 s would be an hour of
+					// simulated time. A pod deleted with no grace stands for one with the
+					// default (the work model's SIGTERMGrace); where Chamber raises it to
+					// the team's eviction grace, the pod gets that (recorder.sigtermOf).
 					TerminationGracePeriodSeconds: ptr.To[int64](0),
 					Containers: []corev1.Container{{
 						Name: "train", Image: "sim.chamber.dev/train",

@@ -5,6 +5,9 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 )
 
 const minute = time.Minute
@@ -159,5 +162,59 @@ func TestWorkModelDraws(t *testing.T) {
 	bad.InteractiveShare, bad.StuckShare = 0.8, 0.3
 	if err := bad.Validate(); err == nil {
 		t.Error("shares adding up to 1.1 validated")
+	}
+}
+
+// A pod told to stop with notice (SIGTERM and its grace): what its job does, and the
+// notice a deletion gave.
+func TestExitOnSIGTERM(t *testing.T) {
+	r := &recorder{speedup: 60, sigterm: 30 * time.Second}
+	training := Work{Kind: KindTraining, Work: 100 * minute, CheckpointEvery: 30 * minute, CheckpointWrite: 90 * time.Second}
+	stuck := Work{Kind: KindStuck, Work: 100 * minute, CheckpointEvery: 30 * minute, CheckpointWrite: 90 * time.Second, HangAt: 10 * minute, HangFor: time.Hour}
+	job := func(w Work, done time.Duration, mutate func(*JobRecord)) *JobRecord {
+		j := &JobRecord{Progress: NewProgress(w)}
+		j.Progress.Start(0)
+		j.Progress.Advance(done)
+		if mutate != nil {
+			mutate(j)
+		}
+		return j
+	}
+	cases := map[string]struct {
+		job    *JobRecord
+		notice time.Duration
+		after  time.Duration
+		exits  bool
+	}{
+		"a training job saves within the team's grace, then exits": {job(training, 20*minute, nil), 2 * minute, 1500 * time.Millisecond, true},
+		"Kubernetes' default 30 s is too short for its write":      {job(training, 20*minute, nil), 30 * time.Second, 0, false},
+		"an interactive session has nothing to save":               {job(Work{Kind: KindInteractive, Work: time.Hour}, 0, nil), 30 * time.Second, 0, true},
+		"saved after Chamber's notice: exits at once":              {job(training, 20*minute, func(j *JobRecord) { j.checkpointed = true }), 2 * minute, 0, true},
+		"a hung job answers nothing":                               {job(stuck, 20*minute, nil), time.Hour, 0, false},
+		"a job the simulator is completing":                        {job(training, 20*minute, func(j *JobRecord) { j.completing = true }), 2 * minute, 0, false},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			after, exits := r.exitOnSIGTERM(tc.job, tc.notice)
+			if after != tc.after || exits != tc.exits {
+				t.Errorf("exitOnSIGTERM = %s, %v; want %s, %v", after, exits, tc.after, tc.exits)
+			}
+		})
+	}
+
+	pod := func(grace *int64) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{DeletionGracePeriodSeconds: grace}}
+	}
+	for _, tc := range []struct {
+		grace *int64
+		want  time.Duration
+	}{
+		{nil, 30 * time.Second},              // not deleted gracefully: the model's default
+		{ptr.To[int64](0), 30 * time.Second}, // the simulator's own pods
+		{ptr.To[int64](2), 2 * minute},       // raised by Chamber: 2 s at 60x
+	} {
+		if got := r.sigtermOf(pod(tc.grace)); got != tc.want {
+			t.Errorf("sigtermOf(grace %v) = %s, want %s", ptr.Deref(tc.grace, -1), got, tc.want)
+		}
 	}
 }

@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"time"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -71,6 +73,28 @@ type EvictionPolicy struct {
 	// +kubebuilder:validation:MaxItems=16
 	// +optional
 	TierGracePeriods []TierGracePeriod `json:"tierGracePeriods,omitempty"`
+}
+
+// ResolveGracePeriod is a tier's eviction grace period from policies, most specific
+// first: a policy's tier entry beats its general one, and an earlier policy beats a
+// later; fallback when none says.
+func ResolveGracePeriod(tier string, fallback time.Duration, policies ...*EvictionPolicy) time.Duration {
+	for _, p := range policies {
+		if p == nil {
+			continue
+		}
+		for _, t := range p.TierGracePeriods {
+			if t.Tier == tier {
+				return t.GracePeriod.Duration
+			}
+		}
+	}
+	for _, p := range policies {
+		if p != nil && p.GracePeriod != nil {
+			return p.GracePeriod.Duration
+		}
+	}
+	return fallback
 }
 
 // TierGracePeriod is the eviction grace period of one priority tier.

@@ -46,6 +46,7 @@ func main() {
 		admissionCheck     = flag.Bool("admission-check", true, "attach Chamber's admission check (placement on healthy GPUs, evictions) to every team's ClusterQueue")
 		placementTimeout   = flag.Duration("placement-timeout", admission.DefaultPlacementTimeout, "how long a workload with reserved quota waits for healthy GPUs before its quota goes back to the queue")
 		gracePeriod        = flag.Duration("eviction-grace-period", admission.DefaultGracePeriod, "how long the pods of a workload Chamber evicts have to checkpoint, unless its pool or team says otherwise")
+		podGrace           = flag.Bool("pod-grace-from-eviction-policy", true, "give pods created in a team's namespaces at least the team's eviction grace period as terminationGracePeriodSeconds (a MutatingAdmissionPolicy per team), so that Kueue's preemptions leave them time to checkpoint")
 		isolationRate      = flag.Float64("isolation-rate-limit", isolation.DefaultRateLimit, "how many nodes per second fault isolation may isolate, fleet-wide, once its burst is spent")
 		isolationBurst     = flag.Int("isolation-rate-burst", isolation.DefaultRateBurst, "how many nodes fault isolation may isolate at once before the rate limit applies")
 		isolationUnknown   = flag.Int("isolation-unknown-after-heartbeats", isolation.DefaultUnknownAfterHeartbeats, "missed node agent heartbeats after which a node's GPU health is Unknown (never a reason to isolate)")
@@ -103,6 +104,7 @@ func main() {
 		EvictionGracePeriod: *isolationGrace, HoldNamespace: *isolationHoldNS}
 	cfg.Admission.PlacementTimeout = *placementTimeout
 	cfg.Admission.GracePeriod = *gracePeriod
+	cfg.PodGracePeriods = *podGrace
 
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))

@@ -37,6 +37,9 @@ const placementTimeout = 8 * time.Second
 
 func TestMain(m *testing.M) {
 	cfg := controllers.DefaultConfig()
+	// kwok's pods ignore SIGTERM and linger for a random part of their grace period:
+	// these tests keep Kubernetes' default grace (the team package tests the raise).
+	cfg.PodGracePeriods = false
 	cfg.Admission.PlacementTimeout = placementTimeout
 	os.Exit(controllertest.Main(m, cfg, &k8s))
 }

@@ -416,28 +416,7 @@ func (c *Controller) gracePeriod(ctx context.Context, wl *kueue.Workload, e Evic
 	if pool != nil {
 		policies = append(policies, pool.Spec.Eviction)
 	}
-	return GracePeriod(tier, c.opts.GracePeriod, policies...), nil
-}
-
-// GracePeriod resolves a tier's grace period from policies, most specific first: a
-// policy's tier entry beats its general one, and an earlier policy beats a later.
-func GracePeriod(tier string, fallback time.Duration, policies ...*chamber.EvictionPolicy) time.Duration {
-	for _, p := range policies {
-		if p == nil {
-			continue
-		}
-		for _, t := range p.TierGracePeriods {
-			if t.Tier == tier {
-				return t.GracePeriod.Duration
-			}
-		}
-	}
-	for _, p := range policies {
-		if p != nil && p.GracePeriod != nil {
-			return p.GracePeriod.Duration
-		}
-	}
-	return fallback
+	return chamber.ResolveGracePeriod(tier, c.opts.GracePeriod, policies...), nil
 }
 
 // teamOf finds the Team (and its pool) whose ClusterQueue admitted the workload.

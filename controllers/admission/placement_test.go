@@ -211,7 +211,7 @@ func TestGracePeriod(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			if got := GracePeriod(tc.tier, DefaultGracePeriod, tc.policies...); got != tc.want {
+			if got := chamber.ResolveGracePeriod(tc.tier, DefaultGracePeriod, tc.policies...); got != tc.want {
 				t.Errorf("GracePeriod(%q) = %s, want %s", tc.tier, got, tc.want)
 			}
 		})

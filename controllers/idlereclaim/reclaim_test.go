@@ -44,6 +44,9 @@ var (
 // of controllers.Setup, idle reclaim looking at each workload every second.
 func TestMain(m *testing.M) {
 	cfg := controllers.DefaultConfig()
+	// kwok's pods ignore SIGTERM and linger for a random part of their grace period:
+	// these tests keep Kubernetes' default grace (the team package tests the raise).
+	cfg.PodGracePeriods = false
 	cfg.Clock = clock
 	cfg.IdleReclaim.Interval = time.Second
 	// The test's clock lags the API server's timestamps by the time the tests took:

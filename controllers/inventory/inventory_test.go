@@ -49,6 +49,9 @@ func TestMain(m *testing.M) {
 
 func run(m *testing.M) int {
 	cfg := controllers.DefaultConfig()
+	// kwok's pods ignore SIGTERM and linger for a random part of their grace period:
+	// these tests keep Kubernetes' default grace (the team package tests the raise).
+	cfg.PodGracePeriods = false
 	cfg.Clock = clock
 	cfg.Inventory.Fleet.IdleWindow = idleWindow
 	return controllertest.Main(m, cfg, &k8s)

@@ -369,7 +369,7 @@ func (c *Controller) isolate(ctx context.Context, node *corev1.Node, pool *chamb
 			return reconcile.Result{}, err
 		}
 	}
-	return reconcile.Result{}, c.evict(ctx, node, pool, rep, level, now)
+	return reconcile.Result{}, c.evict(ctx, node, pool, rep, now)
 }
 
 // escalate isolates at Node level a node isolated at GPU level, once a fault there
@@ -390,7 +390,7 @@ func (c *Controller) escalate(ctx context.Context, node *corev1.Node, pool *cham
 	if err := c.setCondition(ctx, node, corev1.ConditionTrue, primary.reason, isolatedMessage(rep, level, why), ""); err != nil {
 		return err
 	}
-	return c.evict(ctx, node, pool, rep, level, now)
+	return c.evict(ctx, node, pool, rep, now)
 }
 
 // withhold records that a node would have been isolated but the breaker is open.
@@ -436,7 +436,7 @@ func (c *Controller) reconcileIsolated(ctx context.Context, node *corev1.Node, p
 		if err := c.annotate(ctx, node, want); err != nil {
 			return reconcile.Result{}, err
 		}
-		return reconcile.Result{}, c.evict(ctx, node, pool, rep, level, now)
+		return reconcile.Result{}, c.evict(ctx, node, pool, rep, now)
 	case chamber.GPUUnknown:
 		// Silence neither isolates nor recovers.
 		return reconcile.Result{}, nil
@@ -621,21 +621,13 @@ func (c *Controller) setConditionChanged(ctx context.Context, node *corev1.Node,
 // the others, on healthy GPUs of the node, get their team's grace period to
 // checkpoint before they leave it. Where the agent does not say which pod holds which
 // GPU, every workload counts as on a failing GPU.
-func (c *Controller) evict(ctx context.Context, node *corev1.Node, pool *chamber.GPUPool, rep report, level chamber.IsolationLevel, now time.Time) error {
-	failing := rep.podsOnFailingGPUs()
-	var only map[types.NamespacedName]bool
-	if level == chamber.IsolateGPU {
-		only = failing
-	}
-	wls, err := c.workloadsOn(ctx, node.Name, only)
+func (c *Controller) evict(ctx context.Context, node *corev1.Node, pool *chamber.GPUPool, rep report, now time.Time) error {
+	// Only the workloads on the failing GPUs, at every level: the node's healthy GPUs
+	// keep their workloads, which run on while the isolated node takes no new pods
+	// (it drains). Without the agent's map of pods to GPUs, every workload on the node.
+	wls, err := c.workloadsOn(ctx, node.Name, rep.podsOnFailingGPUs())
 	if err != nil {
 		return err
-	}
-	onFailing := wls
-	if only == nil && failing != nil {
-		if onFailing, err = c.workloadsOn(ctx, node.Name, failing); err != nil {
-			return err
-		}
 	}
 	grace := c.opts.EvictionGracePeriod
 	var asked []*kueue.Workload
@@ -644,12 +636,7 @@ func (c *Controller) evict(ctx context.Context, node *corev1.Node, pool *chamber
 			continue
 		}
 		msg := fmt.Sprintf("evicted from node %s, isolated for a GPU fault (%s); Kueue requeues it onto healthy GPUs", node.Name, rep.describe())
-		e := admission.Eviction{Reason: EvictionReason, Message: msg, RequestedAt: now}
-		if slices.ContainsFunc(onFailing, func(f *kueue.Workload) bool { return f.UID == wl.UID }) {
-			e.GracePeriod = &grace
-		} else {
-			e.Message += "; its GPUs are healthy, so it has its grace period to checkpoint"
-		}
+		e := admission.Eviction{Reason: EvictionReason, Message: msg, RequestedAt: now, GracePeriod: &grace}
 		if err := admission.RequestEviction(ctx, c.client, wl, e); err != nil {
 			if apierrors.IsNotFound(err) {
 				continue

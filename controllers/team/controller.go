@@ -6,6 +6,7 @@ package team
 import (
 	"context"
 	"fmt"
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	"maps"
 	"slices"
 	"sort"
@@ -36,6 +37,12 @@ type Options struct {
 	AccountingInterval time.Duration
 	// AdmissionChecks are attached to every ClusterQueue Chamber creates.
 	AdmissionChecks []string
+	// PodGracePeriods: pods created in a team's namespaces get at least the team's
+	// eviction grace period as their terminationGracePeriodSeconds, so that Kueue's
+	// preemptions give them time to checkpoint (see grace.go). EvictionGrace is the
+	// grace where neither the team nor its pool says.
+	PodGracePeriods bool
+	EvictionGrace   time.Duration
 	// Clock is the time source (a fake one in tests).
 	Clock clock.Clock
 }
@@ -64,6 +71,7 @@ func Register(mgr ctrl.Manager, opts Options) error {
 		For(&chamber.Team{}).
 		Owns(&kueue.ClusterQueue{}).
 		Owns(&kueue.LocalQueue{}).
+		Owns(&admissionv1.MutatingAdmissionPolicy{}).
 		Watches(&chamber.GPUPool{}, handler.EnqueueRequestsFromMapFunc(c.teamsOfPool)).
 		// A Team's ClusterQueue status (usage) drives its spend, adopted ones too.
 		Watches(&kueue.ClusterQueue{}, handler.EnqueueRequestsFromMapFunc(c.teamsOfClusterQueue)).
@@ -130,6 +138,11 @@ func (c *Controller) Reconcile(ctx context.Context, team *chamber.Team) (reconci
 		cq, err = c.reconcileQueues(ctx, team, &pool, exceeded, &ready)
 		if err != nil {
 			return reconcile.Result{}, err
+		}
+		if c.opts.PodGracePeriods {
+			if err := c.applyGracePolicy(ctx, team, &pool); err != nil {
+				return reconcile.Result{}, err
+			}
 		}
 	}
 	team.Status.ClusterQueue = ""

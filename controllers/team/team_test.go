@@ -449,3 +449,50 @@ func teamObject(name string, quota map[string]any) *unstructured.Unstructured {
 	}}
 	return u
 }
+
+// Kueue preempts a workload by suspending its Job: the pods get SIGTERM and their
+// grace period to exit. Pods created in a team's namespaces get at least the team's
+// eviction grace period (their tier's, by the pod's tier label), so a preempted job
+// has the time Chamber's own evictions give it to checkpoint; a pod's own longer
+// grace is kept, and pods of other namespaces keep Kubernetes' default.
+func TestPodsGetTheTeamsGracePeriod(t *testing.T) {
+	g := newG(t)
+	ctx := context.Background()
+	fixture(t, "grace", nil)
+	namespace(t, "grace")
+	namespace(t, "grace-other")
+	team := newTeam("grace", "grace", []string{"grace"}, chamber.TeamQuota{Model: h100, GPUs: 8})
+	team.Spec.Eviction = &chamber.EvictionPolicy{
+		GracePeriod:      &metav1.Duration{Duration: 5 * time.Minute},
+		TierGracePeriods: []chamber.TierGracePeriod{{Tier: "production", GracePeriod: metav1.Duration{Duration: 20 * time.Minute}}},
+	}
+	create(t, team)
+
+	// What the API server makes of a new pod (a dry run: nothing is created).
+	grace := func(g gomega.Gomega, ns string, tier string, own *int64) int64 {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{GenerateName: "grace-", Namespace: ns},
+			Spec: corev1.PodSpec{TerminationGracePeriodSeconds: own,
+				Containers: []corev1.Container{{Name: "train", Image: "train"}}},
+		}
+		if tier != "" {
+			pod.Labels = map[string]string{"kueue.x-k8s.io/priority-class": tier}
+		}
+		g.Expect(k8s.Create(ctx, pod, client.DryRunAll)).To(gomega.Succeed())
+		return ptr.Deref(pod.Spec.TerminationGracePeriodSeconds, -1)
+	}
+	g.Eventually(func(g gomega.Gomega) {
+		g.Expect(grace(g, "grace", "", nil)).To(gomega.Equal(int64(300)), "the team's grace")
+		g.Expect(grace(g, "grace", "production", nil)).To(gomega.Equal(int64(1200)), "the production tier's")
+		g.Expect(grace(g, "grace", "", ptr.To[int64](3600))).To(gomega.Equal(int64(3600)), "the pod's own, longer")
+		g.Expect(grace(g, "grace-other", "", nil)).To(gomega.Equal(int64(30)), "Kubernetes' default outside the team")
+	}).Should(gomega.Succeed())
+
+	// The team's grace changes: new pods get the new one.
+	team = getTeam(g, "grace")
+	team.Spec.Eviction.GracePeriod = &metav1.Duration{Duration: time.Minute}
+	g.Expect(k8s.Update(ctx, team)).To(gomega.Succeed())
+	g.Eventually(func(g gomega.Gomega) {
+		g.Expect(grace(g, "grace", "", nil)).To(gomega.Equal(int64(60)))
+	}).Should(gomega.Succeed())
+}
