@@ -251,8 +251,11 @@ const methodText = `## Method
   it; a checkpoint takes 30 s to 3 minutes to write. A pod killed by a GPU fault (no notice)
   throws away the progress since the last checkpoint. An eviction gives notice: Chamber's
   (its eviction request on the Workload, then the grace period) or, for Kueue's preemption,
-  the pod's SIGTERM grace of 30 s (Kubernetes' default); a job whose checkpoint write fits
-  in its notice keeps its progress, others go back to their last checkpoint. Under Chamber
+  the pod's SIGTERM grace: Kubernetes' default 30 s, or under Chamber the team's eviction
+  grace, which Chamber gives the team's pods. A job whose checkpoint write fits in its
+  notice keeps its progress (on SIGTERM it writes it and exits, holding its GPUs
+  meanwhile), others go back to their last checkpoint (a hung job holds its GPUs to the
+  grace's end). Under Chamber
   a job that has written its checkpoint after the notice says so on its pod
   (` + "`chamber.dev/checkpoint-ready`" + `), and Chamber evicts it then. The report's "work lost"
   is the progress thrown away, in GPU-hours.
@@ -266,8 +269,8 @@ const methodText = `## Method
   trace's duration), and a restart ends the hang; the rest is *training*.
 - **Free while a job fits.** At each sample, a queued job *fits* when each of its pods
   (one per node's worth of GPUs) finds its own node with that many free GPUs (no pod, no
-  unrepaired fault; a node Chamber isolated counts as free, since its healthy GPUs sit
-  unused). The summary's "GPU-time left free while a queued job fit on it" sums the free
+  unrepaired fault; the free GPUs of a node Chamber isolated count as free: no new pod
+  may land there while it drains). The summary's "GPU-time left free while a queued job fit on it" sums the free
   GPUs over the moments such a job waits, as a share of all GPU-time: capacity the policy
   left unused while work it could run waited (quotas not considered).
 - **Measurement.** From a watch on Pods and Jobs, timed when each change is seen (API
