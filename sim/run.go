@@ -336,6 +336,8 @@ func startChamber(ctx context.Context, cp *controlplane.ControlPlane, sc *Scenar
 	// placement timeout, floored at what the control plane itself takes to act.
 	cfg.Admission.Recheck = max(simToWall(admission.DefaultRecheck, sc.Speedup), 200*time.Millisecond)
 	cfg.Admission.PlacementTimeout = max(simToWall(admission.DefaultPlacementTimeout, sc.Speedup), 3*time.Second)
+	// Fault isolation's drain of a node that needs a reboot, in simulated time.
+	cfg.Isolation.DrainTimeout = max(simToWall(isolation.DefaultDrainTimeout, sc.Speedup), time.Second)
 	if name, err := controllers.Setup(mgr, cfg); err != nil {
 		return fmt.Errorf("set up Chamber's controller %s: %w (a second Chamber run in one process registers its metrics twice)", name, err)
 	}

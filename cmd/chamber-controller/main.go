@@ -51,6 +51,7 @@ func main() {
 		isolationBurst     = flag.Int("isolation-rate-burst", isolation.DefaultRateBurst, "how many nodes fault isolation may isolate at once before the rate limit applies")
 		isolationUnknown   = flag.Int("isolation-unknown-after-heartbeats", isolation.DefaultUnknownAfterHeartbeats, "missed node agent heartbeats after which a node's GPU health is Unknown (never a reason to isolate)")
 		isolationGrace     = flag.Duration("isolation-eviction-grace-period", 0, "checkpoint grace period of workloads on failed GPUs (0: at once; a failed GPU cannot checkpoint); workloads on the healthy GPUs of an isolated node keep their team's")
+		isolationDrain     = flag.Duration("isolation-drain-timeout", isolation.DefaultDrainTimeout, "how long workloads on the healthy GPUs of a node isolated at node level run on (the node drains) before they are evicted with their team's grace, so the node can be rebooted for its repair; negative: never")
 		isolationHoldNS    = flag.String("isolation-hold-namespace", isolation.DefaultHoldNamespace, "namespace of the pods that hold failing GPUs under GPU-level isolation")
 	)
 	opts := zap.Options{}
@@ -101,7 +102,7 @@ func main() {
 		fail("--isolation-rate-limit must be positive, --isolation-rate-burst and --isolation-unknown-after-heartbeats at least 1, --isolation-eviction-grace-period not negative")
 	}
 	cfg.Isolation = isolation.Options{RateLimit: *isolationRate, RateBurst: *isolationBurst, UnknownAfterHeartbeats: *isolationUnknown,
-		EvictionGracePeriod: *isolationGrace, HoldNamespace: *isolationHoldNS}
+		EvictionGracePeriod: *isolationGrace, HoldNamespace: *isolationHoldNS, DrainTimeout: *isolationDrain}
 	cfg.Admission.PlacementTimeout = *placementTimeout
 	cfg.Admission.GracePeriod = *gracePeriod
 	cfg.PodGracePeriods = *podGrace

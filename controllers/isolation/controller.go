@@ -110,6 +110,7 @@ const (
 	DefaultMaxIsolatedPercent     = 50
 	DefaultBreakerWindow          = 5 * time.Minute
 	DefaultRecoveryReports        = 3
+	DefaultDrainTimeout           = 30 * time.Minute
 	// defaultHeartbeat is assumed for agents that do not say theirs (the agent's default).
 	defaultHeartbeat = 30 * time.Second
 )
@@ -129,6 +130,11 @@ type Options struct {
 	// the bus cannot checkpoint, and a job left on a failing GPU may corrupt its run.
 	// Workloads on the healthy GPUs of an isolated node keep their team's grace.
 	EvictionGracePeriod time.Duration
+	// DrainTimeout is how long the workloads on the healthy GPUs of a node isolated at
+	// node level run on (the node drains: no new pod lands) before they are evicted
+	// with their team's grace, so that the node can be rebooted for its repair with
+	// nothing lost. 0 means DefaultDrainTimeout (30 minutes); negative: never.
+	DrainTimeout time.Duration
 	// HoldNamespace is where GPU-level isolation's hold pods live. Default kube-system.
 	HoldNamespace string
 	// Clock is the time source; the real clock when nil.
@@ -137,7 +143,8 @@ type Options struct {
 
 // DefaultOptions are the options unless flags say otherwise.
 func DefaultOptions() Options {
-	return Options{UnknownAfterHeartbeats: DefaultUnknownAfterHeartbeats, RateLimit: DefaultRateLimit, RateBurst: DefaultRateBurst}
+	return Options{UnknownAfterHeartbeats: DefaultUnknownAfterHeartbeats, RateLimit: DefaultRateLimit, RateBurst: DefaultRateBurst,
+		DrainTimeout: DefaultDrainTimeout}
 }
 
 func (o Options) withDefaults() Options {
@@ -150,6 +157,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.RateBurst <= 0 {
 		o.RateBurst = d.RateBurst
+	}
+	if o.DrainTimeout == 0 {
+		o.DrainTimeout = d.DrainTimeout
 	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
@@ -369,26 +379,26 @@ func (c *Controller) isolate(ctx context.Context, node *corev1.Node, pool *chamb
 			return reconcile.Result{}, err
 		}
 	}
-	return reconcile.Result{}, c.evict(ctx, node, pool, rep, now)
+	return c.evict(ctx, node, pool, rep, now)
 }
 
 // escalate isolates at Node level a node isolated at GPU level, once a fault there
 // takes the node: it taints and cordons it, lets go of the GPU hold, which the node's
 // isolation covers, and evicts every workload on it. The node was isolated already:
 // neither the breaker, the rate limit nor chamber_isolations_total counts it again.
-func (c *Controller) escalate(ctx context.Context, node *corev1.Node, pool *chamber.GPUPool, rep report, why string, now time.Time) error {
+func (c *Controller) escalate(ctx context.Context, node *corev1.Node, pool *chamber.GPUPool, rep report, why string, now time.Time) (reconcile.Result, error) {
 	level := chamber.IsolateNode
 	if err := c.patchIsolated(ctx, node, rep, level, now); err != nil {
-		return err
+		return reconcile.Result{}, err
 	}
 	if err := c.releaseGPUs(ctx, node.Name); err != nil {
-		return err
+		return reconcile.Result{}, err
 	}
 	primary := rep.primary()
 	c.recorder.Eventf(node, nil, corev1.EventTypeWarning, "Isolated", "Isolate", "from GPU level to node level, %s (%s): %s",
 		levelAction(level), why, rep.describe())
 	if err := c.setCondition(ctx, node, corev1.ConditionTrue, primary.reason, isolatedMessage(rep, level, why), ""); err != nil {
-		return err
+		return reconcile.Result{}, err
 	}
 	return c.evict(ctx, node, pool, rep, now)
 }
@@ -419,7 +429,7 @@ func (c *Controller) reconcileIsolated(ctx context.Context, node *corev1.Node, p
 		// node-level one, the healthy run starts again, a new hardware fault makes the
 		// isolation persistent, and any workload still there is evicted.
 		if want, why := rep.level(policy.Level); level == chamber.IsolateGPU && want == chamber.IsolateNode {
-			return reconcile.Result{}, c.escalate(ctx, node, pool, rep, why, now)
+			return c.escalate(ctx, node, pool, rep, why, now)
 		}
 		want := map[string]any{AnnotationHealthyReports: nil}
 		if rep.persistent() && !persistent {
@@ -436,7 +446,7 @@ func (c *Controller) reconcileIsolated(ctx context.Context, node *corev1.Node, p
 		if err := c.annotate(ctx, node, want); err != nil {
 			return reconcile.Result{}, err
 		}
-		return reconcile.Result{}, c.evict(ctx, node, pool, rep, now)
+		return c.evict(ctx, node, pool, rep, now)
 	case chamber.GPUUnknown:
 		// Silence neither isolates nor recovers.
 		return reconcile.Result{}, nil
@@ -621,13 +631,34 @@ func (c *Controller) setConditionChanged(ctx context.Context, node *corev1.Node,
 // the others, on healthy GPUs of the node, get their team's grace period to
 // checkpoint before they leave it. Where the agent does not say which pod holds which
 // GPU, every workload counts as on a failing GPU.
-func (c *Controller) evict(ctx context.Context, node *corev1.Node, pool *chamber.GPUPool, rep report, now time.Time) error {
-	// Only the workloads on the failing GPUs, at every level: the node's healthy GPUs
-	// keep their workloads, which run on while the isolated node takes no new pods
-	// (it drains). Without the agent's map of pods to GPUs, every workload on the node.
-	wls, err := c.workloadsOn(ctx, node.Name, rep.podsOnFailingGPUs())
+func (c *Controller) evict(ctx context.Context, node *corev1.Node, pool *chamber.GPUPool, rep report, now time.Time) (reconcile.Result, error) {
+	// The workloads on the failing GPUs go at once, at every level. The node's healthy
+	// GPUs keep theirs, which run on while the isolated node takes no new pods (it
+	// drains), until the drain timeout of a node-level isolation: then they get their
+	// team's grace to checkpoint and go, so the node can be rebooted with nothing lost.
+	// Without the agent's map of pods to GPUs, every workload on the node at once.
+	failing := rep.podsOnFailingGPUs()
+	only, res := failing, reconcile.Result{}
+	if node.Annotations[AnnotationLevel] == string(chamber.IsolateNode) && c.opts.DrainTimeout >= 0 && failing != nil {
+		isolatedAt, err := time.Parse(time.RFC3339, node.Annotations[AnnotationIsolatedAt])
+		if err != nil {
+			isolatedAt = now // just isolated: the annotation is being written
+		}
+		if deadline := isolatedAt.Add(c.opts.DrainTimeout); now.Before(deadline) {
+			res.RequeueAfter = deadline.Sub(now)
+		} else {
+			only = nil
+		}
+	}
+	wls, err := c.workloadsOn(ctx, node.Name, only)
 	if err != nil {
-		return err
+		return reconcile.Result{}, err
+	}
+	onFailing := wls
+	if only == nil && failing != nil {
+		if onFailing, err = c.workloadsOn(ctx, node.Name, failing); err != nil {
+			return reconcile.Result{}, err
+		}
 	}
 	grace := c.opts.EvictionGracePeriod
 	var asked []*kueue.Workload
@@ -636,12 +667,17 @@ func (c *Controller) evict(ctx context.Context, node *corev1.Node, pool *chamber
 			continue
 		}
 		msg := fmt.Sprintf("evicted from node %s, isolated for a GPU fault (%s); Kueue requeues it onto healthy GPUs", node.Name, rep.describe())
-		e := admission.Eviction{Reason: EvictionReason, Message: msg, RequestedAt: now, GracePeriod: &grace}
+		e := admission.Eviction{Reason: EvictionReason, Message: msg, RequestedAt: now}
+		if failing == nil || slices.ContainsFunc(onFailing, func(f *kueue.Workload) bool { return f.UID == wl.UID }) {
+			e.GracePeriod = &grace
+		} else {
+			e.Message += fmt.Sprintf("; its GPUs are healthy and ran on while the node drained (%s): it has its grace period to checkpoint before the node's repair", c.opts.DrainTimeout)
+		}
 		if err := admission.RequestEviction(ctx, c.client, wl, e); err != nil {
 			if apierrors.IsNotFound(err) {
 				continue
 			}
-			return err
+			return reconcile.Result{}, err
 		}
 		c.rememberAsked(wl.UID, node.Name, now)
 		asked = append(asked, wl)
@@ -651,7 +687,7 @@ func (c *Controller) evict(ctx context.Context, node *corev1.Node, pool *chamber
 		c.recorder.Eventf(node, nil, corev1.EventTypeWarning, "EvictionRequested", "Evict",
 			"asked Kueue to evict and requeue %d workloads: %v", len(asked), names(asked))
 	}
-	return nil
+	return res, nil
 }
 
 // askAgain is how long an eviction request from the same node is not repeated: the

@@ -44,11 +44,15 @@ var k8s client.Client
 // controllers in-process, isolation among them, on the real clock: node agents run
 // on the real clock, and their heartbeats decide what is stale. Each test has a pool,
 // nodes, a team and a namespace of its own.
+const drainTimeout = 15 * time.Second
+
 func TestMain(m *testing.M) {
 	cfg := controllers.DefaultConfig()
 	// kwok's pods ignore SIGTERM and linger for a random part of their grace period:
 	// these tests keep Kubernetes' default grace (the team package tests the raise).
 	cfg.PodGracePeriods = false
+	// A node isolated at node level drains for this long (TestXID79...Drains).
+	cfg.Isolation.DrainTimeout = drainTimeout
 	os.Exit(controllertest.Main(m, cfg, &k8s))
 }
 
@@ -653,9 +657,10 @@ func TestXID48IsolatesTheGPUOnly(t *testing.T) {
 
 // An XID 79 on the GPU of a one-GPU job takes the node (its catalog action is a
 // reboot): no new pod lands there. The job on the failing GPU is evicted at once; the
-// job on the node's healthy GPUs runs on (the node drains), neither evicted nor given
-// notice: evicting it would idle seven healthy GPUs until the repair.
-func TestXID79LeavesHealthyGPUsWorkloadsRunning(t *testing.T) {
+// job on the node's healthy GPUs runs on while the node drains (evicting it would idle
+// seven healthy GPUs until the repair), and at the drain timeout gets notice and its
+// team's grace, so the node can be rebooted with nothing lost.
+func TestXID79DrainsTheNodeThenGivesNotice(t *testing.T) {
 	t.Parallel()
 	g := newG(t)
 	ctx := context.Background()
@@ -675,6 +680,7 @@ func TestXID79LeavesHealthyGPUsWorkloadsRunning(t *testing.T) {
 		g.Expect(i).NotTo(gomega.Equal(-1), "the agent maps no GPU to pod %s", small.Name)
 		failing = int(gn.Status.GPUs[i].Index)
 	}).Should(gomega.Succeed())
+	raised := time.Now()
 	if err := gpus.RaiseXID(failing, 79); err != nil {
 		t.Fatal(err)
 	}
@@ -691,7 +697,16 @@ func TestXID79LeavesHealthyGPUsWorkloadsRunning(t *testing.T) {
 		g.Expect(asked).To(gomega.BeFalse())
 		g.Expect(wls[0].Status.SchedulingStats).To(gomega.Or(gomega.BeNil(), gomega.HaveField("Evictions", gomega.BeEmpty())))
 		isolated(g, "grace79-1", "XID79")
-	}, 5*time.Second, 250*time.Millisecond).Should(gomega.Succeed())
+	}, drainTimeout/3, 250*time.Millisecond).Should(gomega.Succeed())
+
+	// The drain times out: big has notice, with the default grace period (2 minutes).
+	g.Eventually(func(g gomega.Gomega) {
+		pod := runningPod(g, "grace79", "big")
+		deadline, err := time.Parse(time.RFC3339, pod.Annotations[admission.AnnotationEvictionDeadline])
+		g.Expect(err).NotTo(gomega.HaveOccurred())
+		g.Expect(deadline).To(gomega.BeTemporally(">=", raised.Add(drainTimeout+admission.DefaultGracePeriod).Truncate(time.Second)))
+		g.Expect(pod.Annotations[admission.AnnotationEvictionReason]).To(gomega.Equal(isolation.EvictionReason))
+	}).Should(gomega.Succeed())
 }
 
 // Test 7. A pool that forces Node level isolates the node on an XID 48, which Auto
