@@ -36,6 +36,11 @@ func (c *Controller) isolatedInWindow(ctx context.Context, pool *chamber.GPUPool
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	// A reset this process made counts even where the pool read here predates it (the
+	// reset was handled in this very reconcile): else the breaker would open again.
+	if reset := c.resets[pool.Name]; reset.After(since) {
+		since = reset
+	}
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
 		if gpuCapacity(n) == 0 {
@@ -100,6 +105,7 @@ func (c *Controller) resetBreaker(ctx context.Context, pool *chamber.GPUPool) er
 	}
 	c.mu.Lock()
 	c.breakers[pool.Name] = false
+	c.resets[pool.Name] = c.opts.Clock.Now()
 	c.mu.Unlock()
 	breakerOpen.WithLabelValues(pool.Name).Set(0)
 	if closed {

@@ -185,6 +185,9 @@ type Controller struct {
 	unknown map[string]string
 	// breakers is each pool's breaker as this process last set it, ahead of the cache.
 	breakers map[string]bool
+	// resets is when this process last reset each pool's breaker, ahead of the cache:
+	// isolations before it no longer count.
+	resets map[string]time.Time
 	// asked is when this process asked for each workload's eviction: the cache may
 	// not show the request yet when the next report comes.
 	asked map[askedKey]time.Time
@@ -198,8 +201,8 @@ func New(c client.Client, reader client.Reader, recorder events.EventRecorder, o
 		limiter:  flowcontrol.NewTokenBucketPassiveRateLimiterWithClock(float32(opts.RateLimit), opts.RateBurst, opts.Clock),
 		isolated: map[string]map[string]time.Time{},
 		unknown:  map[string]string{},
-		breakers: map[string]bool{},
-		asked:    map[askedKey]time.Time{},
+		breakers: map[string]bool{}, resets: map[string]time.Time{},
+		asked: map[askedKey]time.Time{},
 	}
 }
 
