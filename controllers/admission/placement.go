@@ -26,11 +26,23 @@ type NodeGPUs struct {
 	// Schedulable is false for cordoned nodes and nodes with a NoSchedule or NoExecute
 	// taint.
 	Schedulable bool
-	// UsedByOthers: GPUs requested by running pods of other workloads.
+	// UsedByOthers: GPUs requested by running pods of other workloads, Chamber's GPU
+	// hold pods among them.
 	UsedByOthers int64
 	// Failing are GPUs the agent reports Unhealthy that no pod holds, with what is
-	// wrong with each: they are advertised but not usable.
+	// wrong with each.
 	Failing []string
+	// Withheld are GPUs the device plugin no longer offers (capacity minus allocatable:
+	// it withdraws a GPU after a fatal XID); Held those Chamber's GPU hold pods take.
+	// Either way a failing GPU is out of Allocatable-UsedByOthers already.
+	Withheld, Held int64
+}
+
+// OfferedFailing is how many failing GPUs the node still offers to new pods: those
+// neither its device plugin withholds nor a GPU hold takes. Counting the others again
+// would turn away pods from the node's healthy GPUs.
+func (n NodeGPUs) OfferedFailing() int64 {
+	return max(0, int64(len(n.Failing))-n.Withheld-n.Held)
 }
 
 // HealthyFree is how many of the node's GPUs a new pod can use.
@@ -38,7 +50,7 @@ func (n NodeGPUs) HealthyFree() int64 {
 	if !n.Schedulable {
 		return 0
 	}
-	return max(0, n.Allocatable-n.UsedByOthers-int64(len(n.Failing)))
+	return max(0, n.Allocatable-n.UsedByOthers-n.OfferedFailing())
 }
 
 // nodeGPUs sums a node's state. pods are the pods bound to it; own says which belong
@@ -47,13 +59,17 @@ func (n NodeGPUs) HealthyFree() int64 {
 // failing.
 func nodeGPUs(node *corev1.Node, pods []corev1.Pod, own func(*corev1.Pod) bool, gpuNode *chamber.GPUNode, now time.Time, staleAfter time.Duration) NodeGPUs {
 	alloc := node.Status.Allocatable[chamberkueue.ResourceGPU]
-	n := NodeGPUs{Name: node.Name, Allocatable: alloc.Value(), Schedulable: pool.Schedulable(node)}
+	n := NodeGPUs{Name: node.Name, Allocatable: alloc.Value(), Schedulable: pool.Schedulable(node), Withheld: chamberkueue.WithheldGPUs(node)}
 	for i := range pods {
 		p := &pods[i]
 		if own(p) || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
-		n.UsedByOthers += chamberkueue.PodGPUs(&p.Spec)
+		gpus := chamberkueue.PodGPUs(&p.Spec)
+		n.UsedByOthers += gpus
+		if p.Labels[chamber.LabelGPUHold] != "" {
+			n.Held += gpus
+		}
 	}
 	if gpuNode == nil || agentSilent(gpuNode, now, staleAfter) {
 		return n
@@ -158,8 +174,8 @@ func shortOf(n NodeGPUs, need int64) string {
 	if !n.Schedulable {
 		msg = fmt.Sprintf("node %s is cordoned or tainted", n.Name)
 	}
-	if len(n.Failing) > 0 {
-		msg += fmt.Sprintf(" (%d advertised but failing: %s)", len(n.Failing), strings.Join(n.Failing, "; "))
+	if n.OfferedFailing() > 0 {
+		msg += fmt.Sprintf(" (%d advertised but failing: %s)", n.OfferedFailing(), strings.Join(n.Failing, "; "))
 	}
 	return msg
 }
@@ -194,6 +210,9 @@ func unfitMessage(d podSetDemand, placed int32, nodes []NodeGPUs) string {
 	msg += fmt.Sprintf("; the most on one node is %d on %s", best.HealthyFree(), best.Name)
 	var failing []string
 	for _, n := range nodes {
+		if n.OfferedFailing() == 0 {
+			continue
+		}
 		for _, f := range n.Failing {
 			failing = append(failing, n.Name+" "+f)
 		}

@@ -77,6 +77,24 @@ func TestNodeGPUs(t *testing.T) {
 			agent:    agentReport(8, now, map[int]*chamber.PodReference{2: {Namespace: "x", Name: "a"}}),
 			wantFree: 7,
 		},
+		"a failing GPU the device plugin withdrew is taken out once": {
+			node: gpuNode("n", 7, func(n *corev1.Node) {
+				n.Status.Capacity = corev1.ResourceList{chamberkueue.ResourceGPU: resource.MustParse("8")}
+			}),
+			pods:     []corev1.Pod{gpuPod("a", 6, "other", corev1.PodRunning)},
+			agent:    agentReport(8, now, map[int]*chamber.PodReference{2: nil}),
+			wantFree: 1, wantFailing: []string{"GPU 2 XID79"},
+		},
+		"a failing GPU Chamber's hold takes is taken out once": {
+			node: gpuNode("n", 8),
+			pods: []corev1.Pod{gpuPod("a", 6, "other", corev1.PodRunning), func() corev1.Pod {
+				p := gpuPod("hold", 1, "node", corev1.PodRunning)
+				p.Labels = map[string]string{chamber.LabelGPUHold: "n"}
+				return p
+			}()},
+			agent:    agentReport(8, now, map[int]*chamber.PodReference{2: nil}),
+			wantFree: 1, wantFailing: []string{"GPU 2 XID79"},
+		},
 		"a silent agent is not believed": {
 			node: gpuNode("n", 8), agent: agentReport(8, now.Add(-2*time.Minute), map[int]*chamber.PodReference{2: nil}),
 			wantFree: 8,
@@ -254,5 +272,44 @@ func TestRequestedEvictionRoundTrip(t *testing.T) {
 	}
 	if _, ok := RequestedEviction(&kueue.Workload{}); ok {
 		t.Error("RequestedEviction() of a workload without the annotations found one")
+	}
+}
+
+func TestOffersHealthyOnly(t *testing.T) {
+	failing := []string{"GPU 2 XID79"}
+	cases := map[string]struct {
+		nodes []NodeGPUs
+		want  bool
+	}{
+		"every node healthy": {
+			nodes: []NodeGPUs{{Name: "a", Allocatable: 8, Schedulable: true}, {Name: "b", Allocatable: 8, Schedulable: true}},
+			want:  true,
+		},
+		"a node offers a failing GPU": {
+			nodes: []NodeGPUs{{Name: "a", Allocatable: 8, Schedulable: true}, {Name: "b", Allocatable: 8, Schedulable: true, Failing: failing}},
+		},
+		"the device plugin withdrew the failing GPU": {
+			nodes: []NodeGPUs{{Name: "a", Allocatable: 8, Schedulable: true}, {Name: "b", Allocatable: 7, Schedulable: true, Failing: failing, Withheld: 1}},
+			want:  true,
+		},
+		"a GPU hold takes the failing GPU": {
+			nodes: []NodeGPUs{{Name: "b", Allocatable: 8, Schedulable: true, UsedByOthers: 1, Failing: failing, Held: 1}},
+			want:  true,
+		},
+		"the node with the failing GPU is cordoned": {
+			nodes: []NodeGPUs{{Name: "a", Allocatable: 8, Schedulable: true}, {Name: "b", Allocatable: 8, Failing: failing}},
+			want:  true,
+		},
+		"no node takes pods": {
+			nodes: []NodeGPUs{{Name: "a", Allocatable: 8}},
+		},
+		"no nodes": {},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := offersHealthyOnly(tc.nodes); got != tc.want {
+				t.Errorf("offersHealthyOnly() = %t, want %t", got, tc.want)
+			}
+		})
 	}
 }

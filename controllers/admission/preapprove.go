@@ -58,8 +58,8 @@ func (c *Controller) preApprove(ctx context.Context, wl *kueue.Workload, check *
 			if err != nil {
 				return err
 			}
-			if len(nodes) > 0 && healthy(nodes) {
-				reasons = append(reasons, fmt.Sprintf("every GPU of flavor %s is healthy", flavor))
+			if offersHealthyOnly(nodes) {
+				reasons = append(reasons, fmt.Sprintf("every GPU of flavor %s that can be given is healthy", flavor))
 				continue
 			}
 			for _, d := range specDemands(wl, flavor) {
@@ -122,14 +122,33 @@ func specDemands(wl *kueue.Workload, flavor kueue.ResourceFlavorReference) []pod
 	return out
 }
 
-// healthy: every node can take pods and has no failing GPU.
+// healthy: every node can take pods and offers no failing GPU.
 func healthy(nodes []NodeGPUs) bool {
 	for _, n := range nodes {
-		if !n.Schedulable || len(n.Failing) > 0 {
+		if !n.Schedulable || n.OfferedFailing() > 0 {
 			return false
 		}
 	}
 	return true
+}
+
+// offersHealthyOnly: some node can take pods, and none that can offers a failing GPU.
+// A cordoned or tainted node (an isolated one) is no obstacle: kube-scheduler and
+// Kueue's topology-aware scheduling, which leaves unschedulable nodes out, give it no
+// pod; nor are failing GPUs that the device plugin withholds or a GPU hold takes.
+// One fault in the fleet must not put every admission back on the check's round trip.
+func offersHealthyOnly(nodes []NodeGPUs) bool {
+	schedulable := false
+	for _, n := range nodes {
+		if !n.Schedulable {
+			continue
+		}
+		schedulable = true
+		if n.OfferedFailing() > 0 {
+			return false
+		}
+	}
+	return schedulable
 }
 
 // preApproved reports whether the check was set Ready before the workload's quota was
@@ -202,7 +221,7 @@ func (c *Controller) verifyAtReservation(ctx context.Context, wl *kueue.Workload
 			}
 		}
 		stillHealthy = stillHealthy && healthy(nodes)
-		failing = failing || slices.ContainsFunc(nodes, func(n NodeGPUs) bool { return len(n.Failing) > 0 })
+		failing = failing || slices.ContainsFunc(nodes, func(n NodeGPUs) bool { return n.OfferedFailing() > 0 })
 	}
 	if stillHealthy {
 		return reconcile.Result{}, nil

@@ -201,8 +201,9 @@ func New(c client.Client, reader client.Reader, recorder events.EventRecorder, o
 		limiter:  flowcontrol.NewTokenBucketPassiveRateLimiterWithClock(float32(opts.RateLimit), opts.RateBurst, opts.Clock),
 		isolated: map[string]map[string]time.Time{},
 		unknown:  map[string]string{},
-		breakers: map[string]bool{}, resets: map[string]time.Time{},
-		asked: map[askedKey]time.Time{},
+		breakers: map[string]bool{},
+		resets:   map[string]time.Time{},
+		asked:    map[askedKey]time.Time{},
 	}
 }
 
@@ -245,8 +246,9 @@ func (c *Controller) poolNodes(ctx context.Context, obj client.Object) []reconci
 
 // nodeSignature is what of a node the controller acts on.
 func nodeSignature(n *corev1.Node) string {
-	capacity := n.Status.Capacity[chamberkueue.ResourceGPU]
-	return fmt.Sprintf("%v|%v|%v|%t|%s", n.Labels, n.Annotations, n.Spec.Taints, n.Spec.Unschedulable, capacity.String())
+	// Allocatable too: the device plugin withdrawing a failing GPU resizes the hold.
+	capacity, allocatable := n.Status.Capacity[chamberkueue.ResourceGPU], n.Status.Allocatable[chamberkueue.ResourceGPU]
+	return fmt.Sprintf("%v|%v|%v|%t|%s|%s", n.Labels, n.Annotations, n.Spec.Taints, n.Spec.Unschedulable, capacity.String(), allocatable.String())
 }
 
 func gpuCapacity(n *corev1.Node) int64 {

@@ -465,6 +465,41 @@ func TestGPULevel(t *testing.T) {
 	}
 }
 
+// The hold takes only the failing GPUs the device plugin still offers: one it
+// withdrew (allocatable below capacity) is out of service already, and holding it
+// again would idle a healthy GPU.
+func TestGPUHoldLeavesWhatTheDevicePluginWithdrew(t *testing.T) {
+	bad := gpuNode("n1", start, map[int32][]chamber.GPUFault{2: {gsp}, 5: {gsp}})
+	n := node("n1", "p")
+	n.Status.Allocatable[chamberkueue.ResourceGPU] = resource.MustParse("7")
+	objs := []client.Object{pool("p", &chamber.IsolationPolicy{Level: chamber.IsolateGPU}), n, bad}
+	e := newEnv(t, Options{}, nil, objs...)
+	e.reconcile("n1")
+	key := client.ObjectKey{Namespace: DefaultHoldNamespace, Name: holdPodName("n1")}
+	var hold corev1.Pod
+	if err := e.client.Get(context.Background(), key, &hold); err != nil {
+		t.Fatalf("hold pod: %v", err)
+	}
+	if q := hold.Spec.Containers[0].Resources.Limits[chamberkueue.ResourceGPU]; q.Value() != 1 {
+		t.Errorf("hold pod for %s GPUs, want 1: 2 failing, 1 withdrawn by the device plugin", q.String())
+	}
+
+	// The device plugin withdraws the second one too: nothing is left to hold.
+	if err := e.client.Get(context.Background(), client.ObjectKey{Name: "n1"}, n); err != nil {
+		t.Fatal(err)
+	}
+	n.Status.Allocatable[chamberkueue.ResourceGPU] = resource.MustParse("6")
+	if err := e.client.Status().Update(context.Background(), n); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Step(30 * time.Second)
+	e.report("n1", map[int32][]chamber.GPUFault{2: {gsp}, 5: {gsp}})
+	e.reconcile("n1")
+	if err := e.client.Get(context.Background(), key, &hold); !apierrors.IsNotFound(err) {
+		t.Errorf("hold pod once the device plugin withdrew both: %v, want NotFound", err)
+	}
+}
+
 // evicted says of each job's workload in namespace ns whether its eviction was asked for.
 func (e *env) evicted(jobs ...string) map[string]bool {
 	e.t.Helper()

@@ -11,19 +11,21 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	chamber "chamber.dev/chamber/api/v1alpha1"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
 // GPU-level isolation takes the failing GPUs out of the node's capacity with a "GPU
 // hold" pod bound to the node: it requests as many nvidia.com/gpu as the node has
-// failing GPUs, so kube-scheduler and Kueue's topology-aware scheduling (which counts
+// failing GPUs that its device plugin still offers (the plugin withdraws a GPU after
+// a fatal XID itself, and holding that one again would idle a healthy GPU), so kube-scheduler and Kueue's topology-aware scheduling (which counts
 // pods it did not admit as usage) place nothing on them. On a real node the device
 // plugin, not Chamber, picks which GPUs the hold pod gets: unless the plugin itself
 // withholds the failing ones, it may get healthy ones. A pool that cannot take that
 // forces Node level; under Auto, GPU level is kept for faults a GPU reset clears.
 const (
 	// LabelGPUHold marks Chamber's GPU hold pods; its value is the node's name.
-	LabelGPUHold = "chamber.dev/gpu-hold"
+	LabelGPUHold = chamber.LabelGPUHold
 	// DefaultHoldNamespace is where the hold pods live unless Options say otherwise.
 	DefaultHoldNamespace = "kube-system"
 	// holdImage is the pause image: the hold pod runs nothing.
@@ -39,16 +41,19 @@ func (c *Controller) holdNamespace() string {
 	return DefaultHoldNamespace
 }
 
-// holdGPUs makes the node's hold pod request len(gpus) GPUs. A pod's requests cannot
-// change, so a hold of another size is replaced.
+// holdGPUs makes the node's hold pod request the failing GPUs the node still offers:
+// len(gpus) less those its device plugin withholds already (chamberkueue.WithheldGPUs).
+// Holding those too would take healthy GPUs out of service. A pod's requests cannot
+// change, so a hold of another size is replaced; none is left when nothing is to hold.
 func (c *Controller) holdGPUs(ctx context.Context, node *corev1.Node, gpus []int) error {
+	want := max(0, int64(len(gpus))-chamberkueue.WithheldGPUs(node))
 	key := client.ObjectKey{Namespace: c.holdNamespace(), Name: holdPodName(node.Name)}
 	var have corev1.Pod
 	err := c.reader.Get(ctx, key, &have)
 	switch {
 	case err == nil:
 		q := have.Spec.Containers[0].Resources.Limits[chamberkueue.ResourceGPU]
-		if q.Value() == int64(len(gpus)) && have.DeletionTimestamp == nil {
+		if q.Value() == want && have.DeletionTimestamp == nil {
 			return nil
 		}
 		if err := c.client.Delete(ctx, &have, client.GracePeriodSeconds(0)); err != nil && !apierrors.IsNotFound(err) {
@@ -57,10 +62,10 @@ func (c *Controller) holdGPUs(ctx context.Context, node *corev1.Node, gpus []int
 	case !apierrors.IsNotFound(err):
 		return fmt.Errorf("get GPU hold pod of node %s: %w", node.Name, err)
 	}
-	if len(gpus) == 0 {
+	if want == 0 {
 		return nil
 	}
-	gpuQty := *resource.NewQuantity(int64(len(gpus)), resource.DecimalSI)
+	gpuQty := *resource.NewQuantity(want, resource.DecimalSI)
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: key.Namespace, Name: key.Name,

@@ -28,6 +28,15 @@ const (
 // ResourceGPU is the resource NVIDIA's device plugin advertises.
 const ResourceGPU corev1.ResourceName = "nvidia.com/gpu"
 
+// WithheldGPUs is how many of the node's GPUs its device plugin no longer offers:
+// capacity minus allocatable. NVIDIA's device plugin marks a GPU that raised a fatal
+// XID unhealthy, and the kubelet then leaves it out of allocatable, so neither
+// kube-scheduler nor Kueue's topology-aware scheduling gives it to a pod.
+func WithheldGPUs(node *corev1.Node) int64 {
+	capacity, allocatable := node.Status.Capacity[ResourceGPU], node.Status.Allocatable[ResourceGPU]
+	return max(0, capacity.Value()-allocatable.Value())
+}
+
 // PodGPUs is the GPUs a pod spec holds: the scheduler's effective request, the
 // larger of its containers' sum and its largest init container. A device-plugin
 // resource's request equals its limit, and either may be given alone.
