@@ -38,7 +38,7 @@ import (
 // Chamber's idle reclaim window and eviction grace period under PolicyChamber, in
 // simulated time (Chamber's defaults), scaled to the clock by the speed-up.
 const (
-	IdleReclaimWindow = 30 * time.Minute
+	IdleReclaimWindow = idlereclaim.DefaultWindow
 	EvictionGrace     = 2 * time.Minute
 )
 

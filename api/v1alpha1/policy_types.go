@@ -38,7 +38,7 @@ type IdleReclaimPolicy struct {
 	// +optional
 	UtilizationPercent *int32 `json:"utilizationPercent,omitempty"`
 	// Window is how long a workload must stay idle, while other workloads wait for
-	// its GPUs, before it is reclaimed. Default 30m.
+	// its GPUs, before it is reclaimed. Default 10m.
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="must be a duration such as 90s, 5m or 1h"
 	// +optional
 	Window *metav1.Duration `json:"window,omitempty"`

@@ -58,7 +58,10 @@ const (
 // Defaults of a policy's unset fields (see chamber.IdleReclaimPolicy).
 const (
 	DefaultUtilizationPercent = 5
-	DefaultWindow             = 30 * time.Minute
+	// DefaultWindow is short on purpose: it runs only while others wait for the GPUs,
+	// an idle spell's end cannot be foreseen from its length (a user away stays away),
+	// and ten minutes at 0% is what PyTorch's NCCL watchdog itself takes for a hung job.
+	DefaultWindow = 10 * time.Minute
 )
 
 // DefaultExemptTiers are the priority tiers never reclaimed unless a policy says

@@ -24,7 +24,7 @@ var start = time.Date(2026, 11, 15, 12, 0, 0, 0, time.UTC)
 const h100 = "pool-h100"
 
 func TestResolvePolicy(t *testing.T) {
-	defaults := Policy{UtilizationPercent: 5, Window: 30 * time.Minute, ExemptTiers: []string{"production"}}
+	defaults := Policy{UtilizationPercent: 5, Window: DefaultWindow, ExemptTiers: []string{"production"}}
 	on := func(p Policy) Policy { p.Enabled = true; return p }
 	cases := map[string]struct {
 		pool, team *chamber.IdleReclaimPolicy
@@ -42,7 +42,7 @@ func TestResolvePolicy(t *testing.T) {
 		},
 		"team turns it on in a pool without policy": {
 			team: &chamber.IdleReclaimPolicy{Enabled: ptr.To(true), UtilizationPercent: ptr.To[int32](10)},
-			want: Policy{Enabled: true, UtilizationPercent: 10, Window: 30 * time.Minute, ExemptTiers: []string{"production"}},
+			want: Policy{Enabled: true, UtilizationPercent: 10, Window: DefaultWindow, ExemptTiers: []string{"production"}},
 		},
 		"team's set fields over the pool's": {
 			pool: &chamber.IdleReclaimPolicy{Enabled: ptr.To(true), UtilizationPercent: ptr.To[int32](20),
@@ -53,7 +53,7 @@ func TestResolvePolicy(t *testing.T) {
 		"team exempts no tier": {
 			pool: &chamber.IdleReclaimPolicy{Enabled: ptr.To(true)},
 			team: &chamber.IdleReclaimPolicy{ExemptTiers: []string{}},
-			want: Policy{Enabled: true, UtilizationPercent: 5, Window: 30 * time.Minute, ExemptTiers: []string{}},
+			want: Policy{Enabled: true, UtilizationPercent: 5, Window: DefaultWindow, ExemptTiers: []string{}},
 		},
 		"negative window ignored": {
 			pool: &chamber.IdleReclaimPolicy{Enabled: ptr.To(true), Window: &metav1.Duration{Duration: -time.Minute}},
