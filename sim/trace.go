@@ -156,9 +156,16 @@ func parseRow(rec []string, col map[string]int, line int) (TraceJob, error) {
 	return job, nil
 }
 
+// maxTraceSeconds is the longest time a trace may give, about 292 years: a
+// time.Duration holds no more, and a longer one would wrap around to a negative one.
+const maxTraceSeconds = float64(math.MaxInt64 / int64(time.Second))
+
 // seconds parses a non-negative number of seconds (fractions allowed).
 func seconds(s, name string, positive bool) (time.Duration, error) {
 	v, err := strconv.ParseFloat(s, 64)
+	if err == nil && v > maxTraceSeconds {
+		return 0, fmt.Errorf("%s %q is more than %.0f seconds (292 years)", name, s, maxTraceSeconds)
+	}
 	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) || v < 0 || (positive && v == 0) {
 		want := "a number of seconds, 0 or more"
 		if positive {

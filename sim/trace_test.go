@@ -41,7 +41,8 @@ func TestReadTrace(t *testing.T) {
 				"d,1,5,1,,,\n" + // line 5
 				"e,1,5,1,,u,140\n" + // line 6
 				"f,1,5\n" + // line 7
-				"g,1,5,2,,u,\n",
+				"g,1,5,2,,u,\n" +
+				"h,1,9300000000,1,,u,\n", // line 9: would wrap to a negative duration
 			skipBad: true,
 			want: []TraceJob{
 				{ID: "a", Line: 2, Duration: 66 * time.Second, GPUs: 1, User: "u", UtilPercent: -1},
@@ -53,6 +54,7 @@ func TestReadTrace(t *testing.T) {
 				{File: "trace.csv", Line: 5, Msg: "user is empty"},
 				{File: "trace.csv", Line: 6, Msg: `gpu_util_pct "140" is not a percentage from 0 to 100`},
 				{File: "trace.csv", Line: 7, Msg: "3 fields, the header has 7"},
+				{File: "trace.csv", Line: 9, Msg: `duration_s "9300000000" is more than 9223372036 seconds (292 years)`},
 			},
 		},
 		"a CSV syntax error names its line, and the rows after it are read": {
