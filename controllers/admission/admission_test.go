@@ -383,6 +383,51 @@ func TestCooperativeEviction(t *testing.T) {
 	}
 }
 
+// An eviction asked for by hand, without a readable time, gets the team's grace from
+// when Chamber saw it: the pods get their notice, and the workload keeps running.
+func TestEvictionRequestWithoutTimeKeepsItsGrace(t *testing.T) {
+	t.Parallel()
+	g := newG(t)
+	ctx := context.Background()
+	teamFixture(t, "undated", 8, []string{"undated-1"}, nil, func(tm *chamber.Team) {
+		tm.Spec.Eviction = &chamber.EvictionPolicy{GracePeriod: &metav1.Duration{Duration: time.Hour}}
+	})
+	create(t, job("undated", "j", 4, "standard").Obj())
+	g.Eventually(func(g gomega.Gomega) { runningOn(g, "undated", "j") }).Should(gomega.Succeed())
+
+	for _, requestedAt := range []string{"", "yesterday"} {
+		wl := workload(g, "undated", "j")
+		patch := client.MergeFrom(wl.DeepCopy())
+		if wl.Annotations == nil {
+			wl.Annotations = map[string]string{}
+		}
+		wl.Annotations[admission.AnnotationEvictionReason] = "TestEviction"
+		wl.Annotations[admission.AnnotationEvictionMessage] = "the test asks, by hand"
+		if requestedAt == "" {
+			delete(wl.Annotations, admission.AnnotationEvictionRequestedAt)
+		} else {
+			wl.Annotations[admission.AnnotationEvictionRequestedAt] = requestedAt
+		}
+		seen := time.Now().Truncate(time.Second)
+		if err := k8s.Patch(ctx, wl, patch); err != nil {
+			t.Fatal(err)
+		}
+		g.Eventually(func(g gomega.Gomega) {
+			wl := workload(g, "undated", "j")
+			at, err := time.Parse(time.RFC3339, wl.Annotations[admission.AnnotationEvictionRequestedAt])
+			g.Expect(err).NotTo(gomega.HaveOccurred(), "requested-at %q is dated by Chamber", requestedAt)
+			g.Expect(at).To(gomega.BeTemporally(">=", seen))
+			pods := podsOf(g, "undated", "j")
+			g.Expect(pods).To(gomega.HaveLen(1))
+			notice, err := time.Parse(time.RFC3339, pods[0].Annotations[admission.AnnotationEvictionDeadline])
+			g.Expect(err).NotTo(gomega.HaveOccurred())
+			g.Expect(notice).To(gomega.Equal(at.Add(time.Hour)))
+		}).Should(gomega.Succeed())
+		g.Expect(evictedAt(g, "undated", "j")).To(gomega.BeZero(), "evicted without its grace (requested-at %q)", requestedAt)
+		g.Expect(isTrue(workload(g, "undated", "j"), kueue.WorkloadAdmitted)).To(gomega.BeTrue())
+	}
+}
+
 // evictedAt is when Chamber evicted the job's workload (its Event), or zero.
 func evictedAt(g gomega.Gomega, ns, job string) time.Time {
 	wl := workload(g, ns, job)

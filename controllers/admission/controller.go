@@ -345,6 +345,15 @@ func (c *Controller) evictCooperatively(ctx context.Context, wl *kueue.Workload,
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	if e.RequestedAt.IsZero() {
+		// A request without a readable time (annotated by hand, or malformed) would have
+		// a deadline long past and be evicted without its grace: its grace runs from
+		// now, written down so that every later reconcile reads the same deadline.
+		e.RequestedAt = now
+		if err := c.stampRequestedAt(ctx, wl, now); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
 	deadline := e.RequestedAt.Add(grace)
 	if !now.Before(deadline) {
 		return reconcile.Result{}, c.evict(ctx, wl, e)
@@ -382,6 +391,17 @@ func (c *Controller) evictCooperatively(ctx context.Context, wl *kueue.Workload,
 	}
 	// The job may answer on the Job object, which is not watched: look again soon.
 	return reconcile.Result{RequeueAfter: min(deadline.Sub(now), 2*c.opts.Recheck)}, nil
+}
+
+// stampRequestedAt writes the time of an eviction request that had none readable.
+func (c *Controller) stampRequestedAt(ctx context.Context, wl *kueue.Workload, at time.Time) error {
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
+		AnnotationEvictionRequestedAt: at.UTC().Format(time.RFC3339),
+	}}})
+	if err := c.client.Patch(ctx, wl, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		return fmt.Errorf("date the eviction request of workload %s/%s: %w", wl.Namespace, wl.Name, err)
+	}
+	return nil
 }
 
 // evict sets the check to Retry: Kueue evicts the workload and requeues it.
