@@ -2,7 +2,6 @@ package admission
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -376,10 +375,8 @@ func (c *Controller) evictCooperatively(ctx context.Context, wl *kueue.Workload,
 		if p.Annotations[AnnotationEvictionDeadline] == notice {
 			continue
 		}
-		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
-			AnnotationEvictionDeadline: notice, AnnotationEvictionReason: e.Reason,
-		}}})
-		if err := c.client.Patch(ctx, p, client.RawPatch(types.MergePatchType, patch)); client.IgnoreNotFound(err) != nil {
+		err := patchAnnotations(ctx, c.client, p, map[string]any{AnnotationEvictionDeadline: notice, AnnotationEvictionReason: e.Reason})
+		if client.IgnoreNotFound(err) != nil {
 			return reconcile.Result{}, fmt.Errorf("give pod %s/%s notice of eviction: %w", p.Namespace, p.Name, err)
 		}
 		noticed++
@@ -395,10 +392,7 @@ func (c *Controller) evictCooperatively(ctx context.Context, wl *kueue.Workload,
 
 // stampRequestedAt writes the time of an eviction request that had none readable.
 func (c *Controller) stampRequestedAt(ctx context.Context, wl *kueue.Workload, at time.Time) error {
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
-		AnnotationEvictionRequestedAt: at.UTC().Format(time.RFC3339),
-	}}})
-	if err := c.client.Patch(ctx, wl, client.RawPatch(types.MergePatchType, patch)); err != nil {
+	if err := patchAnnotations(ctx, c.client, wl, map[string]any{AnnotationEvictionRequestedAt: at.UTC().Format(time.RFC3339)}); err != nil {
 		return fmt.Errorf("date the eviction request of workload %s/%s: %w", wl.Namespace, wl.Name, err)
 	}
 	return nil
@@ -509,11 +503,11 @@ func (c *Controller) checkpointReady(ctx context.Context, wl *kueue.Workload, po
 }
 
 func (c *Controller) clearEviction(ctx context.Context, wl *kueue.Workload) error {
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{
+	err := patchAnnotations(ctx, c.client, wl, map[string]any{
 		AnnotationEvictionReason: nil, AnnotationEvictionMessage: nil,
 		AnnotationEvictionRequestedAt: nil, AnnotationEvictionGracePeriod: nil,
-	}}})
-	if err := c.client.Patch(ctx, wl, client.RawPatch(types.MergePatchType, patch)); client.IgnoreNotFound(err) != nil {
+	})
+	if client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("clear eviction request of workload %s/%s: %w", wl.Namespace, wl.Name, err)
 	}
 	return nil

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 )
@@ -66,14 +67,20 @@ func RequestEviction(ctx context.Context, c client.Client, wl *kueue.Workload, e
 	if e.GracePeriod != nil {
 		annotations[AnnotationEvictionGracePeriod] = e.GracePeriod.String()
 	}
+	if err := patchAnnotations(ctx, c, wl, annotations); err != nil {
+		return fmt.Errorf("request eviction of workload %s/%s: %w", wl.Namespace, wl.Name, err)
+	}
+	return nil
+}
+
+// patchAnnotations sets (a string) or removes (nil) annotations of obj in one merge
+// patch, leaving the others and the rest of the object alone.
+func patchAnnotations(ctx context.Context, c client.Client, obj client.Object, annotations map[string]any) error {
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
 	if err != nil {
 		return err
 	}
-	if err := c.Patch(ctx, wl, client.RawPatch("application/merge-patch+json", patch)); err != nil {
-		return fmt.Errorf("request eviction of workload %s/%s: %w", wl.Namespace, wl.Name, err)
-	}
-	return nil
+	return c.Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch))
 }
 
 // RequestedEviction is the eviction asked for on wl, if any.

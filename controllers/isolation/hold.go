@@ -18,14 +18,13 @@ import (
 // GPU-level isolation takes the failing GPUs out of the node's capacity with a "GPU
 // hold" pod bound to the node: it requests as many nvidia.com/gpu as the node has
 // failing GPUs that its device plugin still offers (the plugin withdraws a GPU after
-// a fatal XID itself, and holding that one again would idle a healthy GPU), so kube-scheduler and Kueue's topology-aware scheduling (which counts
-// pods it did not admit as usage) place nothing on them. On a real node the device
-// plugin, not Chamber, picks which GPUs the hold pod gets: unless the plugin itself
-// withholds the failing ones, it may get healthy ones. A pool that cannot take that
+// a fatal XID itself, and holding that one again would idle a healthy GPU), so
+// kube-scheduler and Kueue's topology-aware scheduling (which counts pods it did not
+// admit as usage) place nothing on them. On a real node the device plugin, not
+// Chamber, picks which GPUs the hold pod gets: unless the plugin itself withholds the
+// failing ones, it may get healthy ones. A pool that cannot take that
 // forces Node level; under Auto, GPU level is kept for faults a GPU reset clears.
 const (
-	// LabelGPUHold marks Chamber's GPU hold pods; its value is the node's name.
-	LabelGPUHold = chamber.LabelGPUHold
 	// DefaultHoldNamespace is where the hold pods live unless Options say otherwise.
 	DefaultHoldNamespace = "kube-system"
 	// holdImage is the pause image: the hold pod runs nothing.
@@ -69,7 +68,7 @@ func (c *Controller) holdGPUs(ctx context.Context, node *corev1.Node, gpus []int
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: key.Namespace, Name: key.Name,
-			Labels:      map[string]string{LabelGPUHold: node.Name, "app.kubernetes.io/managed-by": "chamber"},
+			Labels:      map[string]string{chamber.LabelGPUHold: node.Name, "app.kubernetes.io/managed-by": "chamber"},
 			Annotations: map[string]string{AnnotationGPUs: joinInts(gpus)},
 			// The node owns its hold: deleting the node deletes it.
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID}},

@@ -648,7 +648,7 @@ func TestXID48IsolatesTheGPUOnly(t *testing.T) {
 	inService(g, "gpu48-1")
 	undisturbed(g, "gpu48", "big")
 	var hold corev1.PodList
-	g.Expect(k8s.List(ctx, &hold, client.MatchingLabels{isolation.LabelGPUHold: "gpu48-1"})).To(gomega.Succeed())
+	g.Expect(k8s.List(ctx, &hold, client.MatchingLabels{chamber.LabelGPUHold: "gpu48-1"})).To(gomega.Succeed())
 	g.Expect(hold.Items).To(gomega.HaveLen(1))
 	q := hold.Items[0].Spec.Containers[0].Resources.Limits[chamberkueue.ResourceGPU]
 	g.Expect(q.Value()).To(gomega.Equal(int64(1)), "the hold takes the failing GPU only")
