@@ -297,8 +297,9 @@ const methodText = `## Method
   Deep Learning Jobs" (ICSE'24); the parameters are ours.
 - **Caveats.** Scheduling, watch and kwok latencies are multiplied by the speed-up (the
   summary's pod start latency shows how much); Chamber's timers are scaled to simulated
-  time, floored at what the control plane itself takes; the Job controller's retry back-off
-  (10 s and up, clock time) after a fault is also multiplied.
+  time, floored at what the control plane itself takes, and so is the Job controller's
+  retry back-off (10 s doubling, which counts every pod that ended other than by
+  succeeding, a preempted or reclaimed one too).
 `
 
 func timedOut(rec *Recording) string {

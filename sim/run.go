@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net"
+	"os"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -23,6 +24,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
@@ -41,6 +43,11 @@ const (
 	IdleReclaimWindow = idlereclaim.DefaultWindow
 	EvictionGrace     = 2 * time.Minute
 )
+
+// JobBackoff is the Job controller's delay (Kubernetes' default) before it replaces a
+// Job's failed, preempted or evicted pod, doubled with each further one, in simulated
+// time.
+const JobBackoff = 10 * time.Second
 
 // Recording is what one policy's run measured.
 type Recording struct {
@@ -100,6 +107,10 @@ func runPolicy(ctx context.Context, sc *Scenario, p Policy, label string) (*Reco
 		opts.Kueue = false // Jobs go straight to kube-scheduler
 	}
 	opts.Progress = sc.Log
+	// The Job controller's retry back-off (10 s of clock, doubling) in simulated time,
+	// under every policy: unscaled, a preempted or reclaimed job's pods would come back
+	// 20 simulated minutes later, 40 the next time.
+	opts.JobBackoff = max(simToWall(JobBackoff, sc.Speedup), 10*time.Millisecond)
 	if sc.KeepLogs {
 		opts.LogDir = filepath.Join(sc.OutDir, "logs", string(p))
 	}
@@ -317,7 +328,13 @@ func startChamber(ctx context.Context, cp *controlplane.ControlPlane, sc *Scenar
 		}
 		_ = l.Close()
 	}
-	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{Scheme: controlplane.Scheme, Metrics: metricsserver.Options{BindAddress: sc.MetricsAddr}})
+	logger, closeLog, err := chamberLogger(sc)
+	if err != nil {
+		return err
+	}
+	context.AfterFunc(ctx, closeLog)
+	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{Scheme: controlplane.Scheme, Logger: logger,
+		Metrics: metricsserver.Options{BindAddress: sc.MetricsAddr}})
 	if err != nil {
 		return err
 	}
@@ -343,6 +360,24 @@ func startChamber(ctx context.Context, cp *controlplane.ControlPlane, sc *Scenar
 	}
 	go func() { _ = mgr.Start(ctx) }()
 	return nil
+}
+
+// chamberLogger is the log of Chamber's controllers: with KeepLogs, a file beside the
+// control plane's component logs (OutDir/logs/chamber/chamber-controller.log), as
+// chamber-controller writes it; none otherwise.
+func chamberLogger(sc *Scenario) (logr.Logger, func(), error) {
+	if !sc.KeepLogs {
+		return logr.Discard(), func() {}, nil
+	}
+	dir := filepath.Join(sc.OutDir, "logs", string(PolicyChamber))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return logr.Logger{}, nil, err
+	}
+	f, err := os.Create(filepath.Join(dir, "chamber-controller.log"))
+	if err != nil {
+		return logr.Logger{}, nil, err
+	}
+	return zap.New(zap.WriteTo(f)), func() { _ = f.Close() }, nil
 }
 
 // waitQueuesActive waits until every team's ClusterQueue is Active, so that no job

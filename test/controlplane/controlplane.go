@@ -47,6 +47,10 @@ type Options struct {
 	ChamberCRDs bool
 	// KueueFeatureGates overrides Kueue's feature gates.
 	KueueFeatureGates map[string]bool
+	// JobBackoff, when set, is the Job controller's delay before it replaces a failed
+	// (or preempted) pod, doubling with each further failure up to 60 times it.
+	// Upstream's is 10 s up to 10 minutes; the simulator divides it by its speed-up.
+	JobBackoff time.Duration
 	// LogDir keeps the components' logs after Stop. Default: a folder inside the
 	// control plane's temporary directory, removed by Stop.
 	LogDir string
@@ -340,19 +344,24 @@ func (cp *ControlPlane) startControllerManager(ctx context.Context) (func() erro
 	if err != nil {
 		return nil, err
 	}
-	p, err := cp.run("kube-controller-manager",
-		"--kubeconfig="+cp.Kubeconfig,
-		"--authentication-kubeconfig="+cp.Kubeconfig,
-		"--authorization-kubeconfig="+cp.Kubeconfig,
+	args := []string{
+		"--kubeconfig=" + cp.Kubeconfig,
+		"--authentication-kubeconfig=" + cp.Kubeconfig,
+		"--authorization-kubeconfig=" + cp.Kubeconfig,
 		"--leader-elect=false",
 		"--bind-address=127.0.0.1",
-		"--secure-port="+strconv.Itoa(port),
-		"--controllers="+strings.Join(controllerManagerControllers, ","),
-		"--service-account-private-key-file="+filepath.Join(cp.Dir, "service-account.key"),
-		"--root-ca-file="+filepath.Join(cp.Dir, "apiserver", "tls.crt"),
+		"--secure-port=" + strconv.Itoa(port),
+		"--controllers=" + strings.Join(controllerManagerControllers, ","),
+		"--service-account-private-key-file=" + filepath.Join(cp.Dir, "service-account.key"),
+		"--root-ca-file=" + filepath.Join(cp.Dir, "apiserver", "tls.crt"),
 		"--use-service-account-credentials=false",
 		"--profiling=false",
-	)
+	}
+	if b := cp.opts.JobBackoff; b > 0 {
+		// Flags of Chamber's build of kube-controller-manager (tools/kubernetes).
+		args = append(args, "--job-pod-failure-backoff="+b.String(), "--job-pod-failure-max-backoff="+(60*b).String())
+	}
+	p, err := cp.run("kube-controller-manager", args...)
 	if err != nil {
 		return nil, err
 	}
