@@ -31,4 +31,3 @@ func main() {
 		"the longest that delay grows (Chamber's build; upstream fixes it)")
 	os.Exit(cli.Run(command))
 }
-
