@@ -19,6 +19,7 @@ import (
 	"chamber.dev/chamber/controllers/isolation"
 	"chamber.dev/chamber/controllers/pool"
 	"chamber.dev/chamber/controllers/team"
+	"chamber.dev/chamber/fleet"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
@@ -44,8 +45,15 @@ type Config struct {
 	// period (Admission.GracePeriod where neither the team nor its pool sets one), as
 	// their terminationGracePeriodSeconds.
 	PodGracePeriods bool
+	// SilentAfterHeartbeats is how many of its heartbeats an agent may miss before
+	// every controller takes it for silent (chamber.SilentAfterHeartbeats when 0).
+	SilentAfterHeartbeats int
 	// Clock is the time source; the real clock when nil.
 	Clock clock.Clock
+
+	// heartbeats is the one record of when each agent was heard, which every
+	// controller reads (Setup makes it).
+	heartbeats *fleet.Heartbeats
 }
 
 // DefaultConfig is the controllers' configuration unless flags say otherwise.
@@ -73,23 +81,23 @@ var controllerList = []struct {
 			return nil
 		}
 		opts := cfg.Admission
-		opts.Clock = cfg.Clock
+		opts.Clock, opts.Heartbeats = cfg.Clock, cfg.heartbeats
 		return admission.Register(mgr, opts)
 	}},
 	{"inventory", func(mgr ctrl.Manager, cfg Config) error {
 		inv := cfg.Inventory
-		inv.Clock = cfg.Clock
+		inv.Clock, inv.Fleet.Heartbeats = cfg.Clock, cfg.heartbeats
 		_, err := inventory.Register(mgr, inv)
 		return err
 	}},
 	{"isolation", func(mgr ctrl.Manager, cfg Config) error {
 		opts := cfg.Isolation
-		opts.Clock = cfg.Clock
+		opts.Clock, opts.Heartbeats = cfg.Clock, cfg.heartbeats
 		return isolation.Register(mgr, opts)
 	}},
 	{"idlereclaim", func(mgr ctrl.Manager, cfg Config) error {
 		opts := cfg.IdleReclaim
-		opts.Clock = cfg.Clock
+		opts.Clock, opts.Heartbeats = cfg.Clock, cfg.heartbeats
 		return idlereclaim.Register(mgr, opts)
 	}},
 	{"priority-tiers", func(mgr ctrl.Manager, cfg Config) error {
@@ -109,6 +117,7 @@ func Names() []string {
 // Setup registers every controller with the manager: controllerList is what runs.
 // It returns the name of the one that failed.
 func Setup(mgr ctrl.Manager, cfg Config) (string, error) {
+	cfg.heartbeats = fleet.NewHeartbeats(cfg.Clock, cfg.SilentAfterHeartbeats)
 	for _, c := range controllerList {
 		if err := c.setup(mgr, cfg); err != nil {
 			return c.name, err

@@ -72,8 +72,8 @@ func TestUsage(t *testing.T) {
 	}
 }
 
-// Idle time stops when the agent's report goes stale, StaleHeartbeats heartbeats after
-// it was written.
+// Idle time stops when the agent goes silent, chamber.SilentAfterHeartbeats heartbeats
+// after the model saw its report.
 func TestStaleReportUsage(t *testing.T) {
 	clock := clocktesting.NewFakeClock(start)
 	m := newModel(clock)

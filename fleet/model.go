@@ -24,10 +24,6 @@ import (
 // the GPUs of a node carrying it (any effect) are Isolated.
 const TaintGPUUnhealthy = "chamber.dev/gpu-unhealthy"
 
-// StaleHeartbeats is how many of its heartbeats an agent may miss before its
-// utilization figures stop counting.
-const StaleHeartbeats = 3
-
 // Defaults of Options.
 const (
 	DefaultIdleThresholdPercent = 5.0
@@ -53,6 +49,9 @@ type Options struct {
 	QueueWaitBuckets []float64
 	// Clock is the time source; the real clock when nil.
 	Clock clock.PassiveClock
+	// Heartbeats tells when each agent goes silent (its utilization stops counting):
+	// one of its own on Clock when nil.
+	Heartbeats *Heartbeats
 }
 
 // DefaultOptions are the options the controller uses unless flags say otherwise.
@@ -119,6 +118,9 @@ func New(opts Options) *Model {
 	slices.Sort(opts.QueueWaitBuckets)
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
+	}
+	if opts.Heartbeats == nil {
+		opts.Heartbeats = NewHeartbeats(opts.Clock, 0)
 	}
 	return &Model{
 		opts:    opts,

@@ -28,8 +28,8 @@ type node struct {
 	pool, model string
 
 	report []gpuReport // the agent's GPUNode, by GPU index
-	// reportStale is when the report's utilization stops counting: the agent has
-	// missed StaleHeartbeats heartbeats by then. Zero when the agent does not say.
+	// reportStale is when the report's utilization stops counting: the agent is silent
+	// by then (Heartbeats). Zero when the report has no heartbeat time.
 	reportStale time.Time
 	gpus        []gpu
 	pods        []*pod // active GPU pods bound here
@@ -138,10 +138,8 @@ func (m *Model) SetGPUNode(obj *chamber.GPUNode) {
 		report[g.Index] = r
 	}
 
-	var stale time.Time
-	if hb := obj.Status.LastHeartbeatTime; hb != nil && obj.Status.HeartbeatSeconds > 0 {
-		stale = hb.Add(StaleHeartbeats * time.Duration(obj.Status.HeartbeatSeconds) * time.Second)
-	}
+	// The model sees every write, so the heartbeat is heard when it was written.
+	stale := m.opts.Heartbeats.SilentAt(obj)
 
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -168,6 +166,7 @@ func (m *Model) DeleteGPUNode(name string) {
 	}
 	now := m.clock.Now()
 	m.accountNode(n, now)
+	m.opts.Heartbeats.Forget(name)
 	n.report = nil
 	n.reportStale = time.Time{}
 	m.resolveNode(n)

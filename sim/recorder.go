@@ -475,6 +475,8 @@ type Sample struct {
 	// FreeWhileFits counts the free GPUs (no pod, no unrepaired fault) while a queued
 	// job fits on them (see fits); 0 when none does.
 	FreeWhileFits int
+	// IdleByKind splits Idle by the job kind holding the GPUs.
+	IdleByKind map[Kind]float64
 }
 
 // sample reads the cluster's state now: allocation from the pods, utilization from the
@@ -482,7 +484,7 @@ type Sample struct {
 func (r *recorder) sample(idleBelow uint32) Sample {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	s := Sample{At: time.Now(), TeamAllocated: map[string]int{}, TeamDemand: map[string]int{}}
+	s := Sample{At: time.Now(), TeamAllocated: map[string]int{}, TeamDemand: map[string]int{}, IdleByKind: map[Kind]float64{}}
 	var read, used, idle float64
 	for _, run := range r.pods {
 		n := r.nodes[run.Node]
@@ -497,12 +499,16 @@ func (r *recorder) sample(idleBelow uint32) Sample {
 			used += float64(u) / 100
 			if u < idleBelow {
 				idle++
+				s.IdleByKind[run.Job.Job.Work.Kind]++
 			}
 		}
 	}
 	if read > 0 {
 		s.Used = float64(s.Allocated) * used / read
 		s.Idle = float64(s.Allocated) * idle / read
+		for k, n := range s.IdleByKind {
+			s.IdleByKind[k] = float64(s.Allocated) * n / read
+		}
 	}
 	free := make([]int, 0, len(r.nodes))
 	totalFree := 0

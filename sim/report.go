@@ -100,6 +100,10 @@ func renderReport(sc *Scenario, recs []*Recording, results []Result) string {
 	line("idle-but-allocated GPU-hours", func(r Result) string {
 		return fmt.Sprintf("%s (%s)", num(r.IdleGPUHours, 0), pct(ratio(r.IdleGPUHours, r.AllocatedGPUHours)))
 	})
+	line("idle GPU-hours: while jobs queued / by training, interactive, stuck jobs", func(r Result) string {
+		return fmt.Sprintf("%s / %s, %s, %s", num(r.IdleWhileQueued, 1), num(r.IdleByKind[KindTraining], 1),
+			num(r.IdleByKind[KindInteractive], 1), num(r.IdleByKind[KindStuck], 1))
+	})
 	line("queue wait p50 / p99 (all jobs)", func(r Result) string { return waitCell(r.Waits[""]) })
 	line("Jain's index of team share / fair share", func(r Result) string { return num(r.Jain, 3) })
 	line("makespan / lower bound", func(r Result) string {

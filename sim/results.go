@@ -23,6 +23,11 @@ type Result struct {
 	// AllocatedGPUHours were held by pods; IdleGPUHours of those were idle (below the
 	// idle threshold by the agents' readings).
 	AllocatedGPUHours, IdleGPUHours float64
+	// IdleByKind splits IdleGPUHours by the kind of job holding the GPUs;
+	// IdleWhileQueued is the part of it while a job was queued (what reclaim could
+	// have given to someone).
+	IdleByKind      map[Kind]float64
+	IdleWhileQueued float64
 	// Waits are every job's queue wait (submission to first pod running), in hours,
 	// by tier ("" for all).
 	Waits map[string][]float64
@@ -57,7 +62,8 @@ type Result struct {
 
 // Analyze computes a policy's figures from its recording.
 func Analyze(sc *Scenario, rec *Recording) Result {
-	res := Result{Policy: rec.Policy, Jobs: len(rec.Jobs), Waits: map[string][]float64{}, TeamShare: map[string]float64{}}
+	res := Result{Policy: rec.Policy, Jobs: len(rec.Jobs), Waits: map[string][]float64{}, TeamShare: map[string]float64{},
+		IdleByKind: map[Kind]float64{}}
 	toSim := func(t time.Time) time.Duration { return wallToSim(t.Sub(rec.Start), sc.Speedup) }
 	end := rec.Start
 	for _, j := range rec.Jobs {
@@ -128,10 +134,14 @@ func Analyze(sc *Scenario, rec *Recording) Result {
 		used += s.Used * dt
 		alloc += float64(s.Allocated) * dt
 		res.IdleGPUHours += s.Idle * dt
+		for k, n := range s.IdleByKind {
+			res.IdleByKind[k] += n * dt
+		}
 		freeFits += float64(s.FreeWhileFits) * dt
 		if s.Queued == 0 {
 			continue
 		}
+		res.IdleWhileQueued += s.Idle * dt
 		waitT += dt
 		waitAlloc += float64(s.Allocated) * dt
 		demands := make([]float64, len(teams))

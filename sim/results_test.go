@@ -30,9 +30,9 @@ func handRecording() (*Scenario, *Recording) {
 			{Job: b, GPUs: []int{0, 1}, Start: t0.Add(time.Hour), End: t0.Add(2 * time.Hour)},
 		},
 		Samples: []Sample{
-			{At: t0, Allocated: 4, Used: 2, Idle: 1, Waiting: 1, Queued: 1, Running: 1,
+			{At: t0, Allocated: 4, Used: 2, Idle: 1, Waiting: 1, Queued: 1, Running: 1, IdleByKind: map[Kind]float64{KindTraining: 1},
 				TeamAllocated: map[string]int{"a": 4}, TeamDemand: map[string]int{"a": 4, "b": 2}},
-			{At: t0.Add(time.Hour), Allocated: 2, Used: 0, Idle: 0, Running: 1,
+			{At: t0.Add(time.Hour), Allocated: 2, Used: 0, Idle: 0.5, Running: 1, IdleByKind: map[Kind]float64{KindInteractive: 0.5},
 				TeamAllocated: map[string]int{"b": 2}, TeamDemand: map[string]int{"b": 2}},
 		},
 		Faults: []FaultRecord{{At: t0}},
@@ -47,14 +47,16 @@ func TestAnalyze(t *testing.T) {
 		AllocWhileWaiting: 1,    // all 4 GPUs held while b was queued
 		MeanAlloc:         0.75, // (4 GPUs x 1 h + 2 x 1 h) / (4 x 2 h)
 		UsefulUtil:        0.25, // (2 GPUs used x 1 h) / (4 x 2 h)
-		AllocatedGPUHours: 6, IdleGPUHours: 1,
+		AllocatedGPUHours: 6, IdleGPUHours: 1.5,
+		// 1 idle GPU-hour while b was queued, a training job's; half an hour after.
+		IdleWhileQueued: 1, IdleByKind: map[Kind]float64{KindTraining: 1, KindInteractive: 0.5},
 		Waits: map[string][]float64{"": {0, 1}, TierProduction: {0}, TierStandard: {1}},
 		// Quotas 2 and 2; while b was queued, the fair shares were 2 and 2, a held 4, b 0.
 		Jain:      0.5,
 		TeamShare: map[string]float64{"a": 2, "b": 0},
 		Makespan:  2 * time.Hour, LowerBound: 90 * time.Minute, // 6 GPU-hours over 4 GPUs
 		Faults: 1, FaultKills: 1, Restarted: 1,
-		Cost: 12, IdleCost: 2,
+		Cost: 12, IdleCost: 3,
 	}
 	if diff := cmp.Diff(want, Analyze(sc, rec), cmpopts.EquateApprox(0, 1e-9)); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)

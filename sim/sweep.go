@@ -28,6 +28,10 @@ type Figure struct {
 // Figures are the headline figures, in the summary's order.
 var Figures = []Figure{
 	{"idle-but-allocated GPU-hours", "", 0, func(r Result) float64 { return r.IdleGPUHours }},
+	{"idle GPU-hours while jobs queued", "", 1, func(r Result) float64 { return r.IdleWhileQueued }},
+	{"idle GPU-hours of interactive sessions", "", 1, func(r Result) float64 { return r.IdleByKind[KindInteractive] }},
+	{"idle GPU-hours of stuck jobs", "", 1, func(r Result) float64 { return r.IdleByKind[KindStuck] }},
+	{"idle GPU-hours of training jobs", "", 1, func(r Result) float64 { return r.IdleByKind[KindTraining] }},
 	{"allocated GPU-hours", "", 0, func(r Result) float64 { return r.AllocatedGPUHours }},
 	{"production wait p99", " min", 0, func(r Result) float64 { return waitMinutes(r, TierProduction, 99) }},
 	{"standard wait p50", " min", 1, func(r Result) float64 { return waitMinutes(r, TierStandard, 50) }},

@@ -37,8 +37,10 @@ type IdleReclaimPolicy struct {
 	// +kubebuilder:validation:Maximum=100
 	// +optional
 	UtilizationPercent *int32 `json:"utilizationPercent,omitempty"`
-	// Window is how long a workload must stay idle, while other workloads wait for
-	// its GPUs, before it is reclaimed. Default 10m.
+	// Window is how long a workload must have been idle before it is reclaimed for a
+	// workload that waits for its GPUs: it is reclaimed as soon as both hold (idle
+	// for the window, someone waiting), whether or not anyone waited all along.
+	// Default 10m.
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="must be a duration such as 90s, 5m or 1h"
 	// +optional
 	Window *metav1.Duration `json:"window,omitempty"`

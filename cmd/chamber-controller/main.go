@@ -49,7 +49,7 @@ func main() {
 		podGrace           = flag.Bool("pod-grace-from-eviction-policy", true, "give pods created in a team's namespaces at least the team's eviction grace period as terminationGracePeriodSeconds (a MutatingAdmissionPolicy per team), so that Kueue's preemptions leave them time to checkpoint")
 		isolationRate      = flag.Float64("isolation-rate-limit", isolation.DefaultRateLimit, "how many nodes per second fault isolation may isolate, fleet-wide, once its burst is spent")
 		isolationBurst     = flag.Int("isolation-rate-burst", isolation.DefaultRateBurst, "how many nodes fault isolation may isolate at once before the rate limit applies")
-		isolationUnknown   = flag.Int("isolation-unknown-after-heartbeats", isolation.DefaultUnknownAfterHeartbeats, "missed node agent heartbeats after which a node's GPU health is Unknown (never a reason to isolate)")
+		silentAfter        = flag.Int("silent-after-heartbeats", chamber.SilentAfterHeartbeats, "missed node agent heartbeats (counted on the controller's clock) after which every controller takes the agent for silent: its GPUs' health is Unknown (never a reason to isolate) and their utilization unread (never a reason to reclaim)")
 		isolationGrace     = flag.Duration("isolation-eviction-grace-period", 0, "checkpoint grace period of workloads on failed GPUs (0: at once; a failed GPU cannot checkpoint); workloads on the healthy GPUs of an isolated node keep their team's")
 		isolationDrain     = flag.Duration("isolation-drain-timeout", isolation.DefaultDrainTimeout, "how long workloads on the healthy GPUs of a node isolated at node level run on (the node drains) before they are evicted with their team's grace, so the node can be rebooted for its repair; negative: never")
 		isolationHoldNS    = flag.String("isolation-hold-namespace", isolation.DefaultHoldNamespace, "namespace of the pods that hold failing GPUs under GPU-level isolation")
@@ -98,10 +98,14 @@ func main() {
 		fail("--eviction-grace-period must not be negative, got %s", *gracePeriod)
 	}
 	cfg.AdmissionCheck = *admissionCheck
-	if *isolationRate <= 0 || *isolationBurst < 1 || *isolationUnknown < 1 || *isolationGrace < 0 {
-		fail("--isolation-rate-limit must be positive, --isolation-rate-burst and --isolation-unknown-after-heartbeats at least 1, --isolation-eviction-grace-period not negative")
+	if *silentAfter < 1 {
+		fail("--silent-after-heartbeats must be at least 1, got %d", *silentAfter)
 	}
-	cfg.Isolation = isolation.Options{RateLimit: *isolationRate, RateBurst: *isolationBurst, UnknownAfterHeartbeats: *isolationUnknown,
+	cfg.SilentAfterHeartbeats = *silentAfter
+	if *isolationRate <= 0 || *isolationBurst < 1 || *isolationGrace < 0 {
+		fail("--isolation-rate-limit must be positive, --isolation-rate-burst at least 1, --isolation-eviction-grace-period not negative")
+	}
+	cfg.Isolation = isolation.Options{RateLimit: *isolationRate, RateBurst: *isolationBurst,
 		EvictionGracePeriod: *isolationGrace, HoldNamespace: *isolationHoldNS, DrainTimeout: *isolationDrain}
 	cfg.Admission.PlacementTimeout = *placementTimeout
 	cfg.Admission.GracePeriod = *gracePeriod

@@ -27,6 +27,7 @@ import (
 	utiltas "sigs.k8s.io/kueue/pkg/util/tas"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
+	"chamber.dev/chamber/fleet"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
@@ -45,6 +46,8 @@ type Options struct {
 	Recheck time.Duration
 	// Clock is the time source; the real clock when nil.
 	Clock clock.Clock
+	// Heartbeats tells which agents are silent; one of its own on Clock when nil.
+	Heartbeats *fleet.Heartbeats
 }
 
 // Defaults of Options.
@@ -52,8 +55,6 @@ const (
 	DefaultPlacementTimeout = 2 * time.Minute
 	DefaultGracePeriod      = 2 * time.Minute
 	DefaultRecheck          = 5 * time.Second
-	// staleAgent is when an agent that never said its heartbeat period counts as silent.
-	staleAgent = 2 * time.Minute
 )
 
 // DefaultOptions are the check's options unless flags say otherwise.
@@ -92,6 +93,9 @@ func Register(mgr ctrl.Manager, opts Options) error {
 	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
+	}
+	if opts.Heartbeats == nil {
+		opts.Heartbeats = fleet.NewHeartbeats(opts.Clock, 0)
 	}
 	ctx := context.Background()
 	idx := mgr.GetFieldIndexer()
@@ -328,12 +332,12 @@ func (c *Controller) nodeGPUs(ctx context.Context, node *corev1.Node, own func(*
 	var gn chamber.GPUNode
 	err := c.client.Get(ctx, client.ObjectKey{Name: node.Name}, &gn, client.UnsafeDisableDeepCopy)
 	if apierrors.IsNotFound(err) {
-		return nodeGPUs(node, pods.Items, own, nil, now, staleAgent), nil
+		return nodeGPUs(node, pods.Items, own, nil, c.opts.Heartbeats, now), nil
 	}
 	if err != nil {
 		return NodeGPUs{}, fmt.Errorf("get GPUNode %s: %w", node.Name, err)
 	}
-	return nodeGPUs(node, pods.Items, own, &gn, now, staleAgent), nil
+	return nodeGPUs(node, pods.Items, own, &gn, c.opts.Heartbeats, now), nil
 }
 
 // evictCooperatively gives the workload's pods notice, and evicts once the grace

@@ -54,10 +54,10 @@ func (n NodeGPUs) HealthyFree() int64 {
 }
 
 // nodeGPUs sums a node's state. pods are the pods bound to it; own says which belong
-// to the workload being checked. gpuNode may be nil (no agent). An agent that stopped
-// reporting (stale heartbeat) is not believed either way: silence marks nothing as
-// failing.
-func nodeGPUs(node *corev1.Node, pods []corev1.Pod, own func(*corev1.Pod) bool, gpuNode *chamber.GPUNode, now time.Time, staleAfter time.Duration) NodeGPUs {
+// to the workload being checked. gpuNode is the agent's report (nil: no agent); a
+// silent agent's (chamber.SilentAfterHeartbeats, as heard says at now) is not believed
+// either way: silence marks nothing as failing.
+func nodeGPUs(node *corev1.Node, pods []corev1.Pod, own func(*corev1.Pod) bool, gpuNode *chamber.GPUNode, heard *fleet.Heartbeats, now time.Time) NodeGPUs {
 	alloc := node.Status.Allocatable[chamberkueue.ResourceGPU]
 	n := NodeGPUs{Name: node.Name, Allocatable: alloc.Value(), Schedulable: pool.Schedulable(node), Withheld: chamberkueue.WithheldGPUs(node)}
 	for i := range pods {
@@ -71,7 +71,7 @@ func nodeGPUs(node *corev1.Node, pods []corev1.Pod, own func(*corev1.Pod) bool, 
 			n.Held += gpus
 		}
 	}
-	if gpuNode == nil || agentSilent(gpuNode, now, staleAfter) {
+	if gpuNode == nil || heard.Silent(gpuNode, now) {
 		return n
 	}
 	for _, g := range gpuNode.Status.GPUs {
@@ -81,18 +81,6 @@ func nodeGPUs(node *corev1.Node, pods []corev1.Pod, own func(*corev1.Pod) bool, 
 		n.Failing = append(n.Failing, describeFault(g))
 	}
 	return n
-}
-
-// agentSilent: no heartbeat for fleet.StaleHeartbeats of the agent's heartbeat periods
-// (or staleAfter when it did not say).
-func agentSilent(gn *chamber.GPUNode, now time.Time, staleAfter time.Duration) bool {
-	if gn.Status.LastHeartbeatTime == nil {
-		return true
-	}
-	if gn.Status.HeartbeatSeconds > 0 {
-		staleAfter = fleet.StaleHeartbeats * time.Duration(gn.Status.HeartbeatSeconds) * time.Second
-	}
-	return now.Sub(gn.Status.LastHeartbeatTime.Time) > staleAfter
 }
 
 func describeFault(g chamber.GPUStatus) string {

@@ -9,10 +9,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
+	"chamber.dev/chamber/fleet"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
@@ -112,7 +114,7 @@ func TestNodeGPUs(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			got := nodeGPUs(tc.node, tc.pods, own, tc.agent, now, staleAgent)
+			got := nodeGPUs(tc.node, tc.pods, own, tc.agent, fleet.NewHeartbeats(clocktesting.NewFakePassiveClock(now), 0), now)
 			if got.HealthyFree() != tc.wantFree {
 				t.Errorf("HealthyFree() = %d, want %d", got.HealthyFree(), tc.wantFree)
 			}

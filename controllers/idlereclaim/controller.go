@@ -1,7 +1,7 @@
 // Package idlereclaim takes GPUs back from workloads that hold them idle while other
-// workloads wait for them. A workload is warned (an IdleGPUs Event) when it turns idle
-// under contention, and if it stays so for its pool's window, Chamber asks for its
-// eviction through the admission check (admission.RequestEviction): its pods get a
+// workloads wait for them. A workload is warned (an IdleGPUs Event) when it is idle
+// under contention, and once it has been idle for its pool's window with someone still
+// waiting, Chamber asks for its eviction through the admission check (admission.RequestEviction): its pods get a
 // notice and a grace period to checkpoint, then Kueue evicts it; Chamber keeps it out
 // of its queue until the waiting workload has its GPUs (hold.go), then Kueue requeues
 // it, and it runs again when capacity frees.
@@ -31,6 +31,7 @@ import (
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers/admission"
+	"chamber.dev/chamber/fleet"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
@@ -58,9 +59,10 @@ const (
 // Defaults of a policy's unset fields (see chamber.IdleReclaimPolicy).
 const (
 	DefaultUtilizationPercent = 5
-	// DefaultWindow is short on purpose: it runs only while others wait for the GPUs,
-	// an idle spell's end cannot be foreseen from its length (a user away stays away),
-	// and ten minutes at 0% is what PyTorch's NCCL watchdog itself takes for a hung job.
+	// DefaultWindow is short on purpose: it matters only while others wait for the
+	// GPUs, an idle spell's end cannot be foreseen from its length (a user away stays
+	// away), and ten minutes at 0% is what PyTorch's NCCL watchdog itself takes for a
+	// hung job.
 	DefaultWindow = 10 * time.Minute
 )
 
@@ -82,6 +84,8 @@ type Options struct {
 	MinWait time.Duration
 	// Clock is the time source; the real clock when nil.
 	Clock clock.PassiveClock
+	// Heartbeats tells which agents are silent; one of its own on Clock when nil.
+	Heartbeats *fleet.Heartbeats
 }
 
 // DefaultInterval is the default of Options.Interval.
@@ -116,7 +120,8 @@ type idleWorkload struct {
 	// threshold, without a reading at or above it since.
 	lowSince time.Time
 	// contendedSince is when it first saw the workload idle while others waited for
-	// its GPUs (and warned it); zero when nobody waits. The window runs from here.
+	// its GPUs (and warned it); zero when nobody waits. The window runs from lowSince;
+	// the reclaim comes no earlier than this.
 	contendedSince time.Time
 	// reclaimed, held and released: what this controller last wrote on the Workload
 	// (the eviction request, the hold, its end), which the cache may not show yet.
@@ -154,6 +159,9 @@ func newController(c client.Client, reader client.Reader, recorder events.EventR
 	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
+	}
+	if opts.Heartbeats == nil {
+		opts.Heartbeats = fleet.NewHeartbeats(opts.Clock, 0)
 	}
 	return &Controller{client: c, reader: reader, recorder: recorder, opts: opts, idle: map[types.NamespacedName]*idleWorkload{}}
 }
@@ -228,7 +236,7 @@ func (c *Controller) reconcile(ctx context.Context, wl *kueue.Workload) (reconci
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	use := measure(pods, nodes, policy.UtilizationPercent, now)
+	use := measure(pods, nodes, c.opts.Heartbeats, policy.UtilizationPercent, now)
 	if !use.idle {
 		c.forget(key)
 		return again, nil
@@ -270,7 +278,12 @@ func (c *Controller) reconcile(ctx context.Context, wl *kueue.Workload) (reconci
 	}
 	since, lowSince := rec.contendedSince, rec.lowSince
 	c.mu.Unlock()
-	reclaimAt := since.Add(policy.Window)
+	// Reclaimed once it has been idle for the window and someone waits: a session
+	// idle for an hour before anyone came gives its GPUs up when someone does.
+	reclaimAt := lowSince.Add(policy.Window)
+	if reclaimAt.Before(since) {
+		reclaimAt = since
+	}
 	if warn {
 		c.recorder.Eventf(wl, waiting, corev1.EventTypeWarning, ReasonIdleGPUs, "Warn",
 			"its %d GPUs are below %d%% utilization while %s/%s waits for GPUs of the pool; they will be reclaimed (the workload evicted and requeued) at %s unless they are used or nobody waits",
@@ -285,8 +298,8 @@ func (c *Controller) reconcile(ctx context.Context, wl *kueue.Workload) (reconci
 	idleFor := now.Sub(lowSince)
 	err = c.reclaim(ctx, key, wl, team, use, idleFor, waiting.Namespace+"/"+waiting.Name, admission.Eviction{
 		Reason: ReasonIdleReclaim,
-		Message: fmt.Sprintf("idle reclaim: its %d GPUs stayed below %d%% utilization for %s while %s/%s waited for them",
-			use.gpus, policy.UtilizationPercent, now.Sub(since).Round(time.Second), waiting.Namespace, waiting.Name),
+		Message: fmt.Sprintf("idle reclaim: its %d GPUs stayed below %d%% utilization for %s, and %s/%s waits for them",
+			use.gpus, policy.UtilizationPercent, idleFor.Round(time.Second), waiting.Namespace, waiting.Name),
 		RequestedAt: now,
 	})
 	if err != nil {

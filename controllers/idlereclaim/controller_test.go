@@ -292,47 +292,56 @@ func TestReclaim(t *testing.T) {
 	}
 }
 
-// TestWindowRestarts: the window counts time idle while others wait; a workload that
-// is used again, or that nobody waits for any more, starts again from the next
-// warning.
+// TestWindowRestarts: the window counts time idle; GPUs used again start it anew at
+// the next idle spell. Nobody waiting puts the reclaim off, and a workload that has
+// been idle for the window by the time someone waits again is reclaimed at once.
 func TestWindowRestarts(t *testing.T) {
-	cases := map[string]struct {
-		pause, resume func(r *run)
-	}{
-		"nobody waits for a while": {
-			pause: func(r *run) { r.setActive("wait", false) },
-			resume: func(r *run) {
-				r.setActive("wait", true)
-			},
-		},
-		"the GPUs are used for a while": {
-			pause:  func(r *run) { r.setUtilization(60) },
-			resume: func(r *run) { r.setUtilization(0) },
-		},
-	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			r := newWorld().start(t, interceptor.Funcs{})
-			r.mustReconcile()
-			r.step(window / 2)
-			tc.pause(r)
-			r.mustReconcile()
-			r.step(window / 2)
-			tc.resume(r)
-			r.mustReconcile()
-			if _, ok := r.eviction(); ok {
-				t.Fatal("evicted at the first window's end though the window was broken")
-			}
-			if got := r.warned(); got != 2 {
-				t.Errorf("%d warnings, want one at the start and one when it turned idle under contention again", got)
-			}
-			r.step(window)
-			r.mustReconcile()
-			if _, ok := r.eviction(); !ok {
-				t.Fatal("not evicted a window after the second warning")
-			}
-		})
-	}
+	t.Run("the GPUs are used for a while", func(t *testing.T) {
+		r := newWorld().start(t, interceptor.Funcs{})
+		r.mustReconcile()
+		r.step(window / 2)
+		r.setUtilization(60)
+		r.mustReconcile()
+		r.step(window / 2)
+		r.setUtilization(0)
+		r.mustReconcile()
+		if _, ok := r.eviction(); ok {
+			t.Fatal("evicted at the first window's end though its GPUs were used in it")
+		}
+		if got := r.warned(); got != 2 {
+			t.Errorf("%d warnings, want one at the start and one when it turned idle under contention again", got)
+		}
+		r.step(window - time.Second)
+		r.mustReconcile()
+		if _, ok := r.eviction(); ok {
+			t.Fatal("evicted before a whole window idle since its GPUs were last used")
+		}
+		r.step(time.Second)
+		r.mustReconcile()
+		if _, ok := r.eviction(); !ok {
+			t.Fatal("not evicted a window after it went idle again")
+		}
+	})
+	t.Run("nobody waits for a while", func(t *testing.T) {
+		r := newWorld().start(t, interceptor.Funcs{})
+		r.mustReconcile()
+		r.step(window / 2)
+		r.setActive("wait", false)
+		r.mustReconcile()
+		r.step(window)
+		r.mustReconcile()
+		if _, ok := r.eviction(); ok {
+			t.Fatal("evicted while nobody waits")
+		}
+		r.setActive("wait", true)
+		r.mustReconcile()
+		if _, ok := r.eviction(); !ok {
+			t.Fatal("idle for longer than the window, and someone waits again: not evicted at once")
+		}
+		if got := r.warned(); got != 2 {
+			t.Errorf("%d warnings, want one at each time someone waited", got)
+		}
+	})
 }
 
 // TestRequestFails: an API error on the eviction request is returned, counted

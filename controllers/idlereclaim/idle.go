@@ -78,7 +78,7 @@ type usage struct {
 // pod's GPUs are below the threshold only if every GPU of the node is; the fleet
 // inventory's guess of which GPUs a pod holds is good for dashboards, not for
 // evicting someone.
-func measure(pods []corev1.Pod, nodes map[string]*chamber.GPUNode, threshold int32, now time.Time) usage {
+func measure(pods []corev1.Pod, nodes map[string]*chamber.GPUNode, heard *fleet.Heartbeats, threshold int32, now time.Time) usage {
 	var u usage
 	for i := range pods {
 		p := &pods[i]
@@ -94,7 +94,7 @@ func measure(pods []corev1.Pod, nodes map[string]*chamber.GPUNode, threshold int
 			u.why = fmt.Sprintf("pod %s is not running", p.Name)
 			continue
 		}
-		u.why = podBelow(p, nodes[p.Spec.NodeName], threshold, now)
+		u.why = podBelow(p, nodes[p.Spec.NodeName], heard, threshold, now)
 	}
 	switch {
 	case u.gpus == 0:
@@ -107,13 +107,12 @@ func measure(pods []corev1.Pod, nodes map[string]*chamber.GPUNode, threshold int
 }
 
 // podBelow is "" when the pod's GPUs are all below threshold, else why not.
-func podBelow(p *corev1.Pod, gn *chamber.GPUNode, threshold int32, now time.Time) string {
+func podBelow(p *corev1.Pod, gn *chamber.GPUNode, heard *fleet.Heartbeats, threshold int32, now time.Time) string {
 	if gn == nil {
 		return fmt.Sprintf("node %s has no agent report", p.Spec.NodeName)
 	}
-	hb, every := gn.Status.LastHeartbeatTime, time.Duration(gn.Status.HeartbeatSeconds)*time.Second
-	if hb == nil || every <= 0 || now.After(hb.Add(fleet.StaleHeartbeats*every)) {
-		return fmt.Sprintf("the agent report of node %s is stale", gn.Name)
+	if heard.Silent(gn, now) {
+		return fmt.Sprintf("the agent of node %s is silent", gn.Name)
 	}
 	var mine, named []chamber.GPUStatus
 	for _, g := range gn.Status.GPUs {

@@ -10,12 +10,14 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 	utiltesting "sigs.k8s.io/kueue/pkg/util/testing/v1beta2"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers/admission"
+	"chamber.dev/chamber/fleet"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
@@ -152,6 +154,12 @@ func TestMeasure(t *testing.T) {
 			pods:     []*corev1.Pod{gpuPod("p", "n1", 2)},
 			wantGPUs: 2,
 		},
+		"a silent agent's low readings reclaim nothing": {
+			// Three 30 s heartbeats missed: its last readings say nothing of now.
+			pods:     []*corev1.Pod{gpuPod("p", "n1", 2)},
+			nodes:    []*chamber.GPUNode{report("n1", start.Add(-2*time.Minute), low4, nil)},
+			wantGPUs: 2,
+		},
 		"a pod not running yet": {
 			pods: []*corev1.Pod{gpuPod("p", "n1", 2), func() *corev1.Pod {
 				p := gpuPod("q", "", 2)
@@ -191,7 +199,7 @@ func TestMeasure(t *testing.T) {
 			for _, n := range tc.nodes {
 				nodes[n.Name] = n
 			}
-			got := measure(pods, nodes, 5, start)
+			got := measure(pods, nodes, fleet.NewHeartbeats(clocktesting.NewFakePassiveClock(start), 0), 5, start)
 			if got.gpus != tc.wantGPUs || got.idle != tc.wantIdle {
 				t.Errorf("measure = %d GPUs, idle %v (%s); want %d GPUs, idle %v", got.gpus, got.idle, got.why, tc.wantGPUs, tc.wantIdle)
 			}

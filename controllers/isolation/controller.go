@@ -104,22 +104,16 @@ const (
 
 // Defaults of Options and of a pool's IsolationPolicy.
 const (
-	DefaultUnknownAfterHeartbeats = 3
-	DefaultRateLimit              = 1.0
-	DefaultRateBurst              = 10
-	DefaultMaxIsolatedPercent     = 50
-	DefaultBreakerWindow          = 5 * time.Minute
-	DefaultRecoveryReports        = 3
-	DefaultDrainTimeout           = 30 * time.Minute
-	// defaultHeartbeat is assumed for agents that do not say theirs (the agent's default).
-	defaultHeartbeat = 30 * time.Second
+	DefaultRateLimit          = 1.0
+	DefaultRateBurst          = 10
+	DefaultMaxIsolatedPercent = 50
+	DefaultBreakerWindow      = 5 * time.Minute
+	DefaultRecoveryReports    = 3
+	DefaultDrainTimeout       = 30 * time.Minute
 )
 
 // Options configures fault isolation; the pool's IsolationPolicy says the rest.
 type Options struct {
-	// UnknownAfterHeartbeats: a node whose agent has missed this many of its heartbeats
-	// is Unknown. Default 3.
-	UnknownAfterHeartbeats int
 	// RateLimit is how many nodes per second Chamber may isolate fleet-wide once Burst
 	// is spent. Default 1 per second, burst 10.
 	RateLimit float64
@@ -139,19 +133,18 @@ type Options struct {
 	HoldNamespace string
 	// Clock is the time source; the real clock when nil.
 	Clock clock.PassiveClock
+	// Heartbeats tells which agents are silent: a node whose agent is has Unknown
+	// health, never a reason to isolate. One of its own on Clock when nil.
+	Heartbeats *fleet.Heartbeats
 }
 
 // DefaultOptions are the options unless flags say otherwise.
 func DefaultOptions() Options {
-	return Options{UnknownAfterHeartbeats: DefaultUnknownAfterHeartbeats, RateLimit: DefaultRateLimit, RateBurst: DefaultRateBurst,
-		DrainTimeout: DefaultDrainTimeout}
+	return Options{RateLimit: DefaultRateLimit, RateBurst: DefaultRateBurst, DrainTimeout: DefaultDrainTimeout}
 }
 
 func (o Options) withDefaults() Options {
 	d := DefaultOptions()
-	if o.UnknownAfterHeartbeats <= 0 {
-		o.UnknownAfterHeartbeats = d.UnknownAfterHeartbeats
-	}
 	if o.RateLimit <= 0 {
 		o.RateLimit = d.RateLimit
 	}
@@ -163,6 +156,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
+	}
+	if o.Heartbeats == nil {
+		o.Heartbeats = fleet.NewHeartbeats(o.Clock, 0)
 	}
 	return o
 }
@@ -282,11 +278,11 @@ func (c *Controller) Reconcile(ctx context.Context, node *corev1.Node) (reconcil
 	switch err := c.client.Get(ctx, client.ObjectKey{Name: node.Name}, &agent); {
 	case apierrors.IsNotFound(err):
 		agentOrNil := (*chamber.GPUNode)(nil)
-		return c.reconcileReport(ctx, node, pool, readReport(agentOrNil, now, c.opts.UnknownAfterHeartbeats), now)
+		return c.reconcileReport(ctx, node, pool, readReport(agentOrNil, c.opts.Heartbeats, now), now)
 	case err != nil:
 		return reconcile.Result{}, fmt.Errorf("get GPUNode %s: %w", node.Name, err)
 	}
-	return c.reconcileReport(ctx, node, pool, readReport(&agent, now, c.opts.UnknownAfterHeartbeats), now)
+	return c.reconcileReport(ctx, node, pool, readReport(&agent, c.opts.Heartbeats, now), now)
 }
 
 func (c *Controller) reconcileReport(ctx context.Context, node *corev1.Node, pool *chamber.GPUPool, rep report, now time.Time) (reconcile.Result, error) {

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
+	"chamber.dev/chamber/fleet"
 	"chamber.dev/chamber/healthcheck"
 )
 
@@ -45,24 +46,20 @@ type report struct {
 	mapped bool
 }
 
-// readReport reads the agent's GPUNode (nil when there is none). A report older than
-// unknownAfter heartbeats is Unknown: silence is never a fault.
-func readReport(gn *chamber.GPUNode, now time.Time, unknownAfter int) report {
+// readReport reads the agent's GPUNode (nil when there is none). A silent agent's
+// report (heard says when) is Unknown: silence is never a fault.
+func readReport(gn *chamber.GPUNode, heard *fleet.Heartbeats, now time.Time) report {
 	if gn == nil || gn.Status.LastHeartbeatTime == nil {
 		// No agent, or one that has not reported yet: nothing to watch.
 		return report{health: chamber.GPUUnknown}
 	}
 	r := report{hasAgent: true, health: chamber.GPUUnknown, pods: map[int]*chamber.PodReference{}}
-	interval := time.Duration(gn.Status.HeartbeatSeconds) * time.Second
-	if interval <= 0 {
-		interval = defaultHeartbeat
-	}
 	r.heartbeat = gn.Status.LastHeartbeatTime.Time
-	r.staleAt = r.heartbeat.Add(time.Duration(unknownAfter) * interval)
+	r.staleAt = heard.SilentAt(gn)
 	if !now.Before(r.staleAt) {
 		r.unknownReason = ReasonAgentNotReporting
-		r.unknownMessage = fmt.Sprintf("the node agent has not reported since %s (it reports every %s): GPU health unknown; silence isolates nothing",
-			r.heartbeat.UTC().Format(time.RFC3339), interval)
+		r.unknownMessage = fmt.Sprintf("the node agent has not reported since %s (by its clock; it reports every %s): GPU health unknown; silence isolates nothing",
+			r.heartbeat.UTC().Format(time.RFC3339), gn.Status.HeartbeatInterval())
 		return r
 	}
 	if gn.Status.Health == chamber.GPUUnknown {
