@@ -1,5 +1,5 @@
 // Package controllers wires Chamber's controllers, one package each (pool, team,
-// inventory; later admission, isolation, idlereclaim): Setup is the one list of what runs.
+// admission, inventory, isolation, idlereclaim): Setup is the one list of what runs.
 package controllers
 
 import (

@@ -1,5 +1,6 @@
 // Package v1alpha1 holds Chamber's API: GPUNode (one per GPU node, written by the
-// node agent), and in later changes GPUPool and Team.
+// node agent), GPUPool and Team, and the well-known names and rules every component
+// shares (labels.go, heartbeat.go).
 // +kubebuilder:object:generate=true
 // +groupName=chamber.dev
 package v1alpha1

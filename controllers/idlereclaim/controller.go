@@ -2,9 +2,10 @@
 // workloads wait for them. A workload is warned (an IdleGPUs Event) when it is idle
 // under contention, and once it has been idle for its pool's window with someone still
 // waiting, Chamber asks for its eviction through the admission check (admission.RequestEviction): its pods get a
-// notice and a grace period to checkpoint, then Kueue evicts it; Chamber keeps it out
-// of its queue until the waiting workload has its GPUs (hold.go), then Kueue requeues
-// it, and it runs again when capacity frees.
+// notice and a grace period to checkpoint, then Kueue evicts it; Chamber pauses it
+// (deactivated, its Job kept) while anyone waits for GPUs it could use, for at most a
+// hold that doubles with each reclaim (pause.go), then resumes it: Kueue requeues it,
+// and it runs again when capacity frees.
 package idlereclaim
 
 import (
@@ -76,7 +77,7 @@ type Options struct {
 	// utilization are read from the cache each time.
 	Interval time.Duration
 	// MaxHold is the longest a workload reclaimed for the first time stays paused
-	// while others wait for its GPUs; it doubles with each further reclaim (hold.go).
+	// while others wait for its GPUs; it doubles with each further reclaim (pause.go).
 	MaxHold time.Duration
 	// MinWait is how long a workload must have been without quota before it counts as
 	// waiting for GPUs (contention); a requeued workload Kueue readmits at once never

@@ -1,6 +1,5 @@
 // Package kueue holds what Chamber needs from Kueue: the manager configuration it
-// relies on, and (in later changes) the compilation of Teams and GPUPools into Kueue
-// objects.
+// relies on, and the compilation of Teams and GPUPools into Kueue objects.
 package kueue
 
 import (
