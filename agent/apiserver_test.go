@@ -16,6 +16,7 @@ import (
 
 	chamberv1alpha1 "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/test/controlplane"
+	"chamber.dev/chamber/test/controlplane/controlplanetest"
 )
 
 // write is one API write the agent made, at fake-clock time.
@@ -84,7 +85,7 @@ func TestAgainstAPIServer(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cp := controlplane.StartForTest(t, ctx, controlplane.Options{ChamberCRDs: true})
+	cp := controlplanetest.StartForTest(t, ctx, controlplane.Options{ChamberCRDs: true})
 	c, err := client.NewWithWatch(cp.Config, client.Options{Scheme: testScheme(t)})
 	if err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	chamberv1alpha1 "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/healthcheck"
 	"chamber.dev/chamber/test/controlplane"
+	"chamber.dev/chamber/test/controlplane/controlplanetest"
 )
 
 // TestRealGPU runs the agent on the machine's own GPUs through NVML (go-nvml's
@@ -29,7 +30,7 @@ func TestRealGPU(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cp := controlplane.StartForTest(t, ctx, controlplane.Options{ChamberCRDs: true})
+	cp := controlplanetest.StartForTest(t, ctx, controlplane.Options{ChamberCRDs: true})
 	c, err := client.New(cp.Config, client.Options{Scheme: testScheme(t)})
 	if err != nil {
 		t.Fatal(err)

@@ -30,6 +30,7 @@ import (
 	"chamber.dev/chamber/controllers/admission"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 	"chamber.dev/chamber/test/controlplane"
+	"chamber.dev/chamber/test/controlplane/controlplanetest"
 )
 
 // installValues is what a platform team would pass: one pool, one team.
@@ -251,7 +252,7 @@ func TestAgentWritesOnlyItsOwnNode(t *testing.T) {
 // start runs a control plane until the test ends, with an admin client.
 func start(t *testing.T, ctx context.Context, opts controlplane.Options) (*controlplane.ControlPlane, client.Client) {
 	t.Helper()
-	cp := controlplane.StartForTest(t, ctx, opts)
+	cp := controlplanetest.StartForTest(t, ctx, opts)
 	c, err := cp.Client()
 	if err != nil {
 		t.Fatal(err)

@@ -12,13 +12,15 @@ import (
 	"time"
 
 	"go.uber.org/zap/zapcore"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	testingjob "sigs.k8s.io/kueue/pkg/util/testingjobs/job"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers"
@@ -151,11 +153,25 @@ func demoTeam(name string, gpus int32) *chamber.Team {
 }
 
 func demoJob(ns, name, tier string, d time.Duration) client.Object {
-	return testingjob.MakeJob(name, ns).Queue("default").Suspend(false).WorkloadPriorityClass(tier).
-		RequestAndLimit(chamberkueue.ResourceGPU, "4").
-		PodAnnotation("pod-complete.stage.kwok.x-k8s.io/delay", d.String()).
-		PodAnnotation("pod-complete.stage.kwok.x-k8s.io/jitter-delay", d.String()).
-		Obj()
+	gpus := corev1.ResourceList{chamberkueue.ResourceGPU: resource.MustParse("4")}
+	return &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{
+			"kueue.x-k8s.io/queue-name": "default", "kueue.x-k8s.io/priority-class": tier}},
+		Spec: batchv1.JobSpec{
+			Parallelism: ptr.To[int32](1), Completions: ptr.To[int32](1),
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
+					"pod-complete.stage.kwok.x-k8s.io/delay":        d.String(),
+					"pod-complete.stage.kwok.x-k8s.io/jitter-delay": d.String(),
+				}},
+				Spec: corev1.PodSpec{
+					RestartPolicy: corev1.RestartPolicyNever,
+					Containers: []corev1.Container{{Name: "train", Image: "train",
+						Resources: corev1.ResourceRequirements{Requests: gpus, Limits: gpus}}},
+				},
+			},
+		},
+	}
 }
 
 // printTeams prints one line with each team's use of the pool.

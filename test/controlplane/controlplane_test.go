@@ -20,7 +20,11 @@ func TestStopLeavesNothing(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cp := StartForTest(t, ctx, Options{Scheduler: true})
+	cp, err := Start(ctx, Options{Scheduler: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cp.Stop() }() // idempotent; stopped below
 	c, err := cp.Client()
 	if err != nil {
 		t.Fatal(err)
@@ -60,7 +64,11 @@ func TestServerVersion(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cp := StartForTest(t, ctx, Options{})
+	cp, err := Start(ctx, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cp.Stop() }()
 	dc, err := discoveryFor(cp)
 	if err != nil {
 		t.Fatal(err)
@@ -73,3 +81,4 @@ func TestServerVersion(t *testing.T) {
 		t.Errorf("server version %+v: want a v1.36.x release (set by make tools' ldflags)", v)
 	}
 }
+

@@ -18,6 +18,7 @@ import (
 	testingjob "sigs.k8s.io/kueue/pkg/util/testingjobs/job"
 
 	"chamber.dev/chamber/test/controlplane"
+	"chamber.dev/chamber/test/controlplane/controlplanetest"
 )
 
 // TestSmoke proves the harness runs the real thing: Kueue admits two 4-GPU Jobs into
@@ -29,7 +30,7 @@ func TestSmoke(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cp := controlplane.StartForTest(t, ctx, controlplane.Full())
+	cp := controlplanetest.StartForTest(t, ctx, controlplane.Full())
 	c, err := cp.Client()
 	if err != nil {
 		t.Fatal(err)
