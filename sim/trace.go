@@ -173,5 +173,9 @@ func seconds(s, name string, positive bool) (time.Duration, error) {
 		}
 		return 0, fmt.Errorf("%s %q is not %s", name, s, want)
 	}
-	return time.Duration(v * float64(time.Second)), nil
+	d := time.Duration(v * float64(time.Second))
+	if positive && d <= 0 {
+		return 0, fmt.Errorf("%s %q is below a nanosecond: not a number of seconds above 0", name, s)
+	}
+	return d, nil
 }

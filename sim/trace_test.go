@@ -118,3 +118,33 @@ func checkError(t *testing.T, err error, want string) bool {
 	}
 	return want == ""
 }
+
+// FuzzReadTrace: whatever the file holds, the reader returns an error or jobs the
+// replay can use (a positive duration and GPU count, a submission time not negative,
+// in order), never a panic; with skipBad, every row it leaves out is reported.
+func FuzzReadTrace(f *testing.F) {
+	f.Add(traceHeader + "b,601,66,1,,11cb48,\na,0,66.5,8,,ee9e8c,42\n")
+	f.Add(traceHeader + "a,1e10,1e300,1,,u,101\n")
+	f.Add("user,gpus,duration_s,submit_s,job_id\nvc1,2,10,5,x\n")
+	f.Add(traceHeader + "a,0,NaN,1,,u,\nb,-0,Inf,99999999999,,u,-5\n")
+	f.Add(traceHeader + "a,0,1e-10,1,,u,\n") // positive, but under a nanosecond
+	f.Fuzz(func(t *testing.T, csv string) {
+		for _, skipBad := range []bool{false, true} {
+			jobs, bad, err := ReadTrace(strings.NewReader(csv), "trace.csv", skipBad)
+			if err != nil {
+				continue
+			}
+			for i, j := range jobs {
+				if j.Duration <= 0 || j.GPUs <= 0 || j.Submit < 0 || j.UtilPercent < -1 || j.UtilPercent > 100 {
+					t.Fatalf("skipBad %v: row %d read as %+v", skipBad, j.Line, j)
+				}
+				if i > 0 && j.Submit < jobs[i-1].Submit {
+					t.Fatalf("skipBad %v: jobs out of submission order at line %d", skipBad, j.Line)
+				}
+			}
+			if !skipBad && len(bad) > 0 {
+				t.Fatalf("%d bad rows reported without skipBad and no error", len(bad))
+			}
+		}
+	})
+}
