@@ -2,13 +2,16 @@ package kueue
 
 import (
 	"fmt"
+	"math"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
@@ -343,16 +346,25 @@ func WorkloadPriorityClass(t PriorityTier) *kueue.WorkloadPriorityClass {
 	}
 }
 
-// ParsePriorityTiers parses "production=1000,standard=500,preemptible=100".
+// ParsePriorityTiers parses "production=1000,standard=500,preemptible=100": each
+// name a WorkloadPriorityClass name (a DNS subdomain), once; each value a whole number
+// that fits Kueue's int32.
 func ParsePriorityTiers(s string) ([]PriorityTier, error) {
 	var tiers []PriorityTier
+	seen := map[string]bool{}
 	for _, part := range strings.Split(s, ",") {
 		name, value, ok := strings.Cut(strings.TrimSpace(part), "=")
-		var v int32
-		if _, err := fmt.Sscanf(value, "%d", &v); !ok || err != nil || name == "" {
-			return nil, fmt.Errorf("priority tier %q: want name=value, e.g. production=1000", part)
+		v, err := strconv.ParseInt(strings.TrimSpace(value), 10, 32)
+		switch {
+		case !ok || err != nil || name == "":
+			return nil, fmt.Errorf("priority tier %q: want name=value, the value a whole number (at most %d), e.g. production=1000", part, math.MaxInt32)
+		case len(validation.IsDNS1123Subdomain(name)) > 0:
+			return nil, fmt.Errorf("priority tier %q: %q is not a WorkloadPriorityClass name: %s", part, name, strings.Join(validation.IsDNS1123Subdomain(name), "; "))
+		case seen[name]:
+			return nil, fmt.Errorf("priority tier %q: %s is given twice", part, name)
 		}
-		tiers = append(tiers, PriorityTier{Name: name, Value: v})
+		seen[name] = true
+		tiers = append(tiers, PriorityTier{Name: name, Value: int32(v)})
 	}
 	return tiers, nil
 }
