@@ -136,7 +136,9 @@ func main() {
 		fail("set up controller %s: %v", name, err)
 	}
 	utilruntime.Must(mgr.AddHealthzCheck("healthz", healthz.Ping))
-	utilruntime.Must(mgr.AddReadyzCheck("readyz", healthz.Ping))
+	synced := controllers.NewCachesSynced(mgr.GetCache())
+	utilruntime.Must(mgr.Add(synced))
+	utilruntime.Must(mgr.AddReadyzCheck("caches-synced", synced.Check))
 	log.Info("starting", "priorityTiers", *priorityTiers, "accountingInterval", cfg.AccountingInterval,
 		"idleThresholdPercent", *idleThreshold, "idleWindow", *idleWindow, "perGPUMetrics", *perGPUMetrics,
 		"admissionCheck", *admissionCheck, "placementTimeout", *placementTimeout, "evictionGracePeriod", *gracePeriod)
