@@ -84,6 +84,11 @@ const (
 	// AnnotationClear, set to "true" on a node by an operator, ends its isolation
 	// (after a hardware fault was repaired). Chamber removes it.
 	AnnotationClear = "chamber.dev/isolation-clear"
+	// AnnotationClearedAt (RFC 3339, nanoseconds) is when Chamber last ended an isolation on an
+	// operator's clear. A report Chamber heard before then is the one the operator
+	// cleared, not a new fault: only a report the agent writes after it can isolate
+	// the node again.
+	AnnotationClearedAt = "chamber.dev/isolation-cleared-at"
 	// AnnotationBreakerReset, set to "true" on a GPUPool by an operator, closes the
 	// pool's circuit breaker. Chamber removes it.
 	AnnotationBreakerReset = "chamber.dev/isolation-breaker-reset"
@@ -293,6 +298,10 @@ func (c *Controller) reconcileReport(ctx context.Context, node *corev1.Node, poo
 	switch {
 	case node.Annotations[AnnotationIsolatedAt] != "":
 		res, err = c.reconcileIsolated(ctx, node, pool, policy, rep, now)
+	case rep.health == chamber.GPUUnhealthy && clearedSince(node, rep):
+		// The operator cleared the isolation after this report: wait for the agent's
+		// next one (its write brings the node back here).
+		res.RequeueAfter = rep.interval
 	case rep.health == chamber.GPUUnhealthy:
 		res, err = c.isolate(ctx, node, pool, policy, rep, now)
 	case rep.health == chamber.GPUUnknown && rep.hasAgent:
@@ -316,6 +325,13 @@ func (c *Controller) reconcileReport(ctx context.Context, node *corev1.Node, poo
 		}
 	}
 	return res, nil
+}
+
+// clearedSince: an operator cleared the node's isolation after Chamber heard rep (the
+// repair may not be in the agent's report yet).
+func clearedSince(node *corev1.Node, rep report) bool {
+	at, err := time.Parse(time.RFC3339, node.Annotations[AnnotationClearedAt])
+	return err == nil && !rep.heardAt.IsZero() && !rep.heardAt.After(at)
 }
 
 // returned: the node's condition says it came back from an isolation.
@@ -522,6 +538,9 @@ func (c *Controller) release(ctx context.Context, node *corev1.Node, pool *chamb
 		for _, k := range []string{AnnotationIsolatedAt, AnnotationReason, AnnotationPersistent, AnnotationLevel, AnnotationGPUs,
 			AnnotationTainted, AnnotationCordoned, AnnotationHealthyReports, AnnotationClear} {
 			delete(n.Annotations, k)
+		}
+		if reason == ReasonCleared {
+			n.Annotations[AnnotationClearedAt] = c.opts.Clock.Now().UTC().Format(time.RFC3339Nano)
 		}
 	})
 	if err != nil {

@@ -343,6 +343,39 @@ func TestOperatorCordonStays(t *testing.T) {
 	}
 }
 
+// An operator's clear holds until the agent reports again: the report Chamber heard
+// before the clear (the repair not in it yet) does not isolate the node a second time;
+// a fault in a report written after the clear does.
+func TestClearOutlivesTheReportBeforeIt(t *testing.T) {
+	e := newEnv(t, Options{}, nil, pool("p", nil), node("n1", "p"), gpuNode("n1", start, map[int32][]chamber.GPUFault{0: {xid79}}))
+	e.reconcile("n1")
+	if diff := cmp.Diff(isolatedState("XID79"), e.state("n1")); diff != "" {
+		t.Fatalf("isolated node (-want +got):\n%s", diff)
+	}
+	e.clock.Step(time.Minute)
+	e.annotate(e.node("n1"), AnnotationClear, "true")
+	e.reconcile("n1") // released
+	if again := e.reconcile("n1"); again <= 0 {
+		t.Errorf("no look again after a clear while the report before it is all there is")
+	}
+	cleared := state{Status: corev1.ConditionFalse, Reason: ReasonCleared}
+	if diff := cmp.Diff(cleared, e.state("n1")); diff != "" {
+		t.Fatalf("cleared node, the agent's last report still the faulty one (-want +got):\n%s", diff)
+	}
+	e.clock.Step(time.Second)
+	e.report("n1", nil) // the repair, reported
+	e.reconcile("n1")
+	if diff := cmp.Diff(cleared, e.state("n1")); diff != "" {
+		t.Errorf("after a healthy report (-want +got):\n%s", diff)
+	}
+	e.clock.Step(DefaultBreakerWindow) // the breaker counts the first isolation no more
+	e.report("n1", map[int32][]chamber.GPUFault{0: {xid79}}) // it fails again
+	e.reconcile("n1")
+	if diff := cmp.Diff(isolatedState("XID79"), e.state("n1")); diff != "" {
+		t.Errorf("a fault reported after the clear (-want +got):\n%s", diff)
+	}
+}
+
 // A dry run reports what it would do and changes nothing.
 func TestDryRun(t *testing.T) {
 	e := newEnv(t, Options{}, nil, pool("p", &chamber.IsolationPolicy{DryRun: true}), node("n1", "p"),

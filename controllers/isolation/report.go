@@ -37,6 +37,10 @@ type report struct {
 	// unknownReason and unknownMessage say why health is Unknown.
 	unknownReason, unknownMessage string
 	heartbeat                     time.Time
+	// heardAt is when this controller heard the report (fleet.Heartbeats); interval
+	// the agent's heartbeat interval.
+	heardAt  time.Time
+	interval time.Duration
 	// staleAt is when the report stops counting, unless the agent writes again.
 	staleAt time.Time
 	faults  []fault
@@ -54,7 +58,7 @@ func readReport(gn *chamber.GPUNode, heard *fleet.Heartbeats, now time.Time) rep
 		return report{health: chamber.GPUUnknown}
 	}
 	r := report{hasAgent: true, health: chamber.GPUUnknown, pods: map[int]*chamber.PodReference{}}
-	r.heartbeat = gn.Status.LastHeartbeatTime.Time
+	r.heartbeat, r.heardAt, r.interval = gn.Status.LastHeartbeatTime.Time, heard.HeardAt(gn), gn.Status.HeartbeatInterval()
 	r.staleAt = heard.SilentAt(gn)
 	if !now.Before(r.staleAt) {
 		r.unknownReason = ReasonAgentNotReporting
