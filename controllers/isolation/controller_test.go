@@ -368,8 +368,9 @@ func TestClearOutlivesTheReportBeforeIt(t *testing.T) {
 	if diff := cmp.Diff(cleared, e.state("n1")); diff != "" {
 		t.Errorf("after a healthy report (-want +got):\n%s", diff)
 	}
-	e.clock.Step(DefaultBreakerWindow) // the breaker counts the first isolation no more
-	e.report("n1", map[int32][]chamber.GPUFault{0: {xid79}}) // it fails again
+	// It fails again, after the breaker window (the first isolation counts no more).
+	e.clock.Step(DefaultBreakerWindow)
+	e.report("n1", map[int32][]chamber.GPUFault{0: {xid79}})
 	e.reconcile("n1")
 	if diff := cmp.Diff(isolatedState("XID79"), e.state("n1")); diff != "" {
 		t.Errorf("a fault reported after the clear (-want +got):\n%s", diff)

@@ -81,4 +81,3 @@ func TestServerVersion(t *testing.T) {
 		t.Errorf("server version %+v: want a v1.36.x release (set by make tools' ldflags)", v)
 	}
 }
-
