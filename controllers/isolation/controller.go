@@ -138,7 +138,7 @@ type Options struct {
 	HoldNamespace string
 	// Clock is the time source; the real clock when nil.
 	Clock clock.PassiveClock
-	// Heartbeats tells which agents are silent: a node whose agent is has Unknown
+	// Heartbeats tells which agents are silent: a silent agent's node has Unknown
 	// health, never a reason to isolate. One of its own on Clock when nil.
 	Heartbeats *fleet.Heartbeats
 }

@@ -59,11 +59,11 @@ func readReport(gn *chamber.GPUNode, heard *fleet.Heartbeats, now time.Time) rep
 	}
 	r := report{hasAgent: true, health: chamber.GPUUnknown, pods: map[int]*chamber.PodReference{}}
 	r.heartbeat, r.heardAt, r.interval = gn.Status.LastHeartbeatTime.Time, heard.HeardAt(gn), gn.Status.HeartbeatInterval()
-	r.staleAt = heard.SilentAt(gn)
+	r.staleAt = r.heardAt.Add(heard.SilentAfter(gn))
 	if !now.Before(r.staleAt) {
 		r.unknownReason = ReasonAgentNotReporting
 		r.unknownMessage = fmt.Sprintf("the node agent has not reported since %s (by its clock; it reports every %s): GPU health unknown; silence isolates nothing",
-			r.heartbeat.UTC().Format(time.RFC3339), gn.Status.HeartbeatInterval())
+			r.heartbeat.UTC().Format(time.RFC3339), r.interval)
 		return r
 	}
 	if gn.Status.Health == chamber.GPUUnknown {
