@@ -75,6 +75,9 @@ type shapeResult struct {
 	wall          time.Duration
 	meanAdmission time.Duration
 	p50, p99      time.Duration
+	// writesPerWorkload is the mean number of writes to a Workload that its watch
+	// saw, from creation until it finished: the API server's load per workload.
+	writesPerWorkload float64
 }
 
 // BenchmarkSchedulerShape runs the shape of Kueue's scheduler performance test on one
@@ -127,8 +130,8 @@ func BenchmarkSchedulerShape(b *testing.B) {
 				name string
 				res  shapeResult
 			}{{"Kueue alone", kueueOnly}, {"Kueue + Chamber's check", withCheck}} {
-				b.Logf("pair %d, %-24s %5d workloads: wall %6.1fs, time to admission mean %6.0f ms, p50 %6.0f ms, p99 %6.0f ms",
-					p+1, r.name, r.res.workloads, r.res.wall.Seconds(), ms(r.res.meanAdmission), ms(r.res.p50), ms(r.res.p99))
+				b.Logf("pair %d, %-24s %5d workloads: wall %6.1fs, time to admission mean %6.0f ms, p50 %6.0f ms, p99 %6.0f ms, %.1f writes per workload",
+					p+1, r.name, r.res.workloads, r.res.wall.Seconds(), ms(r.res.meanAdmission), ms(r.res.p50), ms(r.res.p99), r.res.writesPerWorkload)
 			}
 			wallRatios = append(wallRatios, withCheck.wall.Seconds()/kueueOnly.wall.Seconds())
 			p99Ratios = append(p99Ratios, ms(withCheck.p99)/math.Max(ms(kueueOnly.p99), 1e-3))
@@ -318,12 +321,14 @@ type recorder struct {
 	admitAt  map[types.NamespacedName]time.Time
 	running  map[types.NamespacedName]bool
 	finished map[types.NamespacedName]time.Time
+	writes   map[types.NamespacedName]int
 	notify   chan struct{}
 }
 
 func newRecorder() *recorder {
 	return &recorder{runtime: map[types.NamespacedName]time.Duration{}, createAt: map[types.NamespacedName]time.Time{},
-		admitAt: map[types.NamespacedName]time.Time{}, running: map[types.NamespacedName]bool{}, finished: map[types.NamespacedName]time.Time{}, notify: make(chan struct{}, 1)}
+		admitAt: map[types.NamespacedName]time.Time{}, running: map[types.NamespacedName]bool{}, finished: map[types.NamespacedName]time.Time{},
+		writes: map[types.NamespacedName]int{}, notify: make(chan struct{}, 1)}
 }
 
 func (r *recorder) created(key types.NamespacedName, runtime time.Duration) {
@@ -365,6 +370,13 @@ func (r *recorder) finish(key types.NamespacedName) {
 		default:
 		}
 	}
+}
+
+// wrote counts a write to the workload (an update its watch saw).
+func (r *recorder) wrote(key types.NamespacedName) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.writes[key]++
 }
 
 func (r *recorder) admittedCount() int {
@@ -410,6 +422,14 @@ func (r *recorder) result(start time.Time) shapeResult {
 		}
 	}
 	res := shapeResult{workloads: len(r.finished), wall: last.Sub(start)}
+	if len(r.createAt) > 0 {
+		writes := 0
+		for _, n := range r.writes {
+			writes += n
+		}
+		// The creation is a write too.
+		res.writesPerWorkload = 1 + float64(writes)/float64(len(r.createAt))
+	}
 	if n := len(waits); n > 0 {
 		res.meanAdmission = sum / time.Duration(n)
 		res.p50, res.p99 = waits[n/2], waits[min(n-1, n*99/100)]
@@ -458,8 +478,15 @@ func watchWorkloads(b *testing.B, ctx context.Context, ns string, rec *recorder)
 		}
 	}
 	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    handle,
-		UpdateFunc: func(_, obj any) { handle(obj) },
+		AddFunc: handle,
+		UpdateFunc: func(old, obj any) {
+			o, okOld := old.(*kueue.Workload)
+			n, okNew := obj.(*kueue.Workload)
+			if okOld && okNew && o.ResourceVersion != n.ResourceVersion && !apimeta.IsStatusConditionTrue(o.Status.Conditions, kueue.WorkloadFinished) {
+				rec.wrote(client.ObjectKeyFromObject(n))
+			}
+			handle(obj)
+		},
 	}); err != nil {
 		b.Fatal(err)
 	}

@@ -277,7 +277,11 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, etcdURL string) erro
 	if err := os.WriteFile(tokenFile, []byte(token+",chamber-admin,chamber-admin,system:masters\n"), 0o600); err != nil {
 		return err
 	}
-	p, err := cp.run("kube-apiserver",
+	auditArgs, err := auditFlags(cp.Dir)
+	if err != nil {
+		return err
+	}
+	p, err := cp.run("kube-apiserver", append(auditArgs,
 		"--etcd-servers="+etcdURL,
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
@@ -296,7 +300,7 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, etcdURL string) erro
 		// at a loopback API server; nothing here needs it.
 		"--endpoint-reconciler-type=none",
 		"--profiling=false",
-	)
+	)...)
 	if err != nil {
 		return err
 	}
@@ -625,4 +629,36 @@ func untrack(cp *ControlPlane) {
 	liveMu.Lock()
 	delete(live, cp)
 	liveMu.Unlock()
+}
+
+// AuditVariable names a directory: when set, kube-apiserver writes an audit log of
+// every write (create, update, patch, delete; metadata only: who, what, the response
+// code) there, one file per control plane. Who writes an object how often, and whose
+// writes conflict, is what decides the API server's load.
+const AuditVariable = "CHAMBER_APISERVER_AUDIT"
+
+const auditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: Metadata
+  verbs: ["create", "update", "patch", "delete", "deletecollection"]
+- level: None
+`
+
+// auditFlags are kube-apiserver's audit flags when AuditVariable is set.
+func auditFlags(dir string) ([]string, error) {
+	out := os.Getenv(AuditVariable)
+	if out == "" {
+		return nil, nil
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return nil, fmt.Errorf("%s=%s: %w", AuditVariable, out, err)
+	}
+	policy := filepath.Join(dir, "audit-policy.yaml")
+	if err := os.WriteFile(policy, []byte(auditPolicy), 0o600); err != nil {
+		return nil, err
+	}
+	log := filepath.Join(out, fmt.Sprintf("audit-%s.log", filepath.Base(dir)))
+	return []string{"--audit-policy-file=" + policy, "--audit-log-path=" + log, "--audit-log-format=json", "--audit-log-mode=batch"}, nil
 }
