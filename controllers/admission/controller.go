@@ -136,8 +136,14 @@ func Register(mgr ctrl.Manager, opts Options) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("admission").
-		// Each verdict waits on one API write: several at once keep up with Kueue.
-		WithOptions(controller.Options{MaxConcurrentReconciles: 8}).
+		// Each verdict waits on one API write. Enough of them at once that the
+		// pre-approval of a new workload lands before Kueue's workload reconciler
+		// writes the check's Pending entry: Kueue then finds the entry there (or its
+		// write fails at once, stored nowhere) and the workload costs the API server
+		// one write more than without the check, not two. make bench-controllers: 8
+		// at once, 4.8 writes per workload (Kueue alone 3.2), wall time 1.55x Kueue
+		// alone; 32 at once, 4.2 writes, 1.32x.
+		WithOptions(controller.Options{MaxConcurrentReconciles: 32}).
 		// Only workloads of ClusterQueues with the check, or with an eviction asked,
 		// and new ones waiting in a queue (Kueue may not have added the check yet).
 		For(&kueue.Workload{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
