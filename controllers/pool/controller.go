@@ -228,7 +228,7 @@ func CountModels(pool *chamber.GPUPool, nodes []corev1.Node, unhealthy map[strin
 		}
 		m.Nodes++
 		m.Total += capacity.Value()
-		if Schedulable(&n) {
+		if chamberkueue.Schedulable(&n) {
 			alloc := n.Status.Allocatable[chamberkueue.ResourceGPU]
 			m.Allocatable += alloc.Value()
 			m.Healthy += max(0, alloc.Value()-unhealthy[n.Name])
@@ -257,19 +257,6 @@ func unhealthyGPUs(gn *chamber.GPUNode) int64 {
 func nodeCounts(n *corev1.Node) string {
 	capacity := n.Status.Capacity[chamberkueue.ResourceGPU]
 	allocatable := n.Status.Allocatable[chamberkueue.ResourceGPU]
-	return fmt.Sprintf("%v|%s|%s|%t", n.Labels, capacity.String(), allocatable.String(), Schedulable(n))
+	return fmt.Sprintf("%v|%s|%s|%t", n.Labels, capacity.String(), allocatable.String(), chamberkueue.Schedulable(n))
 }
 
-// Schedulable reports whether a node takes new pods: cordoned nodes and nodes with a
-// NoSchedule or NoExecute taint offer no GPUs to new work.
-func Schedulable(n *corev1.Node) bool {
-	if n.Spec.Unschedulable {
-		return false
-	}
-	for _, t := range n.Spec.Taints {
-		if t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute {
-			return false
-		}
-	}
-	return true
-}

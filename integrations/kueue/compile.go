@@ -40,6 +40,21 @@ func WithheldGPUs(node *corev1.Node) int64 {
 	return max(0, capacity.Value()-allocatable.Value())
 }
 
+// Schedulable reports whether a node takes new pods: cordoned nodes and nodes with a
+// NoSchedule or NoExecute taint offer no GPUs to new work. The pool controller counts
+// a pool's schedulable GPUs by it and the admission check its placements.
+func Schedulable(n *corev1.Node) bool {
+	if n.Spec.Unschedulable {
+		return false
+	}
+	for _, t := range n.Spec.Taints {
+		if t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute {
+			return false
+		}
+	}
+	return true
+}
+
 // PodGPUs is the GPUs a pod spec holds: the scheduler's effective request, the
 // larger of its containers' sum and its largest init container. A device-plugin
 // resource's request equals its limit, and either may be given alone.

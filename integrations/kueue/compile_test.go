@@ -188,3 +188,25 @@ func FuzzParsePriorityTiers(f *testing.F) {
 		}
 	})
 }
+
+func TestSchedulable(t *testing.T) {
+	taint := func(effect corev1.TaintEffect) corev1.Taint {
+		return corev1.Taint{Key: "chamber.dev/isolated", Value: "true", Effect: effect}
+	}
+	for _, tc := range []struct {
+		name string
+		spec corev1.NodeSpec
+		want bool
+	}{
+		{"plain", corev1.NodeSpec{}, true},
+		{"cordoned", corev1.NodeSpec{Unschedulable: true}, false},
+		{"NoSchedule taint", corev1.NodeSpec{Taints: []corev1.Taint{taint(corev1.TaintEffectNoSchedule)}}, false},
+		{"NoExecute taint", corev1.NodeSpec{Taints: []corev1.Taint{taint(corev1.TaintEffectNoExecute)}}, false},
+		// A preference only: kube-scheduler still places pods there.
+		{"PreferNoSchedule taint", corev1.NodeSpec{Taints: []corev1.Taint{taint(corev1.TaintEffectPreferNoSchedule)}}, true},
+	} {
+		if got := Schedulable(&corev1.Node{Spec: tc.spec}); got != tc.want {
+			t.Errorf("%s: Schedulable = %t, want %t", tc.name, got, tc.want)
+		}
+	}
+}
