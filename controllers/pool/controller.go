@@ -259,4 +259,3 @@ func nodeCounts(n *corev1.Node) string {
 	allocatable := n.Status.Allocatable[chamberkueue.ResourceGPU]
 	return fmt.Sprintf("%v|%s|%s|%t", n.Labels, capacity.String(), allocatable.String(), chamberkueue.Schedulable(n))
 }
-
