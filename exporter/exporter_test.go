@@ -48,7 +48,7 @@ func fixtureFleet() *fleet.Model {
 
 	m.SetNode(ft.MakeNode("h1", 8).Label("pool", "main").Obj())
 	m.SetNode(ft.MakeNode("h2", 8).Label("pool", "main").Cordon().Obj())
-	m.SetNode(ft.MakeNode("t1", 4).Label("pool", "main").Taint(fleet.TaintGPUUnhealthy).Obj())
+	m.SetNode(ft.MakeNode("t1", 4).Label("pool", "main").Taint(chamber.TaintGPUUnhealthy).Obj())
 	m.SetNode(ft.MakeNode("a1", 4).Label("pool", "main").Label(chamber.DefaultProductLabel, ft.A100).Obj())
 	m.SetNode(ft.MakeNode("x1", 2).Obj())
 

@@ -20,10 +20,6 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// TaintGPUUnhealthy is the taint Chamber's isolation puts on a node with failing GPUs;
-// the GPUs of a node carrying it (any effect) are Isolated.
-const TaintGPUUnhealthy = "chamber.dev/gpu-unhealthy"
-
 // Defaults of Options.
 const (
 	DefaultIdleThresholdPercent = 5.0

@@ -189,7 +189,7 @@ func TestStateTransitions(t *testing.T) {
 			want: "xxxxxxxu", wantPods: "aa------",
 		},
 		"isolation: Chamber's taint": {
-			steps: steps(setNode(node8()), setNode(ft.MakeNode("n1", 8).Taint(fleet.TaintGPUUnhealthy).Obj())),
+			steps: steps(setNode(node8()), setNode(ft.MakeNode("n1", 8).Taint(chamber.TaintGPUUnhealthy).Obj())),
 			want:  "xxxxxxxx", wantPods: "--------",
 		},
 		"isolation: other taints do not isolate": {

@@ -22,7 +22,7 @@ type node struct {
 	labels   map[string]string
 	capacity int // nvidia.com/gpu capacity
 	cordoned bool
-	tainted  bool // carries TaintGPUUnhealthy
+	tainted  bool // carries chamber.TaintGPUUnhealthy
 
 	// Resolved from labels and the pools when either changes.
 	pool, model string
@@ -80,7 +80,7 @@ func (m *Model) dropIfEmpty(n *node) {
 // Nodes without GPUs, and without an agent report of any, have no GPUs in the fleet.
 func (m *Model) SetNode(obj *corev1.Node) {
 	capacity := obj.Status.Capacity[chamberkueue.ResourceGPU]
-	tainted := slices.ContainsFunc(obj.Spec.Taints, func(t corev1.Taint) bool { return t.Key == TaintGPUUnhealthy })
+	tainted := slices.ContainsFunc(obj.Spec.Taints, func(t corev1.Taint) bool { return t.Key == chamber.TaintGPUUnhealthy })
 
 	m.mu.Lock()
 	defer m.mu.Unlock()

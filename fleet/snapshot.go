@@ -60,7 +60,7 @@ type NodeSummary struct {
 	Name  string
 	Pool  string
 	Model string
-	// IsolationReason is "tainted" (TaintGPUUnhealthy), "cordoned", or "" when the node
+	// IsolationReason is "tainted" (chamber.TaintGPUUnhealthy), "cordoned", or "" when the node
 	// is not isolated.
 	IsolationReason string
 	GPUs            Counts

@@ -9,7 +9,7 @@ type State uint8
 const (
 	// Unhealthy: the node agent reports the GPU Unhealthy.
 	Unhealthy State = iota
-	// Isolated: the GPU's node is cordoned or carries the TaintGPUUnhealthy taint.
+	// Isolated: the GPU's node is cordoned or carries the chamber.TaintGPUUnhealthy taint.
 	Isolated
 	// Idle: held by a pod, but its mean utilization stayed below the idle threshold
 	// for the idle window.

@@ -333,7 +333,7 @@ func TestIsolation(t *testing.T) {
 
 	change(func(n *corev1.Node) {
 		n.Spec.Unschedulable = false
-		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: fleet.TaintGPUUnhealthy, Effect: corev1.TaintEffectNoSchedule})
+		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: chamber.TaintGPUUnhealthy, Effect: corev1.TaintEffectNoSchedule})
 	})
 	g.Eventually(func(g gomega.Gomega) {
 		g.Expect(states(g, "iso")).To(gomega.HaveKeyWithValue("isolated", 8.0))

@@ -53,7 +53,7 @@ import (
 const (
 	// TaintKey is the NoSchedule taint on an isolated node; its value is the fault's
 	// reason (XID79, ECCDoubleBit, ...).
-	TaintKey = fleet.TaintGPUUnhealthy
+	TaintKey = chamber.TaintGPUUnhealthy
 	// ConditionIsolated is the Node condition: True while Chamber isolates the node
 	// (reason: the fault), False once healthy again or while isolation is withheld
 	// (reasons DryRun, IsolationHalted), Unknown while the agent is silent.
