@@ -51,9 +51,6 @@ import (
 
 // What the controller writes on Nodes and GPUPools.
 const (
-	// TaintKey is the NoSchedule taint on an isolated node; its value is the fault's
-	// reason (XID79, ECCDoubleBit, ...).
-	TaintKey = chamber.TaintGPUUnhealthy
 	// ConditionIsolated is the Node condition: True while Chamber isolates the node
 	// (reason: the fault), False once healthy again or while isolation is withheld
 	// (reasons DryRun, IsolationHalted), Unknown while the agent is silent.
@@ -84,10 +81,10 @@ const (
 	// AnnotationClear, set to "true" on a node by an operator, ends its isolation
 	// (after a hardware fault was repaired). Chamber removes it.
 	AnnotationClear = "chamber.dev/isolation-clear"
-	// AnnotationClearedAt (RFC 3339, nanoseconds) is when Chamber last ended an isolation on an
-	// operator's clear. A report Chamber heard before then is the one the operator
-	// cleared, not a new fault: only a report the agent writes after it can isolate
-	// the node again.
+	// AnnotationClearedAt (RFC 3339, nanoseconds) is when Chamber last ended an
+	// isolation on an operator's clear. A report Chamber heard before then is the one
+	// the operator cleared, not a new fault: only a report the agent writes after it
+	// can isolate the node again.
 	AnnotationClearedAt = "chamber.dev/isolation-cleared-at"
 	// AnnotationBreakerReset, set to "true" on a GPUPool by an operator, closes the
 	// pool's circuit breaker. Chamber removes it.
@@ -330,7 +327,7 @@ func (c *Controller) reconcileReport(ctx context.Context, node *corev1.Node, poo
 // clearedSince: an operator cleared the node's isolation after Chamber heard rep (the
 // repair may not be in the agent's report yet).
 func clearedSince(node *corev1.Node, rep report) bool {
-	at, err := time.Parse(time.RFC3339, node.Annotations[AnnotationClearedAt])
+	at, err := time.Parse(time.RFC3339Nano, node.Annotations[AnnotationClearedAt])
 	return err == nil && !rep.heardAt.IsZero() && !rep.heardAt.After(at)
 }
 
@@ -509,8 +506,8 @@ func (c *Controller) patchIsolated(ctx context.Context, node *corev1.Node, rep r
 		if level != chamber.IsolateNode {
 			return
 		}
-		if !slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == TaintKey }) {
-			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: TaintKey, Value: primary.reason, Effect: corev1.TaintEffectNoSchedule,
+		if !slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == chamber.TaintGPUUnhealthy }) {
+			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: chamber.TaintGPUUnhealthy, Value: primary.reason, Effect: corev1.TaintEffectNoSchedule,
 				TimeAdded: &metav1.Time{Time: now}})
 			n.Annotations[AnnotationTainted] = "true"
 		}
@@ -530,7 +527,7 @@ func (c *Controller) release(ctx context.Context, node *corev1.Node, pool *chamb
 	}
 	err := c.updateNode(ctx, node.Name, func(n *corev1.Node) {
 		if n.Annotations[AnnotationTainted] == "true" {
-			n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == TaintKey })
+			n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == chamber.TaintGPUUnhealthy })
 		}
 		if n.Annotations[AnnotationCordoned] == "true" {
 			n.Spec.Unschedulable = false
@@ -863,7 +860,7 @@ func levelAction(level chamber.IsolationLevel) string {
 	if level == chamber.IsolateGPU {
 		return "hold the failing GPUs"
 	}
-	return "taint " + TaintKey + ":NoSchedule and cordon the node"
+	return "taint " + chamber.TaintGPUUnhealthy + ":NoSchedule and cordon the node"
 }
 
 func isolatedMessage(rep report, level chamber.IsolationLevel, why string) string {

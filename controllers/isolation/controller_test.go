@@ -263,7 +263,7 @@ func (e *env) state(name string) state {
 	n := e.node(name)
 	s := state{Cordoned: n.Spec.Unschedulable}
 	for _, t := range n.Spec.Taints {
-		s.Tainted = s.Tainted || t.Key == TaintKey
+		s.Tainted = s.Tainted || t.Key == chamber.TaintGPUUnhealthy
 	}
 	for _, c := range n.Status.Conditions {
 		if c.Type == ConditionIsolated {

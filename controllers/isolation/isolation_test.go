@@ -176,7 +176,7 @@ func getNode(g gomega.Gomega, name string) *corev1.Node {
 
 func tainted(n *corev1.Node) bool {
 	return slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool {
-		return t.Key == isolation.TaintKey && t.Effect == corev1.TaintEffectNoSchedule
+		return t.Key == chamber.TaintGPUUnhealthy && t.Effect == corev1.TaintEffectNoSchedule
 	})
 }
 
