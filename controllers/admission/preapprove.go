@@ -40,7 +40,8 @@ func waiting(wl *kueue.Workload) bool {
 // GPUs now. Otherwise it writes nothing: the check is decided at reservation. A new
 // workload of a ClusterQueue with Chamber's check may have no entry for it yet:
 // Chamber writes the entry, and Kueue, finding it there, does not write its own
-// Pending one.
+// Pending one (or, from a cache that has not seen it yet, tries and gets a conflict,
+// which stores nothing).
 func (c *Controller) preApprove(ctx context.Context, wl *kueue.Workload, check *kueue.AdmissionCheckState) error {
 	cq, err := c.clusterQueueOf(ctx, wl)
 	if err != nil || cq == nil {
