@@ -14,6 +14,7 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	"chamber.dev/chamber/controllers/admission"
+	"chamber.dev/chamber/controllers/idlereclaim"
 )
 
 // Annotations and labels the simulator puts on its Jobs' pods.
@@ -56,6 +57,21 @@ type JobRecord struct {
 	completing, checkpointed bool
 	// idle is whether its GPUs were last set idle (a hang, an idle spell).
 	idle bool
+
+	// An interactive session paused at Chamber's interactive idle time limit:
+	// Pauses counts them; Ended is set when its user ended the session while it was
+	// paused, its span over (the Job deleted, not complete). ResumeWaits are how long
+	// its user waited, each time they resumed it, for its pods to run again
+	// (simulated time).
+	Pauses      int
+	Ended       bool
+	ResumeWaits []time.Duration
+	// paused is its Workload's name while paused there, pausedAt when it was seen
+	// paused (simulated time); resumed is when its user resumed it (the clock), zero
+	// when not waiting for its pods.
+	paused   string
+	pausedAt time.Duration
+	resumed  time.Time
 }
 
 // waitingSince is when the job last started waiting: its submission or its last pod's end.
@@ -104,6 +120,10 @@ type recorder struct {
 	// exit ends a terminating pod after a wall-clock delay, as its process exits once
 	// it has saved its checkpoint on SIGTERM.
 	exit func(pod string, after time.Duration)
+	// resume is an interactive session's user resuming its Workload (namespace/name)
+	// paused at the idle time limit; end is the user ending the session (deleting its
+	// Job, namespace/name).
+	resume, end func(key string)
 	// start is simulated time 0 (set by begin); speedup converts the clock to it;
 	// sigterm is the notice of a pod deleted without Chamber's.
 	start   time.Time
@@ -193,16 +213,60 @@ func (r *recorder) workload(o any) {
 		return
 	}
 	_, requested := admission.RequestedEviction(wl)
+	paused := idlereclaim.PausedAtIdleLimit(wl)
 	now := time.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	job := r.jobs[wl.Namespace+"/"+ref.Name]
+	if job == nil {
+		return
+	}
 	switch {
-	case job == nil:
 	case requested && job.noticed.IsZero() && job.Running > 0:
 		job.noticed = now
 	case !requested:
 		job.noticed = time.Time{}
+	}
+	switch {
+	case paused && job.paused == "":
+		job.paused, job.pausedAt = wl.Name, r.simAt(now)
+		job.Pauses++
+	case !paused && job.paused != "" && !job.resumed.IsZero():
+		job.paused = "" // its user's resume landed
+	}
+}
+
+// returnUsers is the users of interactive sessions paused at Chamber's idle time
+// limit: each comes back when the idle spell during which it was paused ends and
+// resumes the session (sets the Workload active); one whose session's span ran out
+// meanwhile ends it instead (deletes the Job) and it counts as finished then.
+func (r *recorder) returnUsers(now time.Time) {
+	t := r.simAt(now)
+	var resume, end []string
+	r.mu.Lock()
+	for key, j := range r.jobs {
+		if j.paused == "" || !j.resumed.IsZero() || j.Ended || !j.Finished.IsZero() {
+			continue
+		}
+		p := j.Progress
+		back, over := p.Returns(j.pausedAt), p.SessionEnd()
+		switch {
+		case over <= back && t >= over:
+			p.EndSession(over)
+			j.Ended, j.Finished = true, now
+			r.done++
+			end = append(end, key)
+		case back < over && t >= back:
+			j.resumed = now
+			resume = append(resume, j.Job.Team+"/"+j.paused)
+		}
+	}
+	r.mu.Unlock()
+	for _, key := range resume {
+		r.resume(key)
+	}
+	for _, key := range end {
+		r.end(key)
 	}
 }
 
@@ -279,6 +343,10 @@ func (r *recorder) pod(o any, deleted bool) {
 		if job.Running >= job.Pods {
 			job.Progress.Start(r.simAt(now))
 			job.idle = false
+			if !job.resumed.IsZero() {
+				job.ResumeWaits = append(job.ResumeWaits, wallToSim(now.Sub(job.resumed), r.speedup))
+				job.resumed, job.paused = time.Time{}, ""
+			}
 		}
 		if !ok {
 			// The pod landed on a GPU that a fault broke: the job crashes at start.

@@ -113,6 +113,12 @@ func renderReport(sc *Scenario, recs []*Recording, results []Result) string {
 		return fmt.Sprintf("%d / %d / %d / %d", r.Faults, r.FaultKills, r.Restarted, r.Lost)
 	})
 	line("pods evicted or preempted", func(r Result) string { return fmt.Sprint(r.Evictions) })
+	line("notebooks paused at the idle time limit / ended while paused / resume wait p50 / p99", func(r Result) string {
+		if r.IdlePauses == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%d / %d / %s", r.IdlePauses, r.SessionsEnded, waitCell(r.ResumeWaits))
+	})
 	line("work lost to evictions / to faults (GPU-hours, % of useful work)", func(r Result) string {
 		return fmt.Sprintf("%s (%s) / %s (%s)", num(r.LostToEvictions, 1), pct(ratio(r.LostToEvictions, r.UsefulWork)),
 			num(r.LostToFaults, 1), pct(ratio(r.LostToFaults, r.UsefulWork)))
@@ -230,6 +236,9 @@ func renderReport(sc *Scenario, recs []*Recording, results []Result) string {
 	if sc.NoIdleReclaim {
 		reclaim = "idle reclaim off (--idle-reclaim=false)"
 	}
+	if sc.InteractiveIdleLimit > 0 {
+		reclaim += fmt.Sprintf("; the teams opt in to an interactive idle time limit of %s simulated (notebooks carry chamber.dev/interactive)", hours(sc.InteractiveIdleLimit))
+	}
 	t.row("Chamber under (c)", fmt.Sprintf("%s, eviction grace %s simulated, fault isolation at level %s, its other settings at their defaults; the inventory's idle window 2 s of clock",
 		reclaim, EvictionGrace, level))
 	for _, rec := range recs {
@@ -271,6 +280,12 @@ const methodText = `## Method
   minutes on average and idle (0%) in spells of 40; *stuck* jobs, 5% of all, hang at 20-80%
   of their work for 30-70% of their trace duration at 0% (their work plus the hang is the
   trace's duration), and a restart ends the hang; the rest is *training*.
+- **Notebooks' users.** Interactive sessions' pods carry the label chamber.dev/interactive "true"
+  under every policy. Under (c) with an interactive idle time limit, a session paused at
+  the limit stays paused until its user comes back, at the end of the idle spell it was
+  paused in, and resumes it (spec.active true, as the Event on the Workload says); a user
+  whose session's span ran out meanwhile ends it (deletes the Job), and it counts as
+  finished then. The resume wait is from that resume to the session's pods running again.
 - **Free while a job fits.** At each sample, a queued job *fits* when each of its pods
   (one per node's worth of GPUs) finds its own node with that many free GPUs (no pod, no
   unrepaired fault; the free GPUs of a node Chamber isolated count as free: no new pod

@@ -54,6 +54,12 @@ type Result struct {
 	// FreeWhileFits is the share of all GPU-time left free while a queued job fit on
 	// the free GPUs (Sample.FreeWhileFits): capacity no policy needed to leave idle.
 	FreeWhileFits float64
+	// IdlePauses counts interactive sessions paused at Chamber's interactive idle time
+	// limit; SessionsEnded those whose users ended them while paused (their span
+	// over); ResumeWaits how long, in hours, users waited for their session to run
+	// again after resuming it.
+	IdlePauses, SessionsEnded int
+	ResumeWaits               []float64
 	// StartLatency is the median time from a pod's creation to its running, over every
 	// pod run (simulated time): under Kueue, the control plane's own latency once a
 	// workload is admitted.
@@ -93,6 +99,13 @@ func Analyze(sc *Scenario, rec *Recording) Result {
 		}
 		res.FaultKills += j.FaultKills
 		res.Evictions += j.Evictions
+		res.IdlePauses += j.Pauses
+		if j.Ended {
+			res.SessionsEnded++
+		}
+		for _, w := range j.ResumeWaits {
+			res.ResumeWaits = append(res.ResumeWaits, w.Hours())
+		}
 		if j.FaultKills > 0 && !j.Failed && !j.Finished.IsZero() {
 			res.Restarted++
 		}

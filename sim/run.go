@@ -16,6 +16,7 @@ import (
 	"github.com/go-logr/logr"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -43,6 +44,12 @@ const (
 	IdleReclaimWindow = idlereclaim.DefaultWindow
 	EvictionGrace     = 2 * time.Minute
 )
+
+// InteractiveIdleLimit is the interactive idle time limit the bench's teams opt in to
+// (Chamber has none by default): a notebook left idle half an hour is paused, longer
+// than idle reclaim's window while others wait and shorter than the 40-minute mean
+// absence of the work model's users. Chosen before any run with it.
+const InteractiveIdleLimit = 30 * time.Minute
 
 // JobBackoff is the Job controller's delay (Kubernetes' default) before it replaces a
 // Job's failed, preempted or evicted pod, doubled with each further one, in simulated
@@ -169,6 +176,8 @@ func runPolicy(ctx context.Context, sc *Scenario, p Policy, label string) (*Reco
 	r.exit = func(pod string, after time.Duration) {
 		time.AfterFunc(after, func() { deletePod(ctx, c, pod) })
 	}
+	r.resume = func(wl string) { go resumeWorkload(ctx, c, wl) }
+	r.end = func(job string) { go endSession(ctx, c, job) }
 	informers, err := cache.New(cp.Config, cache.Options{Scheme: controlplane.Scheme})
 	if err != nil {
 		return nil, err
@@ -216,6 +225,7 @@ loop:
 			}
 		case now := <-workTick.C:
 			r.advance(now)
+			r.returnUsers(now)
 		case <-progressTick.C:
 			printProgress(sc, label, r.progress(), rec.Start)
 		}
@@ -298,6 +308,10 @@ func setUpTeams(ctx context.Context, c client.Client, sc *Scenario, p Policy) ([
 		// time; fault isolation at its defaults but for the level.
 		pool.Spec.IdleReclaim = &chamber.IdleReclaimPolicy{Enabled: ptr.To(!sc.NoIdleReclaim),
 			Window: &metav1.Duration{Duration: max(simToWall(IdleReclaimWindow, sc.Speedup), 2*time.Second)}}
+		if sc.InteractiveIdleLimit > 0 {
+			// The operator opts the teams' notebooks in to an idle time limit.
+			pool.Spec.IdleReclaim.InteractiveIdleLimit = &metav1.Duration{Duration: max(simToWall(sc.InteractiveIdleLimit, sc.Speedup), 2*time.Second)}
+		}
 		pool.Spec.Eviction = &chamber.EvictionPolicy{GracePeriod: &metav1.Duration{Duration: max(simToWall(EvictionGrace, sc.Speedup), 500*time.Millisecond)}}
 		if sc.IsolationLevel != "" {
 			pool.Spec.Isolation = &chamber.IsolationPolicy{Level: sc.IsolationLevel}
@@ -456,6 +470,11 @@ func jobObject(j *Job, p Policy, sc *Scenario) *batchv1.Job {
 		labels["kueue.x-k8s.io/queue-name"] = "default"
 		labels["kueue.x-k8s.io/priority-class"] = j.Tier
 	}
+	var podLabels map[string]string
+	if j.Work.Kind == KindInteractive {
+		// A notebook says what it is, under every policy; only Chamber reads it.
+		podLabels = map[string]string{idlereclaim.LabelInteractive: "true"}
+	}
 	return &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{Name: j.Name, Namespace: j.Team, Labels: labels,
 			Annotations: map[string]string{"sim.chamber.dev/trace-job": j.TraceID}},
@@ -464,7 +483,7 @@ func jobObject(j *Job, p Policy, sc *Scenario) *batchv1.Job {
 			Completions:  ptr.To(int32(pods)),
 			BackoffLimit: ptr.To(sc.BackoffLimit),
 			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
+				ObjectMeta: metav1.ObjectMeta{Labels: podLabels, Annotations: map[string]string{
 					"pod-create.stage.kwok.x-k8s.io/delay":          instant,
 					"pod-create.stage.kwok.x-k8s.io/jitter-delay":   instant,
 					"pod-ready.stage.kwok.x-k8s.io/delay":           instant,
@@ -616,6 +635,28 @@ func reportCheckpoint(ctx context.Context, c client.Client, key string) {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
 	patch := []byte(`{"metadata":{"annotations":{"` + admission.AnnotationCheckpointReady + `":"true"}}}`)
 	_ = c.Patch(ctx, pod, client.RawPatch(types.MergePatchType, patch))
+}
+
+// resumeWorkload is an interactive session's user resuming its Workload (namespace/
+// name) paused at the idle time limit, as the Event on it says: spec.active true.
+func resumeWorkload(ctx context.Context, c client.Client, key string) {
+	ns, name := splitKey(key)
+	wl := &kueue.Workload{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	patch := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"active":true}}`))
+	for try := 0; try < 5 && ctx.Err() == nil; try++ {
+		if err := c.Patch(ctx, wl, patch); err == nil || apierrors.IsNotFound(err) {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// endSession is an interactive session's user ending it (its span over while it was
+// paused): the Job and its Workload are deleted.
+func endSession(ctx context.Context, c client.Client, key string) {
+	ns, name := splitKey(key)
+	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	_ = c.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground))
 }
 
 // countAPIJobs counts the Jobs in the API server by outcome: a cross-check of the

@@ -134,6 +134,10 @@ type Scenario struct {
 	// NoIdleReclaim leaves idle reclaim off under PolicyChamber, to tell what it does
 	// from what the rest of Chamber does.
 	NoIdleReclaim bool
+	// InteractiveIdleLimit is the interactive idle time limit the teams opt in to
+	// under PolicyChamber (simulated time): an interactive session idle this long is
+	// paused, waiters or not, until its user comes back. 0: no limit.
+	InteractiveIdleLimit time.Duration
 	// KeepLogs keeps each control plane's component logs in OutDir/logs/<policy>.
 	KeepLogs bool
 	// Progress receives the progress lines; Log the component start-up lines.
@@ -194,6 +198,8 @@ func (s *Scenario) Validate() error {
 		return fmt.Errorf("no report folder: give --out")
 	case s.IsolationLevel != "" && s.IsolationLevel != chamber.IsolateAuto && s.IsolationLevel != chamber.IsolateNode && s.IsolationLevel != chamber.IsolateGPU:
 		return fmt.Errorf("--isolation-level %q: want Auto, Node or GPU", s.IsolationLevel)
+	case s.InteractiveIdleLimit < 0:
+		return fmt.Errorf("--interactive-idle-limit %v: want a positive duration, or 0 for no limit", s.InteractiveIdleLimit)
 	}
 	maxPod := s.MaxGPUsPerNode()
 	for _, j := range s.Jobs {

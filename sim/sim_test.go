@@ -28,7 +28,7 @@ func TestShortScenario(t *testing.T) {
 		Jobs: jobs, Nodes: []NodeGroup{{Count: 1, GPUs: 8, Product: "NVIDIA-H100-80GB-HBM3", Fake: "dgxh100"}},
 		Speedup: 600, FaultsPer1000GPUHours: 60, RepairTime: 30 * time.Minute, PricePerGPUHour: 2.49,
 		IdleBelowPercent: 5, BackoffLimit: 3, SampleEvery: 500 * time.Millisecond, Timeout: 2 * time.Minute,
-		Policies: AllPolicies, OutDir: t.TempDir(), MetricsAddr: "0", Seed: 1,
+		Policies: AllPolicies, OutDir: t.TempDir(), MetricsAddr: "0", Seed: 1, InteractiveIdleLimit: InteractiveIdleLimit,
 		Progress: io.Discard, Log: io.Discard,
 	}
 	if testing.Verbose() {
@@ -48,6 +48,12 @@ func TestShortScenario(t *testing.T) {
 				t.Errorf("%s: job %s never finished", rec.Policy, j.Job.Name)
 			case j.Failed:
 				failed++
+			case j.Ended:
+				// Its user ended the notebook while it was paused at the idle time
+				// limit, its span over: the Job is deleted, not complete.
+				if !j.Progress.Finished() {
+					t.Errorf("%s: session %s ended by its user before its span was over", rec.Policy, j.Job.Name)
+				}
 			default:
 				complete++
 				// The simulator, not kwok's clock, ends a job: only once its work is done.

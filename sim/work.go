@@ -1,8 +1,10 @@
 package sim
 
 import (
+	"cmp"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 )
 
@@ -282,29 +284,62 @@ func (p *Progress) Idle() bool {
 		if p.Started < 0 {
 			return false
 		}
-		since := p.Last - p.Started
-		if p.spell == nil {
-			p.spell = rand.New(rand.NewPCG(p.W.SpellSeed, 0x5e55))
-		}
-		for len(p.spells) == 0 || p.spells[len(p.spells)-1] <= since {
-			var end time.Duration
-			if len(p.spells) > 0 {
-				end = p.spells[len(p.spells)-1]
-			}
-			mean := p.W.ActiveSpell
-			if len(p.spells)%2 == 1 {
-				mean = p.W.IdleSpell
-			}
-			end += max(time.Minute, time.Duration(p.spell.ExpFloat64()*float64(mean)))
-			p.spells = append(p.spells, end)
-		}
-		for i, end := range p.spells {
-			if since < end {
-				return i%2 == 1
-			}
-		}
+		return p.spellAt(p.Last-p.Started)%2 == 1
 	}
 	return false
+}
+
+// spellAt is the index of the spell of an interactive session at since its first
+// start: even while its user is active, odd while away. Spells are drawn as needed.
+func (p *Progress) spellAt(since time.Duration) int {
+	if p.spell == nil {
+		p.spell = rand.New(rand.NewPCG(p.W.SpellSeed, 0x5e55))
+	}
+	for len(p.spells) == 0 || p.spells[len(p.spells)-1] <= since {
+		var end time.Duration
+		if len(p.spells) > 0 {
+			end = p.spells[len(p.spells)-1]
+		}
+		mean := p.W.ActiveSpell
+		if len(p.spells)%2 == 1 {
+			mean = p.W.IdleSpell
+		}
+		end += max(time.Minute, time.Duration(p.spell.ExpFloat64()*float64(mean)))
+		p.spells = append(p.spells, end)
+	}
+	i, _ := slices.BinarySearchFunc(p.spells, since, func(end, t time.Duration) int { return cmp.Compare(end, t+1) })
+	return i
+}
+
+// Returns is when the user of an interactive session, paused at t (simulated time),
+// comes back: at t if active then, else when the idle spell ends. A session that never
+// ran returns t.
+func (p *Progress) Returns(t time.Duration) time.Duration {
+	if p.W.Kind != KindInteractive || p.Started < 0 {
+		return t
+	}
+	i := p.spellAt(t - p.Started)
+	if i%2 == 0 {
+		return t
+	}
+	return p.Started + p.spells[i]
+}
+
+// SessionEnd is when an interactive session's span ends (its first start plus its
+// work); negative before it first ran.
+func (p *Progress) SessionEnd() time.Duration {
+	if p.Started < 0 {
+		return -1
+	}
+	return p.Started + p.W.Work
+}
+
+// EndSession notes that an interactive session not running was ended at t by its
+// user, its span over: it is Finished.
+func (p *Progress) EndSession(t time.Duration) {
+	if p.W.Kind == KindInteractive && !p.Running {
+		p.Last = max(p.Last, t)
+	}
 }
 
 // Lost is the job's lost progress in GPU-hours, of gpus GPUs.

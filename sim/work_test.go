@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -131,6 +132,51 @@ func TestInteractiveSpells(t *testing.T) {
 	}
 }
 
+// A notebook's user comes back when the idle spell ends: Returns is the first moment
+// of the next active spell, or the moment itself while the user is active.
+func TestSessionReturns(t *testing.T) {
+	w := Work{Kind: KindInteractive, Work: 10 * time.Hour, ActiveSpell: 20 * minute, IdleSpell: 40 * minute, SpellSeed: 7}
+	follow := NewProgress(w) // the session as it runs, to read its spells
+	follow.Start(5 * minute)
+	idleAt := func(at time.Duration) bool { follow.Advance(at); return follow.Idle() }
+	paused := NewProgress(w) // the same session, stopped at each idle moment
+	paused.Start(5 * minute)
+	checked := 0
+	for at := 5 * minute; at < 8*time.Hour; at += minute {
+		if !idleAt(at) {
+			continue
+		}
+		back := paused.Returns(at)
+		if back <= at {
+			t.Fatalf("idle at %s, the user returns at %s: want later", at, back)
+		}
+		if !idleAt(back-time.Second) || idleAt(back) {
+			t.Fatalf("idle at %s, returns at %s: want the first moment of the next active spell", at, back)
+		}
+		checked++
+		at = back // walk on from the return
+	}
+	if checked == 0 {
+		t.Fatal("no idle spell in eight hours")
+	}
+	active := NewProgress(w)
+	active.Start(0)
+	if got := active.Returns(0); got != 0 {
+		t.Errorf("active at 0: returns at %s, want 0", got)
+	}
+	if got := active.SessionEnd(); got != 10*time.Hour {
+		t.Errorf("SessionEnd = %s, want its start plus its span, 10h", got)
+	}
+	active.Stop(2*time.Hour, 0, false)
+	active.EndSession(10 * time.Hour)
+	if !active.Finished() {
+		t.Error("a session ended by its user at the end of its span: not Finished")
+	}
+	if never := NewProgress(w); never.SessionEnd() >= 0 || never.Returns(time.Hour) != time.Hour {
+		t.Errorf("a session that never ran: SessionEnd %s, Returns(1h) %s", never.SessionEnd(), never.Returns(time.Hour))
+	}
+}
+
 func TestWorkModelDraws(t *testing.T) {
 	m := DefaultWorkModel()
 	kinds := map[Kind]int{}
@@ -216,5 +262,66 @@ func TestExitOnSIGTERM(t *testing.T) {
 		if got := r.sigtermOf(pod(tc.grace)); got != tc.want {
 			t.Errorf("sigtermOf(grace %v) = %s, want %s", ptr.Deref(tc.grace, -1), got, tc.want)
 		}
+	}
+}
+
+// The users of notebooks paused at Chamber's idle time limit: each resumes its session
+// when the idle spell it was paused in ends, or ends it when its span ran out first.
+func TestReturnUsers(t *testing.T) {
+	const speedup = 60
+	w := Work{Kind: KindInteractive, Work: 3 * time.Hour, ActiveSpell: 20 * minute, IdleSpell: 40 * minute, SpellSeed: 11}
+	start := time.Now()
+	// pausedIn is a session first started at 0 and paused at the first idle moment
+	// after from, and when its user comes back.
+	pausedIn := func(from time.Duration) (*JobRecord, time.Duration, time.Duration) {
+		j := &JobRecord{Job: &Job{Name: "nb", Team: "team-a", Work: w}, Progress: NewProgress(w)}
+		j.Progress.Start(0)
+		at := from
+		for ; ; at += minute {
+			j.Progress.Advance(at)
+			if j.Progress.Idle() {
+				break
+			}
+		}
+		j.Progress.Stop(at, 0, false)
+		j.paused, j.pausedAt, j.Pauses = "job-nb-1", at, 1
+		return j, at, j.Progress.Returns(at)
+	}
+	var resumed, ended []string
+	newRecorder := func(j *JobRecord) *recorder {
+		resumed, ended = nil, nil
+		return &recorder{speedup: speedup, start: start, jobs: map[string]*JobRecord{"team-a/nb": j},
+			resume: func(k string) { resumed = append(resumed, k) }, end: func(k string) { ended = append(ended, k) }}
+	}
+	clock := func(sim time.Duration) time.Time { return start.Add(simToWall(sim, speedup)) }
+
+	j, at, back := pausedIn(0)
+	r := newRecorder(j)
+	r.returnUsers(clock(back - time.Second))
+	if resumed != nil || ended != nil {
+		t.Fatalf("paused at %s, the user back at %s: a second before, resumed %v, ended %v", at, back, resumed, ended)
+	}
+	r.returnUsers(clock(back + time.Second))
+	if !slices.Equal(resumed, []string{"team-a/job-nb-1"}) || ended != nil {
+		t.Fatalf("the user back at %s: resumed %v, ended %v; want the Workload resumed", back, resumed, ended)
+	}
+	r.returnUsers(clock(back + time.Minute))
+	if len(resumed) != 1 {
+		t.Errorf("resumed %d times, want once", len(resumed))
+	}
+
+	// Paused in an idle spell that outlasts the session's span: the user ends it.
+	j, at, back = pausedIn(0)
+	over := at + (back-at)/2
+	j.Progress.W.Work = over // its span ends while its user is away
+	r = newRecorder(j)
+	r.returnUsers(clock(over - time.Second))
+	if resumed != nil || ended != nil {
+		t.Fatalf("span over at %s: a second before, resumed %v, ended %v", over, resumed, ended)
+	}
+	r.returnUsers(clock(over + time.Second))
+	if resumed != nil || !slices.Equal(ended, []string{"team-a/nb"}) || !j.Ended || j.Finished.IsZero() || r.done != 1 || !j.Progress.Finished() {
+		t.Fatalf("paused at %s, span over at %s before the user returns at %s: resumed %v, ended %v, Ended %v, done %d, Finished %v",
+			at, over, back, resumed, ended, j.Ended, r.done, j.Progress.Finished())
 	}
 }

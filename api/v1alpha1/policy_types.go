@@ -55,7 +55,7 @@ type IdleReclaimPolicy struct {
 	// an idle GPU time limit does. It stays paused (deactivated, its Job kept) until
 	// its user resumes it by setting the Workload's spec.active to true. Unset: no
 	// limit. Exempt tiers and opted-out workloads are never paused.
-	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m')",message="must be a duration of at least 1m, such as 30m or 2h"
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="must be a positive duration such as 30m or 2h"
 	// +optional
 	InteractiveIdleLimit *metav1.Duration `json:"interactiveIdleLimit,omitempty"`
 }

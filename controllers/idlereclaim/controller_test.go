@@ -541,6 +541,9 @@ func TestHold(t *testing.T) {
 			if diff := cmp.Diff([]any{tc.wantActive, tc.wantMarks, tc.wantHeld}, got); diff != "" {
 				t.Errorf("[active, reclaimed-for, held] (-want +got):\n%s", diff)
 			}
+			if PausedAtIdleLimit(&wl) {
+				t.Errorf("a workload reclaimed for a waiter reads as paused at the idle time limit (its user would be asked to resume what resumes by itself)")
+			}
 			var events []string
 			for len(r.recorder.Events) > 0 {
 				e := <-r.recorder.Events
@@ -697,8 +700,9 @@ func TestInteractiveIdleLimit(t *testing.T) {
 			r.mustReconcile()
 			r.clock.Step(24 * time.Hour)
 			r.mustReconcile()
-			if wl := r.workload(); ptr.Deref(wl.Spec.Active, true) || wl.Annotations[AnnotationHeld] != "true" {
-				t.Fatalf("a day later: active %v, held %q; want it paused until its user resumes it", ptr.Deref(wl.Spec.Active, true), wl.Annotations[AnnotationHeld])
+			if wl := r.workload(); ptr.Deref(wl.Spec.Active, true) || wl.Annotations[AnnotationHeld] != "true" || !PausedAtIdleLimit(wl) {
+				t.Fatalf("a day later: active %v, held %q, PausedAtIdleLimit %v; want it paused until its user resumes it",
+					ptr.Deref(wl.Spec.Active, true), wl.Annotations[AnnotationHeld], PausedAtIdleLimit(wl))
 			}
 			// Its user resumes it.
 			wl := r.workload()
@@ -707,7 +711,7 @@ func TestInteractiveIdleLimit(t *testing.T) {
 				t.Fatal(err)
 			}
 			r.mustReconcile()
-			if wl := r.workload(); wl.Annotations[AnnotationHeld] != "" || wl.Annotations[AnnotationReclaimedFor] != "" {
+			if wl := r.workload(); wl.Annotations[AnnotationHeld] != "" || wl.Annotations[AnnotationReclaimedFor] != "" || PausedAtIdleLimit(wl) {
 				t.Errorf("after its user resumed it: annotations %v, want the pause cleared", wl.Annotations)
 			}
 		})

@@ -59,6 +59,14 @@ const (
 // activates it again.
 const reclaimedForIdleLimit = "interactive-idle-time-limit"
 
+// PausedAtIdleLimit says whether idle reclaim keeps wl paused at its team's
+// interactive idle time limit: deactivated, waiting for its user to resume it (set
+// spec.active true). A workload paused for a waiter resumes by itself and is not.
+func PausedAtIdleLimit(wl *kueue.Workload) bool {
+	return wl.Annotations[AnnotationReclaimedFor] == reclaimedForIdleLimit && wl.Annotations[AnnotationHeld] == "true" &&
+		wl.Spec.Active != nil && !*wl.Spec.Active
+}
+
 // DefaultMaxHold is the default of Options.MaxHold.
 const DefaultMaxHold = 10 * time.Minute
 

@@ -354,6 +354,14 @@ func TestInvalidSpecs(t *testing.T) {
 			}(),
 			wantMsg: "a budget needs cost, gpuHours or both",
 		},
+		"interactive idle limit of zero": {
+			team: func() *unstructured.Unstructured {
+				u := teamObject("bad-idle-limit", map[string]any{"model": h100, "gpus": 4})
+				_ = unstructured.SetNestedField(u.Object, "0s", "spec", "idleReclaim", "interactiveIdleLimit")
+				return u
+			}(),
+			wantMsg: "must be a positive duration",
+		},
 	}
 	for name, tc := range rejected {
 		t.Run(name, func(t *testing.T) {
