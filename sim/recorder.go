@@ -58,11 +58,11 @@ type JobRecord struct {
 	// idle is whether its GPUs were last set idle (a hang, an idle spell).
 	idle bool
 
-	// An interactive session paused at Chamber's interactive idle time limit:
-	// Pauses counts them; Ended is set when its user ended the session while it was
-	// paused, its span over (the Job deleted, not complete). ResumeWaits are how long
-	// its user waited, each time they resumed it, for its pods to run again
-	// (simulated time).
+	// An interactive session paused by Chamber's idle reclaim (for a waiter, or at
+	// the interactive idle time limit): Pauses counts them; Ended is set when its
+	// user ended the session while it was paused, its span over (the Job deleted,
+	// not complete). ResumeWaits are how long its user waited, each time they
+	// resumed it, for its pods to run again (simulated time).
 	Pauses      int
 	Ended       bool
 	ResumeWaits []time.Duration
@@ -213,7 +213,7 @@ func (r *recorder) workload(o any) {
 		return
 	}
 	_, requested := admission.RequestedEviction(wl)
-	paused := idlereclaim.PausedAtIdleLimit(wl)
+	paused := idlereclaim.Paused(wl)
 	now := time.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -228,18 +228,21 @@ func (r *recorder) workload(o any) {
 		job.noticed = time.Time{}
 	}
 	switch {
+	case job.Job.Work.Kind != KindInteractive:
+		// A batch job's pause ends by itself (idle reclaim resumes it).
 	case paused && job.paused == "":
 		job.paused, job.pausedAt = wl.Name, r.simAt(now)
 		job.Pauses++
-	case !paused && job.paused != "" && !job.resumed.IsZero():
-		job.paused = "" // its user's resume landed
+	case !paused && job.paused != "":
+		job.paused = "" // its user's resume landed, or Chamber resumed it first
 	}
 }
 
-// returnUsers is the users of interactive sessions paused at Chamber's idle time
-// limit: each comes back when the idle spell during which it was paused ends and
-// resumes the session (sets the Workload active); one whose session's span ran out
-// meanwhile ends it instead (deletes the Job) and it counts as finished then.
+// returnUsers is the users of interactive sessions Chamber paused (reclaimed for a
+// waiter, or at the idle time limit): each comes back when the idle spell during
+// which it was paused ends and resumes the session (sets the Workload active) unless
+// Chamber already has; one whose session's span ran out meanwhile ends it instead
+// (deletes the Job) and it counts as finished then.
 func (r *recorder) returnUsers(now time.Time) {
 	t := r.simAt(now)
 	var resume, end []string

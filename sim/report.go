@@ -113,7 +113,7 @@ func renderReport(sc *Scenario, recs []*Recording, results []Result) string {
 		return fmt.Sprintf("%d / %d / %d / %d", r.Faults, r.FaultKills, r.Restarted, r.Lost)
 	})
 	line("pods evicted or preempted", func(r Result) string { return fmt.Sprint(r.Evictions) })
-	line("notebooks paused at the idle time limit / ended while paused / resume wait p50 / p99", func(r Result) string {
+	line("notebooks paused by idle reclaim / ended while paused / users' resume wait p50 / p99", func(r Result) string {
 		if r.IdlePauses == 0 {
 			return "-"
 		}
@@ -281,11 +281,12 @@ const methodText = `## Method
   of their work for 30-70% of their trace duration at 0% (their work plus the hang is the
   trace's duration), and a restart ends the hang; the rest is *training*.
 - **Notebooks' users.** Interactive sessions' pods carry the label chamber.dev/interactive "true"
-  under every policy. Under (c) with an interactive idle time limit, a session paused at
-  the limit stays paused until its user comes back, at the end of the idle spell it was
-  paused in, and resumes it (spec.active true, as the Event on the Workload says); a user
-  whose session's span ran out meanwhile ends it (deletes the Job), and it counts as
-  finished then. The resume wait is from that resume to the session's pods running again.
+  under every policy. Under (c), a session idle reclaim paused (for a waiter, or at the
+  interactive idle time limit) is resumed by its user on coming back, at the end of the
+  idle spell it was paused in (spec.active true, as the Event on the Workload says),
+  unless Chamber resumed it first; a user whose session's span ran out meanwhile ends it
+  (deletes the Job), and it counts as finished then. The resume wait is from that resume
+  to the session's pods running again.
 - **Free while a job fits.** At each sample, a queued job *fits* when each of its pods
   (one per node's worth of GPUs) finds its own node with that many free GPUs (no pod, no
   unrepaired fault; the free GPUs of a node Chamber isolated count as free: no new pod

@@ -54,10 +54,10 @@ type Result struct {
 	// FreeWhileFits is the share of all GPU-time left free while a queued job fit on
 	// the free GPUs (Sample.FreeWhileFits): capacity no policy needed to leave idle.
 	FreeWhileFits float64
-	// IdlePauses counts interactive sessions paused at Chamber's interactive idle time
-	// limit; SessionsEnded those whose users ended them while paused (their span
-	// over); ResumeWaits how long, in hours, users waited for their session to run
-	// again after resuming it.
+	// IdlePauses counts interactive sessions paused by Chamber's idle reclaim (for a
+	// waiter or at the interactive idle time limit); SessionsEnded those whose users
+	// ended them while paused (their span over); ResumeWaits how long, in hours,
+	// users waited for their session to run again after resuming it.
 	IdlePauses, SessionsEnded int
 	ResumeWaits               []float64
 	// StartLatency is the median time from a pod's creation to its running, over every

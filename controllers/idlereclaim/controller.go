@@ -340,8 +340,9 @@ func (c *Controller) pauseAtLimit(ctx context.Context, key types.NamespacedName,
 	return reconcile.Result{RequeueAfter: c.opts.Interval}, nil
 }
 
-// interactive: the workload or one of its pods is marked interactive (LabelInteractive
-// as a label or an annotation).
+// interactive: the workload, its pod template or one of its pods is marked
+// interactive (LabelInteractive as a label or an annotation). The template speaks
+// for a paused workload, which has no pods.
 func interactive(wl *kueue.Workload, pods []corev1.Pod) bool {
 	marked := func(o metav1.Object) bool {
 		for _, m := range []map[string]string{o.GetLabels(), o.GetAnnotations()} {
@@ -353,6 +354,11 @@ func interactive(wl *kueue.Workload, pods []corev1.Pod) bool {
 	}
 	if marked(wl) {
 		return true
+	}
+	for i := range wl.Spec.PodSets {
+		if marked(&wl.Spec.PodSets[i].Template) {
+			return true
+		}
 	}
 	for i := range pods {
 		if marked(&pods[i]) {

@@ -449,6 +449,11 @@ func TestHold(t *testing.T) {
 		w.wl.Annotations[AnnotationHeld] = "true"
 		w.wl.Spec.Active = ptr.To(false)
 	}
+	// notebook marks the workload's pod template interactive: a paused workload has no
+	// pods to read it from.
+	notebook := func(w *world) {
+		w.wl.Spec.PodSets[0].Template.Labels = map[string]string{LabelInteractive: "true"}
+	}
 	cases := map[string]struct {
 		change     func(w *world)
 		after      time.Duration
@@ -520,9 +525,21 @@ func TestHold(t *testing.T) {
 			change:     func(w *world) { held(w); w.wl.Annotations[AnnotationReclaimedAt] = "yesterday" },
 			wantActive: true, wantEvent: ReasonReleased,
 		},
-		"activated by someone else": {
+		"activated by someone else (its user)": {
 			change:     func(w *world) { held(w); w.wl.Spec.Active = ptr.To(true) },
-			wantActive: true,
+			wantActive: true, wantEvent: ReasonReleased,
+		},
+		"a notebook while the other waits: held past MaxHold, for its user to resume": {
+			change: func(w *world) { held(w); notebook(w) },
+			after:  24 * time.Hour, wantMarks: true, wantHeld: true,
+		},
+		"a notebook, the other is gone: released": {
+			change:     func(w *world) { held(w); notebook(w); w.waiting = nil },
+			wantActive: true, wantEvent: ReasonReleased,
+		},
+		"a notebook resumed by its user": {
+			change:     func(w *world) { held(w); notebook(w); w.wl.Spec.Active = ptr.To(true) },
+			wantActive: true, wantEvent: ReasonReleased,
 		},
 	}
 	for name, tc := range cases {
@@ -540,6 +557,9 @@ func TestHold(t *testing.T) {
 			got := []any{ptr.Deref(wl.Spec.Active, true), marks, wl.Annotations[AnnotationHeld] == "true"}
 			if diff := cmp.Diff([]any{tc.wantActive, tc.wantMarks, tc.wantHeld}, got); diff != "" {
 				t.Errorf("[active, reclaimed-for, held] (-want +got):\n%s", diff)
+			}
+			if got, want := Paused(&wl), tc.wantHeld && !tc.wantActive; got != want {
+				t.Errorf("Paused = %v, want %v", got, want)
 			}
 			if PausedAtIdleLimit(&wl) {
 				t.Errorf("a workload reclaimed for a waiter reads as paused at the idle time limit (its user would be asked to resume what resumes by itself)")

@@ -29,8 +29,9 @@ import (
 // it could use, and resumes it (activates it again; Kueue requeues it and admits it
 // where GPUs are free) once nobody does. A workload is never paused longer than
 // MaxHold at its first reclaim, doubling at each further one (at most
-// maxHoldDoublings times): an idle notebook's user gets the session back, and a
-// workload that keeps idling stays out longer each time.
+// maxHoldDoublings times): a workload that keeps idling stays out longer each time.
+// An interactive one (a notebook) has no such limit: brought back while its user is
+// away it would idle through another window while others wait; its user resumes it.
 
 // Annotations on a reclaimed Workload, written by idle reclaim alone.
 const (
@@ -59,12 +60,18 @@ const (
 // activates it again.
 const reclaimedForIdleLimit = "interactive-idle-time-limit"
 
+// Paused says whether idle reclaim keeps wl paused (deactivated), for a waiter or at
+// its interactive idle time limit. Its user may resume it any time (spec.active true).
+func Paused(wl *kueue.Workload) bool {
+	return wl.Annotations[AnnotationReclaimedFor] != "" && wl.Annotations[AnnotationHeld] == "true" &&
+		wl.Spec.Active != nil && !*wl.Spec.Active
+}
+
 // PausedAtIdleLimit says whether idle reclaim keeps wl paused at its team's
 // interactive idle time limit: deactivated, waiting for its user to resume it (set
 // spec.active true). A workload paused for a waiter resumes by itself and is not.
 func PausedAtIdleLimit(wl *kueue.Workload) bool {
-	return wl.Annotations[AnnotationReclaimedFor] == reclaimedForIdleLimit && wl.Annotations[AnnotationHeld] == "true" &&
-		wl.Spec.Active != nil && !*wl.Spec.Active
+	return Paused(wl) && wl.Annotations[AnnotationReclaimedFor] == reclaimedForIdleLimit
 }
 
 // DefaultMaxHold is the default of Options.MaxHold.
@@ -141,6 +148,12 @@ func (c *Controller) reconcileHold(ctx context.Context, wl *kueue.Workload) (don
 				wl.Name, wl.Namespace)
 			return true, reconcile.Result{}, nil
 		}
+		if interactive(wl, nil) {
+			c.recorder.Eventf(wl, nil, corev1.EventTypeNormal, ReasonHeld, "Pause",
+				"paused (deactivated, its Job kept) after its idle GPUs were reclaimed for %s: it resumes by itself once no workload waits for GPUs it could use, or when its user resumes it with kubectl patch workload %s -n %s --type=merge -p '{\"spec\":{\"active\":true}}'",
+				waiter, wl.Name, wl.Namespace)
+			return true, reconcile.Result{RequeueAfter: c.opts.Interval}, nil
+		}
 		reclaims, _ := strconv.Atoi(a[AnnotationReclaims])
 		c.recorder.Eventf(wl, nil, corev1.EventTypeNormal, ReasonHeld, "Pause",
 			"paused (deactivated, its Job kept) after its idle GPUs were reclaimed for %s: it resumes by itself once no workload waits for GPUs it could use, or after %s (reclaim %d; the limit doubles with each)",
@@ -153,12 +166,13 @@ func (c *Controller) reconcileHold(ctx context.Context, wl *kueue.Workload) (don
 		return true, reconcile.Result{RequeueAfter: c.opts.Interval}, nil // the cache is behind
 	}
 	if active {
-		// Activated by someone else meanwhile (its user, after an idle time limit):
-		// the hold is over.
+		// Activated by someone else meanwhile (its user): the hold is over.
+		resumes.WithLabelValues(wl.Namespace).Inc()
+		why := "resumed by its user"
 		if waiter == reclaimedForIdleLimit {
-			resumes.WithLabelValues(wl.Namespace).Inc()
-			c.recorder.Eventf(wl, nil, corev1.EventTypeNormal, ReasonReleased, "Resume", "resumed by its user after its interactive idle time limit")
+			why += " after its interactive idle time limit"
 		}
+		c.recorder.Eventf(wl, nil, corev1.EventTypeNormal, ReasonReleased, "Resume", why)
 		return false, reconcile.Result{}, c.clearReclaimed(ctx, wl)
 	}
 	if waiter == reclaimedForIdleLimit {
@@ -175,6 +189,12 @@ func (c *Controller) reconcileHold(ctx context.Context, wl *kueue.Workload) (don
 	waits, err := c.waitingForPaused(ctx, wl, now)
 	if err != nil {
 		return true, reconcile.Result{}, err
+	}
+	if waits != nil && interactive(wl, nil) {
+		// A notebook has no pause limit: brought back while its user is still away it
+		// would sit idle through another window while others wait. Its user resumes
+		// it on coming back.
+		return true, reconcile.Result{RequeueAfter: c.opts.Interval}, nil
 	}
 	if waits != nil && now.Before(deadline) {
 		return true, reconcile.Result{RequeueAfter: min(c.opts.Interval, deadline.Sub(now))}, nil
