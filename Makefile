@@ -25,9 +25,15 @@ all: build
 build: ## Compile every package.
 	$(GO) build ./...
 
+# The packages whose tests start no control plane (test/controlplane is not among their
+# test's dependencies), which make test runs a second time under the race detector.
+RACE_PKGS = $(shell $(GO) list -test -f '{{if eq .Name "main"}}{{.ImportPath}}{{range .Deps}}{{if eq . "chamber.dev/chamber/test/controlplane"}} controlplane{{end}}{{end}}{{end}}' ./... \
+	| awk '/\.test$$/ && $$0 !~ /\/test\/controlplane\.test$$/ { sub(/\.test$$/, ""); print }')
+
 .PHONY: test
-test: tools ## Unit and integration tests (builds the tools first when missing).
+test: tools ## Unit and integration tests (builds the tools first when missing), then the packages without a control plane under -race.
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+	$(GO) test -count=1 -race -timeout $(TEST_TIMEOUT) $(RACE_PKGS)
 
 .PHONY: bench
 bench: bench-go bench-controllers bench-sim ## The Go benchmarks, the controllers' benchmarks, then the simulator's full comparison.

@@ -27,7 +27,6 @@ import (
 	testingjob "sigs.k8s.io/kueue/pkg/util/testingjobs/job"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
-	"chamber.dev/chamber/controllers/admission"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 	"chamber.dev/chamber/test/controlplane"
 	"chamber.dev/chamber/test/controlplane/controlplanetest"
@@ -167,7 +166,7 @@ func TestInstall(t *testing.T) {
 		g.Expect(c.Get(ctx, client.ObjectKey{Name: "vision"}, &cq)).To(gomega.Succeed())
 		g.Expect(cq.Spec.AdmissionChecksStrategy).NotTo(gomega.BeNil())
 		g.Expect(cq.Spec.AdmissionChecksStrategy.AdmissionChecks).To(gomega.ContainElement(
-			gomega.HaveField("Name", kueue.AdmissionCheckReference(admission.CheckName))))
+			gomega.HaveField("Name", kueue.AdmissionCheckReference(chamberkueue.CheckName))))
 	}, 3*time.Minute, time.Second).Should(gomega.Succeed())
 	t.Logf("fleet visible %v after the containers started (16 GPUs on 2 nodes in GPUNodes and the controller's metrics)",
 		time.Since(started).Round(100*time.Millisecond))

@@ -72,7 +72,7 @@ var controllerList = []struct {
 		opts := team.Options{AccountingInterval: cfg.AccountingInterval, Clock: cfg.Clock,
 			PodGracePeriods: cfg.PodGracePeriods, EvictionGrace: cfg.Admission.GracePeriod}
 		if cfg.AdmissionCheck {
-			opts.AdmissionChecks = []string{admission.CheckName}
+			opts.AdmissionChecks = []string{chamberkueue.CheckName}
 		}
 		return team.Register(mgr, opts)
 	}},

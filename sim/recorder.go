@@ -13,8 +13,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
-	"chamber.dev/chamber/controllers/admission"
 	"chamber.dev/chamber/controllers/idlereclaim"
+	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
 // Annotations and labels the simulator puts on its Jobs' pods.
@@ -212,7 +212,7 @@ func (r *recorder) workload(o any) {
 	if ref == nil || ref.Kind != "Job" {
 		return
 	}
-	_, requested := admission.RequestedEviction(wl)
+	_, requested := chamberkueue.RequestedEviction(wl)
 	paused := idlereclaim.Paused(wl)
 	now := time.Now()
 	r.mu.Lock()

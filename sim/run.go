@@ -629,11 +629,11 @@ func completePod(ctx context.Context, c client.Client, key string) {
 
 // reportCheckpoint annotates a pod whose job has written its checkpoint after
 // Chamber's eviction notice, as a job's checkpoint hook would
-// (admission.AnnotationCheckpointReady): Chamber evicts it then, before the grace ends.
+// (chamberkueue.AnnotationCheckpointReady): Chamber evicts it then, before the grace ends.
 func reportCheckpoint(ctx context.Context, c client.Client, key string) {
 	ns, name := splitKey(key)
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
-	patch := []byte(`{"metadata":{"annotations":{"` + admission.AnnotationCheckpointReady + `":"true"}}}`)
+	patch := []byte(`{"metadata":{"annotations":{"` + chamberkueue.AnnotationCheckpointReady + `":"true"}}}`)
 	_ = c.Patch(ctx, pod, client.RawPatch(types.MergePatchType, patch))
 }
 

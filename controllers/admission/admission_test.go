@@ -20,7 +20,6 @@ import (
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers"
-	"chamber.dev/chamber/controllers/admission"
 	"chamber.dev/chamber/controllers/controllertest"
 	"chamber.dev/chamber/healthcheck"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
@@ -139,11 +138,11 @@ func isTrue(wl *kueue.Workload, cond string) bool {
 
 func check(g gomega.Gomega, wl *kueue.Workload) kueue.AdmissionCheckState {
 	for _, c := range wl.Status.AdmissionChecks {
-		if c.Name == admission.CheckName {
+		if c.Name == chamberkueue.CheckName {
 			return c
 		}
 	}
-	g.Expect(fmt.Sprintf("check %s on workload %s", admission.CheckName, wl.Name)).To(gomega.BeEmpty())
+	g.Expect(fmt.Sprintf("check %s on workload %s", chamberkueue.CheckName, wl.Name)).To(gomega.BeEmpty())
 	return kueue.AdmissionCheckState{}
 }
 
@@ -333,14 +332,14 @@ func TestCooperativeEviction(t *testing.T) {
 	requested := time.Now()
 	for _, j := range []string{"answers", "waits"} {
 		wl := workload(g, "coop", j)
-		if err := admission.RequestEviction(ctx, k8s, wl, admission.Eviction{Reason: "TestEviction", Message: "the test asks", RequestedAt: requested}); err != nil {
+		if err := chamberkueue.RequestEviction(ctx, k8s, wl, chamberkueue.Eviction{Reason: "TestEviction", Message: "the test asks", RequestedAt: requested}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	deadline := func(g gomega.Gomega, j string) time.Time {
 		pods := podsOf(g, "coop", j)
 		g.Expect(pods).To(gomega.HaveLen(1))
-		notice := pods[0].Annotations[admission.AnnotationEvictionDeadline]
+		notice := pods[0].Annotations[chamberkueue.AnnotationEvictionDeadline]
 		g.Expect(notice).NotTo(gomega.BeEmpty())
 		at, err := time.Parse(time.RFC3339, notice)
 		g.Expect(err).NotTo(gomega.HaveOccurred())
@@ -363,7 +362,7 @@ func TestCooperativeEviction(t *testing.T) {
 	g.Expect(evictedAt(g, "coop", "answers")).To(gomega.BeZero())
 	pod := podsOf(g, "coop", "answers")[0]
 	patch := client.MergeFrom(pod.DeepCopy())
-	pod.Annotations[admission.AnnotationCheckpointReady] = "true"
+	pod.Annotations[chamberkueue.AnnotationCheckpointReady] = "true"
 	if err := k8s.Patch(ctx, &pod, patch); err != nil {
 		t.Fatal(err)
 	}
@@ -376,9 +375,9 @@ func TestCooperativeEviction(t *testing.T) {
 		g.Eventually(func(g gomega.Gomega) {
 			wl := workload(g, "coop", j)
 			g.Expect(isTrue(wl, kueue.WorkloadAdmitted)).To(gomega.BeTrue())
-			g.Expect(wl.Annotations).NotTo(gomega.HaveKey(admission.AnnotationEvictionReason))
+			g.Expect(wl.Annotations).NotTo(gomega.HaveKey(chamberkueue.AnnotationEvictionReason))
 			runningOn(g, "coop", j)
-			g.Expect(podsOf(g, "coop", j)[0].Annotations).NotTo(gomega.HaveKey(admission.AnnotationEvictionDeadline))
+			g.Expect(podsOf(g, "coop", j)[0].Annotations).NotTo(gomega.HaveKey(chamberkueue.AnnotationEvictionDeadline))
 		}).Should(gomega.Succeed())
 	}
 }
@@ -401,12 +400,12 @@ func TestEvictionRequestWithoutTimeKeepsItsGrace(t *testing.T) {
 		if wl.Annotations == nil {
 			wl.Annotations = map[string]string{}
 		}
-		wl.Annotations[admission.AnnotationEvictionReason] = "TestEviction"
-		wl.Annotations[admission.AnnotationEvictionMessage] = "the test asks, by hand"
+		wl.Annotations[chamberkueue.AnnotationEvictionReason] = "TestEviction"
+		wl.Annotations[chamberkueue.AnnotationEvictionMessage] = "the test asks, by hand"
 		if requestedAt == "" {
-			delete(wl.Annotations, admission.AnnotationEvictionRequestedAt)
+			delete(wl.Annotations, chamberkueue.AnnotationEvictionRequestedAt)
 		} else {
-			wl.Annotations[admission.AnnotationEvictionRequestedAt] = requestedAt
+			wl.Annotations[chamberkueue.AnnotationEvictionRequestedAt] = requestedAt
 		}
 		seen := time.Now().Truncate(time.Second)
 		if err := k8s.Patch(ctx, wl, patch); err != nil {
@@ -414,12 +413,12 @@ func TestEvictionRequestWithoutTimeKeepsItsGrace(t *testing.T) {
 		}
 		g.Eventually(func(g gomega.Gomega) {
 			wl := workload(g, "undated", "j")
-			at, err := time.Parse(time.RFC3339, wl.Annotations[admission.AnnotationEvictionRequestedAt])
+			at, err := time.Parse(time.RFC3339, wl.Annotations[chamberkueue.AnnotationEvictionRequestedAt])
 			g.Expect(err).NotTo(gomega.HaveOccurred(), "requested-at %q is dated by Chamber", requestedAt)
 			g.Expect(at).To(gomega.BeTemporally(">=", seen))
 			pods := podsOf(g, "undated", "j")
 			g.Expect(pods).To(gomega.HaveLen(1))
-			notice, err := time.Parse(time.RFC3339, pods[0].Annotations[admission.AnnotationEvictionDeadline])
+			notice, err := time.Parse(time.RFC3339, pods[0].Annotations[chamberkueue.AnnotationEvictionDeadline])
 			g.Expect(err).NotTo(gomega.HaveOccurred())
 			g.Expect(notice).To(gomega.Equal(at.Add(time.Hour)))
 		}).Should(gomega.Succeed())

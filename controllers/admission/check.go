@@ -22,7 +22,7 @@ type checkReconciler struct {
 }
 
 func (r *checkReconciler) Reconcile(ctx context.Context, ac *kueue.AdmissionCheck) (reconcile.Result, error) {
-	if ac.Spec.ControllerName != ControllerName {
+	if ac.Spec.ControllerName != chamberkueue.CheckControllerName {
 		return reconcile.Result{}, nil
 	}
 	active := metav1.Condition{
@@ -49,9 +49,9 @@ var _ manager.LeaderElectionRunnable = checkCreator{}
 func (checkCreator) NeedLeaderElection() bool { return true }
 
 func (cc checkCreator) Start(ctx context.Context) error {
-	ac := chamberkueue.AdmissionCheck(CheckName, ControllerName)
+	ac := chamberkueue.AdmissionCheck(chamberkueue.CheckName, chamberkueue.CheckControllerName)
 	if err := cc.client.Create(ctx, ac); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create admission check %s: %w", CheckName, err)
+		return fmt.Errorf("create admission check %s: %w", chamberkueue.CheckName, err)
 	}
 	return nil
 }

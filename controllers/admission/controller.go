@@ -148,15 +148,15 @@ func Register(mgr ctrl.Manager, opts Options) error {
 		// and new ones waiting in a queue (Kueue may not have added the check yet).
 		For(&kueue.Workload{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
 			wl := o.(*kueue.Workload)
-			_, asked := RequestedEviction(wl)
-			return asked || HasCheck(wl) || (len(wl.Status.AdmissionChecks) == 0 && waiting(wl))
+			_, asked := chamberkueue.RequestedEviction(wl)
+			return asked || chamberkueue.HasCheck(wl) || (len(wl.Status.AdmissionChecks) == 0 && waiting(wl))
 		}))).
 		// A job answering the eviction notice early.
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(c.workloadOfPod), builder.WithPredicates(predicate.Funcs{
 			CreateFunc: func(event.CreateEvent) bool { return false },
 			DeleteFunc: func(event.DeleteEvent) bool { return false },
 			UpdateFunc: func(e event.UpdateEvent) bool {
-				return e.ObjectNew.GetAnnotations()[AnnotationCheckpointReady] != e.ObjectOld.GetAnnotations()[AnnotationCheckpointReady]
+				return e.ObjectNew.GetAnnotations()[chamberkueue.AnnotationCheckpointReady] != e.ObjectOld.GetAnnotations()[chamberkueue.AnnotationCheckpointReady]
 			},
 		})).
 		Complete(reconcile.AsReconciler(mgr.GetClient(), c))
@@ -178,8 +178,8 @@ func (c *Controller) workloadOfPod(ctx context.Context, obj client.Object) []rec
 
 // Reconcile decides the check's state for one workload.
 func (c *Controller) Reconcile(ctx context.Context, wl *kueue.Workload) (reconcile.Result, error) {
-	check := findCheck(wl)
-	eviction, evictionAsked := RequestedEviction(wl)
+	check := chamberkueue.CheckState(wl)
+	eviction, evictionAsked := chamberkueue.RequestedEviction(wl)
 	active := check != nil && conditionTrue(wl, kueue.WorkloadQuotaReserved) &&
 		!conditionTrue(wl, kueue.WorkloadFinished) && !conditionTrue(wl, kueue.WorkloadEvicted)
 	if !active {
@@ -348,7 +348,7 @@ func (c *Controller) nodeGPUs(ctx context.Context, node *corev1.Node, own func(*
 
 // evictCooperatively gives the workload's pods notice, and evicts once the grace
 // period is over or the job says its checkpoint is saved.
-func (c *Controller) evictCooperatively(ctx context.Context, wl *kueue.Workload, e Eviction) (reconcile.Result, error) {
+func (c *Controller) evictCooperatively(ctx context.Context, wl *kueue.Workload, e chamberkueue.Eviction) (reconcile.Result, error) {
 	now := c.opts.Clock.Now()
 	grace, err := c.gracePeriod(ctx, wl, e)
 	if err != nil {
@@ -382,10 +382,10 @@ func (c *Controller) evictCooperatively(ctx context.Context, wl *kueue.Workload,
 	noticed := 0
 	for i := range pods {
 		p := &pods[i]
-		if p.Annotations[AnnotationEvictionDeadline] == notice {
+		if p.Annotations[chamberkueue.AnnotationEvictionDeadline] == notice {
 			continue
 		}
-		err := patchAnnotations(ctx, c.client, p, map[string]any{AnnotationEvictionDeadline: notice, AnnotationEvictionReason: e.Reason})
+		err := chamberkueue.PatchAnnotations(ctx, c.client, p, map[string]any{chamberkueue.AnnotationEvictionDeadline: notice, chamberkueue.AnnotationEvictionReason: e.Reason})
 		if client.IgnoreNotFound(err) != nil {
 			return reconcile.Result{}, fmt.Errorf("give pod %s/%s notice of eviction: %w", p.Namespace, p.Name, err)
 		}
@@ -394,7 +394,7 @@ func (c *Controller) evictCooperatively(ctx context.Context, wl *kueue.Workload,
 	if noticed > 0 {
 		c.recorder.Eventf(wl, nil, corev1.EventTypeNormal, "EvictionNotice", "Notify",
 			"%s: the workload will be evicted and requeued at %s (grace period %s) unless it reports its checkpoint earlier (annotation %s=true on a pod or the job): %s",
-			e.Reason, notice, grace, AnnotationCheckpointReady, e.Message)
+			e.Reason, notice, grace, chamberkueue.AnnotationCheckpointReady, e.Message)
 	}
 	// The job may answer on the Job object, which is not watched: look again soon.
 	return reconcile.Result{RequeueAfter: min(deadline.Sub(now), 2*c.opts.Recheck)}, nil
@@ -402,14 +402,14 @@ func (c *Controller) evictCooperatively(ctx context.Context, wl *kueue.Workload,
 
 // stampRequestedAt writes the time of an eviction request that had none readable.
 func (c *Controller) stampRequestedAt(ctx context.Context, wl *kueue.Workload, at time.Time) error {
-	if err := patchAnnotations(ctx, c.client, wl, map[string]any{AnnotationEvictionRequestedAt: at.UTC().Format(time.RFC3339)}); err != nil {
+	if err := chamberkueue.PatchAnnotations(ctx, c.client, wl, map[string]any{chamberkueue.AnnotationEvictionRequestedAt: at.UTC().Format(time.RFC3339)}); err != nil {
 		return fmt.Errorf("date the eviction request of workload %s/%s: %w", wl.Namespace, wl.Name, err)
 	}
 	return nil
 }
 
 // evict sets the check to Retry: Kueue evicts the workload and requeues it.
-func (c *Controller) evict(ctx context.Context, wl *kueue.Workload, e Eviction) error {
+func (c *Controller) evict(ctx context.Context, wl *kueue.Workload, e chamberkueue.Eviction) error {
 	msg := fmt.Sprintf("Evicted by Chamber (%s): %s", e.Reason, e.Message)
 	if written, err := c.writeCheck(ctx, wl, kueue.CheckStateRetry, msg); err != nil || !written {
 		return err
@@ -421,7 +421,7 @@ func (c *Controller) evict(ctx context.Context, wl *kueue.Workload, e Eviction) 
 
 // gracePeriod: the request's own, else the team's tier's, the team's, the pool's
 // tier's, the pool's, then the default.
-func (c *Controller) gracePeriod(ctx context.Context, wl *kueue.Workload, e Eviction) (time.Duration, error) {
+func (c *Controller) gracePeriod(ctx context.Context, wl *kueue.Workload, e chamberkueue.Eviction) (time.Duration, error) {
 	if e.GracePeriod != nil {
 		return *e.GracePeriod, nil
 	}
@@ -491,7 +491,7 @@ func (c *Controller) podsOf(ctx context.Context, wl *kueue.Workload) ([]corev1.P
 // checkpointReady: a pod of the workload, or the job itself, has answered the notice.
 func (c *Controller) checkpointReady(ctx context.Context, wl *kueue.Workload, pods []corev1.Pod) (bool, error) {
 	for _, p := range pods {
-		if p.Annotations[AnnotationCheckpointReady] == "true" {
+		if p.Annotations[chamberkueue.AnnotationCheckpointReady] == "true" {
 			return true, nil
 		}
 	}
@@ -505,7 +505,7 @@ func (c *Controller) checkpointReady(ctx context.Context, wl *kueue.Workload, po
 		if err != nil {
 			return false, fmt.Errorf("get owner %s %s of workload %s/%s: %w", ref.Kind, ref.Name, wl.Namespace, wl.Name, err)
 		}
-		if owner.Annotations[AnnotationCheckpointReady] == "true" {
+		if owner.Annotations[chamberkueue.AnnotationCheckpointReady] == "true" {
 			return true, nil
 		}
 	}
@@ -513,9 +513,9 @@ func (c *Controller) checkpointReady(ctx context.Context, wl *kueue.Workload, po
 }
 
 func (c *Controller) clearEviction(ctx context.Context, wl *kueue.Workload) error {
-	err := patchAnnotations(ctx, c.client, wl, map[string]any{
-		AnnotationEvictionReason: nil, AnnotationEvictionMessage: nil,
-		AnnotationEvictionRequestedAt: nil, AnnotationEvictionGracePeriod: nil,
+	err := chamberkueue.PatchAnnotations(ctx, c.client, wl, map[string]any{
+		chamberkueue.AnnotationEvictionReason: nil, chamberkueue.AnnotationEvictionMessage: nil,
+		chamberkueue.AnnotationEvictionRequestedAt: nil, chamberkueue.AnnotationEvictionGracePeriod: nil,
 	})
 	if client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("clear eviction request of workload %s/%s: %w", wl.Namespace, wl.Name, err)
@@ -542,7 +542,7 @@ func (c *Controller) writeCheck(ctx context.Context, wl *kueue.Workload, state k
 		msg = msg[:maxMessage-3] + "..."
 	}
 	transition := metav1.NewTime(c.opts.Clock.Now())
-	if current := findCheck(wl); current != nil {
+	if current := chamberkueue.CheckState(wl); current != nil {
 		if current.State == state && current.Message == msg && current.RequeueAfterSeconds == nil {
 			return true, nil
 		}
@@ -550,30 +550,17 @@ func (c *Controller) writeCheck(ctx context.Context, wl *kueue.Workload, state k
 			transition = current.LastTransitionTime
 		}
 	}
-	check := kueueac.AdmissionCheckState().WithName(CheckName).WithState(state).WithMessage(msg).WithLastTransitionTime(transition)
+	check := kueueac.AdmissionCheckState().WithName(chamberkueue.CheckName).WithState(state).WithMessage(msg).WithLastTransitionTime(transition)
 	apply := kueueac.Workload(wl.Name, wl.Namespace).WithUID(wl.UID).WithResourceVersion(wl.ResourceVersion).
 		WithStatus(kueueac.WorkloadStatus().WithAdmissionChecks(check))
-	if err := c.client.Status().Apply(ctx, apply, client.FieldOwner(ControllerName), client.ForceOwnership); err != nil {
+	if err := c.client.Status().Apply(ctx, apply, client.FieldOwner(chamberkueue.CheckControllerName), client.ForceOwnership); err != nil {
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 			// The workload was deleted, replaced or changed meanwhile.
 			return false, nil
 		}
-		return false, fmt.Errorf("set check %s of workload %s/%s to %s: %w", CheckName, wl.Namespace, wl.Name, state, err)
+		return false, fmt.Errorf("set check %s of workload %s/%s to %s: %w", chamberkueue.CheckName, wl.Namespace, wl.Name, state, err)
 	}
 	return true, nil
-}
-
-// HasCheck reports whether the workload carries Chamber's admission check, the one way
-// Chamber evicts: without it an eviction request goes unanswered.
-func HasCheck(wl *kueue.Workload) bool { return findCheck(wl) != nil }
-
-func findCheck(wl *kueue.Workload) *kueue.AdmissionCheckState {
-	for i := range wl.Status.AdmissionChecks {
-		if wl.Status.AdmissionChecks[i].Name == CheckName {
-			return &wl.Status.AdmissionChecks[i]
-		}
-	}
-	return nil
 }
 
 func conditionTrue(wl *kueue.Workload, t string) bool {

@@ -3,15 +3,6 @@
 // GPUs its pods would land on are healthy by the node agents' account. The same check
 // is Chamber's one way to evict: set to Retry on an admitted workload, Kueue evicts
 // and requeues it. Other controllers (idle reclaim, isolation) ask for evictions with
-// RequestEviction; this package gives the pods notice and a grace period to
+// RequestEviction (integrations/kueue); this package gives the pods notice and a grace period to
 // checkpoint first.
 package admission
-
-// Names of the check.
-const (
-	// ControllerName is the AdmissionCheck's spec.controllerName.
-	ControllerName = "chamber.dev/fleet"
-	// CheckName is the AdmissionCheck Chamber creates and attaches to every team's
-	// ClusterQueue.
-	CheckName = "chamber-fleet"
-)

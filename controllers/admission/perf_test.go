@@ -29,7 +29,6 @@ import (
 	kueueworkload "sigs.k8s.io/kueue/pkg/workload"
 	workloadpatching "sigs.k8s.io/kueue/pkg/workload/patching"
 
-	"chamber.dev/chamber/controllers/admission"
 	"chamber.dev/chamber/controllers/controllertest"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 	"chamber.dev/chamber/test/controlplane"
@@ -202,7 +201,7 @@ func runShape(b *testing.B, ns string, withCheck bool, scale float64) shapeResul
 				}}}},
 			}}
 			if withCheck {
-				cq.Spec.AdmissionChecksStrategy = &kueue.AdmissionChecksStrategy{AdmissionChecks: []kueue.AdmissionCheckStrategyRule{{Name: admission.CheckName}}}
+				cq.Spec.AdmissionChecksStrategy = &kueue.AdmissionChecksStrategy{AdmissionChecks: []kueue.AdmissionCheckStrategyRule{{Name: chamberkueue.CheckName}}}
 			}
 			must(k8s.Create(ctx, cq))
 			must(k8s.Create(ctx, &kueue.LocalQueue{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: kueue.LocalQueueSpec{ClusterQueue: kueue.ClusterQueueReference(name)}}))

@@ -1,7 +1,7 @@
 // Package idlereclaim takes GPUs back from workloads that hold them idle while other
 // workloads wait for them. A workload is warned (an IdleGPUs Event) when it is idle
 // under contention, and once it has been idle for its pool's window with someone still
-// waiting, Chamber asks for its eviction through the admission check (admission.RequestEviction): its pods get a
+// waiting, Chamber asks for its eviction through the admission check (chamberkueue.RequestEviction): its pods get a
 // notice and a grace period to checkpoint, then Kueue evicts it; Chamber pauses it
 // (deactivated, its Job kept) while anyone waits for GPUs it could use, for at most a
 // hold that doubles with each reclaim (pause.go), then resumes it: Kueue requeues it,
@@ -31,7 +31,6 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
-	"chamber.dev/chamber/controllers/admission"
 	"chamber.dev/chamber/fleet"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
@@ -204,7 +203,7 @@ func (c *Controller) reconcile(ctx context.Context, wl *kueue.Workload) (reconci
 		return reconcile.Result{}, nil
 	}
 	again := reconcile.Result{RequeueAfter: c.opts.Interval}
-	_, requested := admission.RequestedEviction(wl)
+	_, requested := chamberkueue.RequestedEviction(wl)
 	mine := c.reclaimedRecord(key, wl.UID)
 	// Our own request may not be in the cache yet; once our mark is, the object
 	// speaks for itself.
@@ -224,7 +223,7 @@ func (c *Controller) reconcile(ctx context.Context, wl *kueue.Workload) (reconci
 	}
 	// Without Chamber's check (an adopted ClusterQueue, --admission-check=false) an
 	// eviction request would go unanswered: neither warned nor reclaimed.
-	if !policy.Enabled || policy.exempt(tierOf(wl)) || optedOut(wl) || !admission.HasCheck(wl) {
+	if !policy.Enabled || policy.exempt(tierOf(wl)) || optedOut(wl) || !chamberkueue.HasCheck(wl) {
 		c.forget(key)
 		return again, nil
 	}
@@ -297,7 +296,7 @@ func (c *Controller) reconcile(ctx context.Context, wl *kueue.Workload) (reconci
 	}
 
 	idleFor := now.Sub(lowSince)
-	err = c.reclaim(ctx, key, wl, team, use, idleFor, waiting.Namespace+"/"+waiting.Name, admission.Eviction{
+	err = c.reclaim(ctx, key, wl, team, use, idleFor, waiting.Namespace+"/"+waiting.Name, chamberkueue.Eviction{
 		Reason: ReasonIdleReclaim,
 		Message: fmt.Sprintf("idle reclaim: its %d GPUs stayed below %d%% utilization for %s, and %s/%s waits for them",
 			use.gpus, policy.UtilizationPercent, idleFor.Round(time.Second), waiting.Namespace, waiting.Name),
@@ -314,8 +313,8 @@ func (c *Controller) reconcile(ctx context.Context, wl *kueue.Workload) (reconci
 // reclaimedFor (a waiting workload, or reclaimedForIdleLimit), which the hold reads.
 // The mark comes after the request, so that no state of the cache shows the mark
 // without the request; failed, the next reconcile writes it.
-func (c *Controller) reclaim(ctx context.Context, key types.NamespacedName, wl *kueue.Workload, team string, use usage, idleFor time.Duration, reclaimedFor string, e admission.Eviction) error {
-	if err := admission.RequestEviction(ctx, c.client, wl, e); err != nil {
+func (c *Controller) reclaim(ctx context.Context, key types.NamespacedName, wl *kueue.Workload, team string, use usage, idleFor time.Duration, reclaimedFor string, e chamberkueue.Eviction) error {
+	if err := chamberkueue.RequestEviction(ctx, c.client, wl, e); err != nil {
 		return err
 	}
 	evictions.WithLabelValues(team).Inc()
@@ -327,7 +326,7 @@ func (c *Controller) reclaim(ctx context.Context, key types.NamespacedName, wl *
 // pauseAtLimit asks for the eviction of an interactive workload idle for its limit;
 // the hold then keeps it paused until its user resumes it (reclaimedForIdleLimit).
 func (c *Controller) pauseAtLimit(ctx context.Context, key types.NamespacedName, wl *kueue.Workload, team string, use usage, idleFor time.Duration, policy Policy, now time.Time) (reconcile.Result, error) {
-	err := c.reclaim(ctx, key, wl, team, use, idleFor, reclaimedForIdleLimit, admission.Eviction{
+	err := c.reclaim(ctx, key, wl, team, use, idleFor, reclaimedForIdleLimit, chamberkueue.Eviction{
 		Reason: ReasonIdleTimeLimit,
 		Message: fmt.Sprintf("interactive idle time limit: its %d GPUs stayed below %d%% utilization for %s (limit %s); resume it with spec.active true",
 			use.gpus, policy.UtilizationPercent, idleFor.Round(time.Second), policy.InteractiveIdleLimit),

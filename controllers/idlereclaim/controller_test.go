@@ -24,7 +24,7 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
-	"chamber.dev/chamber/controllers/admission"
+	chamberkueue "chamber.dev/chamber/integrations/kueue"
 	"chamber.dev/chamber/test/controlplane"
 )
 
@@ -150,13 +150,13 @@ func (r *run) warned() int {
 }
 
 // eviction is the eviction idle reclaim requested on the workload, if any.
-func (r *run) eviction() (admission.Eviction, bool) {
+func (r *run) eviction() (chamberkueue.Eviction, bool) {
 	r.t.Helper()
 	var wl kueue.Workload
 	if err := r.client.Get(context.Background(), types.NamespacedName{Namespace: "team-a", Name: "train"}, &wl); err != nil {
 		r.t.Fatal(err)
 	}
-	e, ok := admission.RequestedEviction(&wl)
+	e, ok := chamberkueue.RequestedEviction(&wl)
 	return e, ok && e.Reason == ReasonIdleReclaim
 }
 
@@ -233,7 +233,7 @@ func TestReclaim(t *testing.T) {
 		},
 		"eviction already asked for by isolation": {
 			change: func(w *world) {
-				w.wl.Annotations = map[string]string{admission.AnnotationEvictionReason: "GPUFault"}
+				w.wl.Annotations = map[string]string{chamberkueue.AnnotationEvictionReason: "GPUFault"}
 			},
 		},
 		"without Chamber's admission check": {
@@ -436,11 +436,11 @@ func (r *run) setUtilization(percent int32) {
 func TestHold(t *testing.T) {
 	reclaimed := func(w *world) {
 		w.wl.Annotations = map[string]string{AnnotationReclaimedFor: "team-b/wait", AnnotationReclaimedAt: start.Format(time.RFC3339),
-			admission.AnnotationEvictionReason: ReasonIdleReclaim}
+			chamberkueue.AnnotationEvictionReason: ReasonIdleReclaim}
 	}
 	evicted := func(w *world) {
 		reclaimed(w)
-		delete(w.wl.Annotations, admission.AnnotationEvictionReason)
+		delete(w.wl.Annotations, chamberkueue.AnnotationEvictionReason)
 		w.wl.Status.Conditions = append(w.wl.Status.Conditions, metav1.Condition{Type: kueue.WorkloadEvicted, Status: metav1.ConditionTrue,
 			Reason: kueue.WorkloadEvictedByAdmissionCheck, LastTransitionTime: metav1.NewTime(start)})
 	}
@@ -469,7 +469,7 @@ func TestHold(t *testing.T) {
 		"already back in the queue: held": {
 			change: func(w *world) {
 				reclaimed(w)
-				delete(w.wl.Annotations, admission.AnnotationEvictionReason)
+				delete(w.wl.Annotations, chamberkueue.AnnotationEvictionReason)
 				w.wl.Status.Admission, w.wl.Status.Conditions = nil, nil
 			},
 			wantMarks: true, wantHeld: true, wantEvent: ReasonHeld,
@@ -477,7 +477,7 @@ func TestHold(t *testing.T) {
 		"a GPU fault's eviction took over": {
 			change: func(w *world) {
 				reclaimed(w)
-				w.wl.Annotations[admission.AnnotationEvictionReason] = "GPUFault"
+				w.wl.Annotations[chamberkueue.AnnotationEvictionReason] = "GPUFault"
 			},
 			wantActive: true,
 		},
@@ -603,7 +603,7 @@ func TestStaleCache(t *testing.T) {
 	if err := r.client.Get(context.Background(), types.NamespacedName{Namespace: "team-a", Name: "train"}, &wl); err != nil {
 		t.Fatal(err)
 	}
-	delete(wl.Annotations, admission.AnnotationEvictionReason)
+	delete(wl.Annotations, chamberkueue.AnnotationEvictionReason)
 	wl.Status.Conditions = append(wl.Status.Conditions, metav1.Condition{Type: kueue.WorkloadEvicted, Status: metav1.ConditionTrue,
 		Reason: kueue.WorkloadEvictedByAdmissionCheck, LastTransitionTime: metav1.NewTime(r.clock.Now())})
 	if err := r.client.Update(context.Background(), &wl); err != nil {
@@ -748,8 +748,8 @@ func (r *run) workload() *kueue.Workload {
 }
 
 // limitEviction is the eviction requested at the interactive idle time limit, if any.
-func (r *run) limitEviction() (admission.Eviction, bool) {
-	e, ok := admission.RequestedEviction(r.workload())
+func (r *run) limitEviction() (chamberkueue.Eviction, bool) {
+	e, ok := chamberkueue.RequestedEviction(r.workload())
 	return e, ok && e.Reason == ReasonIdleTimeLimit
 }
 
@@ -758,7 +758,7 @@ func (r *run) limitEviction() (admission.Eviction, bool) {
 func (r *run) kueueEvicts() {
 	r.t.Helper()
 	wl := r.workload()
-	delete(wl.Annotations, admission.AnnotationEvictionReason)
+	delete(wl.Annotations, chamberkueue.AnnotationEvictionReason)
 	wl.Status.Admission = nil
 	wl.Status.Conditions = []metav1.Condition{{Type: kueue.WorkloadEvicted, Status: metav1.ConditionTrue,
 		Reason: kueue.WorkloadEvictedByAdmissionCheck, LastTransitionTime: metav1.NewTime(r.clock.Now())}}

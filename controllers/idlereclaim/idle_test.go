@@ -16,7 +16,6 @@ import (
 	utiltesting "sigs.k8s.io/kueue/pkg/util/testing/v1beta2"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
-	"chamber.dev/chamber/controllers/admission"
 	"chamber.dev/chamber/fleet"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
@@ -236,7 +235,7 @@ func admittedWorkload(name, ns, cq string) *utiltesting.WorkloadWrapper {
 	return utiltesting.MakeWorkload(name, ns).UID(types.UID("uid-"+name)).Queue("default").Creation(start.Add(-time.Hour)).
 		RequestAndLimit(chamberkueue.ResourceGPU, "8").
 		SimpleReserveQuota(kueue.ClusterQueueReference(cq), h100, start.Add(-time.Hour)).AdmittedAt(true, start.Add(-time.Hour)).
-		AdmissionCheck(kueue.AdmissionCheckState{Name: admission.CheckName, State: kueue.CheckStateReady})
+		AdmissionCheck(kueue.AdmissionCheckState{Name: chamberkueue.CheckName, State: kueue.CheckStateReady})
 }
 
 // waitingWorkload is pending in ns's default queue, created at created.

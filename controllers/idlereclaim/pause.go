@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
-	"chamber.dev/chamber/controllers/admission"
+	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
 // Why a reclaimed workload is paused: Kueue puts a workload evicted by an admission
@@ -125,7 +125,7 @@ func (c *Controller) reconcileHold(ctx context.Context, wl *kueue.Workload) (don
 			// Someone else deactivated it: theirs to bring back.
 			return false, reconcile.Result{}, c.clearReclaimed(ctx, wl)
 		case admitted && !evicted:
-			if e, ok := admission.RequestedEviction(wl); ok && e.Reason != ReasonIdleReclaim && e.Reason != ReasonIdleTimeLimit {
+			if e, ok := chamberkueue.RequestedEviction(wl); ok && e.Reason != ReasonIdleReclaim && e.Reason != ReasonIdleTimeLimit {
 				// Another eviction (a GPU fault) took over: not ours to hold.
 				return false, reconcile.Result{}, c.clearReclaimed(ctx, wl)
 			}

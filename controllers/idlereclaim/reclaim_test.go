@@ -22,7 +22,6 @@ import (
 	"chamber.dev/chamber/agent"
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers"
-	"chamber.dev/chamber/controllers/admission"
 	"chamber.dev/chamber/controllers/controllertest"
 	"chamber.dev/chamber/controllers/idlereclaim"
 	"chamber.dev/chamber/healthcheck"
@@ -125,7 +124,7 @@ func TestIdleWorkloadReclaimed(t *testing.T) {
 	}).Should(gomega.Succeed())
 	g.Expect(admitted(g, "reclaim-b", "waits")).To(gomega.BeFalse(), "Kueue admitted the waiting job by itself")
 	idleWL := workload(g, "reclaim-a", "idle")
-	_, requested := admission.RequestedEviction(idleWL)
+	_, requested := chamberkueue.RequestedEviction(idleWL)
 	g.Expect(requested).To(gomega.BeFalse(), "eviction asked for before the window passed")
 
 	clock.Step(window)
@@ -142,7 +141,7 @@ func TestIdleWorkloadReclaimed(t *testing.T) {
 	g.Consistently(func(g gomega.Gomega) {
 		for _, j := range spared {
 			g.Expect(admitted(g, "reclaim-a", j)).To(gomega.BeTrue(), "job %s", j)
-			_, requested := admission.RequestedEviction(workload(g, "reclaim-a", j))
+			_, requested := chamberkueue.RequestedEviction(workload(g, "reclaim-a", j))
 			g.Expect(requested).To(gomega.BeFalse(), "eviction asked for job %s", j)
 			g.Expect(eventReasons(g, "reclaim-a", j)).NotTo(gomega.ContainElement(idlereclaim.ReasonIdleGPUs), "job %s", j)
 		}

@@ -44,7 +44,6 @@ import (
 	utiltas "sigs.k8s.io/kueue/pkg/util/tas"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
-	"chamber.dev/chamber/controllers/admission"
 	"chamber.dev/chamber/fleet"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
@@ -680,17 +679,17 @@ func (c *Controller) evict(ctx context.Context, node *corev1.Node, pool *chamber
 	grace := c.opts.EvictionGracePeriod
 	var asked []*kueue.Workload
 	for _, wl := range wls {
-		if have, ok := admission.RequestedEviction(wl); (ok && have.Reason == EvictionReason) || c.askedRecently(wl.UID, node.Name, now) {
+		if have, ok := chamberkueue.RequestedEviction(wl); (ok && have.Reason == EvictionReason) || c.askedRecently(wl.UID, node.Name, now) {
 			continue
 		}
 		msg := fmt.Sprintf("evicted from node %s, isolated for a GPU fault (%s); Kueue requeues it onto healthy GPUs", node.Name, rep.describe())
-		e := admission.Eviction{Reason: EvictionReason, Message: msg, RequestedAt: now}
+		e := chamberkueue.Eviction{Reason: EvictionReason, Message: msg, RequestedAt: now}
 		if failing == nil || slices.ContainsFunc(onFailing, func(f *kueue.Workload) bool { return f.UID == wl.UID }) {
 			e.GracePeriod = &grace
 		} else {
 			e.Message += fmt.Sprintf("; its GPUs are healthy and ran on while the node drained (%s): it has its grace period to checkpoint before the node's repair", c.opts.DrainTimeout)
 		}
-		if err := admission.RequestEviction(ctx, c.client, wl, e); err != nil {
+		if err := chamberkueue.RequestEviction(ctx, c.client, wl, e); err != nil {
 			if apierrors.IsNotFound(err) {
 				continue
 			}

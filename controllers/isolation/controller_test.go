@@ -23,7 +23,6 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
-	"chamber.dev/chamber/controllers/admission"
 	"chamber.dev/chamber/fleet"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 	"chamber.dev/chamber/test/controlplane"
@@ -544,7 +543,7 @@ func (e *env) evicted(jobs ...string) map[string]bool {
 		if err := e.client.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: job}, &wl); err != nil {
 			e.t.Fatal(err)
 		}
-		_, out[job] = admission.RequestedEviction(&wl)
+		_, out[job] = chamberkueue.RequestedEviction(&wl)
 	}
 	return out
 }

@@ -276,7 +276,7 @@ func evictedByCheck(g gomega.Gomega, ns, job string) {
 func undisturbed(g gomega.Gomega, ns, job string) {
 	wls := workloads(g, ns, job)
 	g.Expect(wls).To(gomega.HaveLen(1))
-	_, asked := admission.RequestedEviction(&wls[0])
+	_, asked := chamberkueue.RequestedEviction(&wls[0])
 	g.Expect(asked).To(gomega.BeFalse(), "eviction requested")
 	runningPod(g, ns, job)
 }
@@ -690,10 +690,10 @@ func TestXID79DrainsTheNodeThenGivesNotice(t *testing.T) {
 	// big runs on, with no notice and no eviction asked, while the node stays isolated.
 	g.Consistently(func(g gomega.Gomega) {
 		pod := runningPod(g, "grace79", "big")
-		g.Expect(pod.Annotations).NotTo(gomega.HaveKey(admission.AnnotationEvictionDeadline))
+		g.Expect(pod.Annotations).NotTo(gomega.HaveKey(chamberkueue.AnnotationEvictionDeadline))
 		wls := workloads(g, "grace79", "big")
 		g.Expect(wls).To(gomega.HaveLen(1))
-		_, asked := admission.RequestedEviction(&wls[0])
+		_, asked := chamberkueue.RequestedEviction(&wls[0])
 		g.Expect(asked).To(gomega.BeFalse())
 		g.Expect(wls[0].Status.SchedulingStats).To(gomega.Or(gomega.BeNil(), gomega.HaveField("Evictions", gomega.BeEmpty())))
 		isolated(g, "grace79-1", "XID79")
@@ -702,10 +702,10 @@ func TestXID79DrainsTheNodeThenGivesNotice(t *testing.T) {
 	// The drain times out: big has notice, with the default grace period (2 minutes).
 	g.Eventually(func(g gomega.Gomega) {
 		pod := runningPod(g, "grace79", "big")
-		deadline, err := time.Parse(time.RFC3339, pod.Annotations[admission.AnnotationEvictionDeadline])
+		deadline, err := time.Parse(time.RFC3339, pod.Annotations[chamberkueue.AnnotationEvictionDeadline])
 		g.Expect(err).NotTo(gomega.HaveOccurred())
 		g.Expect(deadline).To(gomega.BeTemporally(">=", raised.Add(drainTimeout+admission.DefaultGracePeriod).Truncate(time.Second)))
-		g.Expect(pod.Annotations[admission.AnnotationEvictionReason]).To(gomega.Equal(isolation.EvictionReason))
+		g.Expect(pod.Annotations[chamberkueue.AnnotationEvictionReason]).To(gomega.Equal(isolation.EvictionReason))
 	}).Should(gomega.Succeed())
 }
 

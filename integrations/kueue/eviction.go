@@ -1,4 +1,4 @@
-package admission
+package kueue
 
 import (
 	"context"
@@ -11,9 +11,34 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 )
 
-// Annotations of the eviction protocol. Other controllers ask for an eviction by
-// annotating the Workload (RequestEviction); the admission controller alone writes
-// the check state. The pods get a notice, and the job may answer it.
+// Names of Chamber's admission check, the one way Chamber evicts: set to Retry on an
+// admitted workload, Kueue evicts and requeues it.
+const (
+	// CheckControllerName is the AdmissionCheck's spec.controllerName.
+	CheckControllerName = "chamber.dev/fleet"
+	// CheckName is the AdmissionCheck Chamber creates and attaches to every team's
+	// ClusterQueue.
+	CheckName = "chamber-fleet"
+)
+
+// CheckState is the workload's state of Chamber's admission check; nil when its
+// ClusterQueue has no such check.
+func CheckState(wl *kueue.Workload) *kueue.AdmissionCheckState {
+	for i := range wl.Status.AdmissionChecks {
+		if wl.Status.AdmissionChecks[i].Name == CheckName {
+			return &wl.Status.AdmissionChecks[i]
+		}
+	}
+	return nil
+}
+
+// HasCheck reports whether the workload carries Chamber's admission check: without it
+// an eviction request goes unanswered.
+func HasCheck(wl *kueue.Workload) bool { return CheckState(wl) != nil }
+
+// Annotations of the eviction protocol. Controllers ask for an eviction by annotating
+// the Workload (RequestEviction); Chamber's admission controller alone writes the
+// check state. The pods get a notice, and the job may answer it.
 const (
 	// On the Workload: why Chamber wants it evicted, a CamelCase reason (IdleReclaim,
 	// GPUFault) that becomes the Events' reason.
@@ -47,7 +72,7 @@ type Eviction struct {
 	GracePeriod *time.Duration
 }
 
-// RequestEviction asks for wl to be evicted. The admission controller notifies the
+// RequestEviction asks for wl to be evicted. Chamber's admission controller notifies the
 // pods, waits out the grace period (or the job's checkpoint), then sets Chamber's
 // admission check to Retry so that Kueue evicts and requeues the workload. A request
 // already there stays, unless this one would evict sooner.
@@ -67,15 +92,15 @@ func RequestEviction(ctx context.Context, c client.Client, wl *kueue.Workload, e
 	if e.GracePeriod != nil {
 		annotations[AnnotationEvictionGracePeriod] = e.GracePeriod.String()
 	}
-	if err := patchAnnotations(ctx, c, wl, annotations); err != nil {
+	if err := PatchAnnotations(ctx, c, wl, annotations); err != nil {
 		return fmt.Errorf("request eviction of workload %s/%s: %w", wl.Namespace, wl.Name, err)
 	}
 	return nil
 }
 
-// patchAnnotations sets (a string) or removes (nil) annotations of obj in one merge
+// PatchAnnotations sets (a string) or removes (nil) annotations of obj in one merge
 // patch, leaving the others and the rest of the object alone.
-func patchAnnotations(ctx context.Context, c client.Client, obj client.Object, annotations map[string]any) error {
+func PatchAnnotations(ctx context.Context, c client.Client, obj client.Object, annotations map[string]any) error {
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
 	if err != nil {
 		return err
