@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
@@ -22,6 +23,14 @@ import (
 	"chamber.dev/chamber/fleet"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
+
+// CacheOptions are the manager cache's options for Chamber's controllers: objects are
+// cached without their managedFields, which no controller reads (they write status by
+// server-side apply, which needs none cached) and which are a large share of every
+// Workload, Pod and Node.
+func CacheOptions() cache.Options {
+	return cache.Options{DefaultTransform: cache.TransformStripManagedFields()}
+}
 
 // Config configures the controllers.
 type Config struct {

@@ -347,7 +347,7 @@ func startChamber(ctx context.Context, cp *controlplane.ControlPlane, sc *Scenar
 		return err
 	}
 	context.AfterFunc(ctx, closeLog)
-	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{Scheme: controlplane.Scheme, Logger: logger,
+	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{Scheme: controlplane.Scheme, Logger: logger, Cache: controllers.CacheOptions(),
 		Metrics: metricsserver.Options{BindAddress: sc.MetricsAddr}})
 	if err != nil {
 		return err

@@ -123,6 +123,7 @@ func main() {
 	kube.QPS, kube.Burst = float32(*apiQPS), *apiBurst
 	mgr, err := ctrl.NewManager(kube, ctrl.Options{
 		Scheme:                  scheme,
+		Cache:                   controllers.CacheOptions(),
 		Metrics:                 metricsserver.Options{BindAddress: *metricsAddr},
 		HealthProbeBindAddress:  *probeAddr,
 		LeaderElection:          *leaderElect,

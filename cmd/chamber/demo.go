@@ -64,7 +64,7 @@ func runBorrowDemo(args []string) error {
 	if err != nil {
 		return err
 	}
-	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{Scheme: controlplane.Scheme, Metrics: metricsserver.Options{BindAddress: *metricsAddr}})
+	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{Scheme: controlplane.Scheme, Cache: controllers.CacheOptions(), Metrics: metricsserver.Options{BindAddress: *metricsAddr}})
 	if err != nil {
 		return err
 	}

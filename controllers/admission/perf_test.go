@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -77,6 +78,17 @@ type shapeResult struct {
 	// writesPerWorkload is the mean number of writes to a Workload that its watch
 	// saw, from creation until it finished: the API server's load per workload.
 	writesPerWorkload float64
+	// heapMB is the test process's live heap once every workload finished, before
+	// they are deleted: Chamber's caches (every Workload, Pod, Node) are most of it.
+	heapMB float64
+}
+
+// liveHeapMB is the heap in use after a collection, in MiB.
+func liveHeapMB() float64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return float64(m.HeapInuse) / (1 << 20)
 }
 
 // BenchmarkSchedulerShape runs the shape of Kueue's scheduler performance test on one
@@ -110,6 +122,7 @@ func BenchmarkSchedulerShape(b *testing.B) {
 	perfNodesOnce(b)
 	for i := range b.N {
 		var wallRatios, p99Ratios []float64
+		var heapMB float64
 		var kueueOnly, withCheck shapeResult
 		for p := range pairs {
 			// Even pairs run Kueue alone first, odd pairs Chamber first.
@@ -129,8 +142,9 @@ func BenchmarkSchedulerShape(b *testing.B) {
 				name string
 				res  shapeResult
 			}{{"Kueue alone", kueueOnly}, {"Kueue + Chamber's check", withCheck}} {
-				b.Logf("pair %d, %-24s %5d workloads: wall %6.1fs, time to admission mean %6.0f ms, p50 %6.0f ms, p99 %6.0f ms, %.1f writes per workload",
-					p+1, r.name, r.res.workloads, r.res.wall.Seconds(), ms(r.res.meanAdmission), ms(r.res.p50), ms(r.res.p99), r.res.writesPerWorkload)
+				b.Logf("pair %d, %-24s %5d workloads: wall %6.1fs, time to admission mean %6.0f ms, p50 %6.0f ms, p99 %6.0f ms, %.1f writes per workload, live heap %.0f MiB",
+					p+1, r.name, r.res.workloads, r.res.wall.Seconds(), ms(r.res.meanAdmission), ms(r.res.p50), ms(r.res.p99), r.res.writesPerWorkload, r.res.heapMB)
+				heapMB = max(heapMB, r.res.heapMB)
 			}
 			wallRatios = append(wallRatios, withCheck.wall.Seconds()/kueueOnly.wall.Seconds())
 			p99Ratios = append(p99Ratios, ms(withCheck.p99)/math.Max(ms(kueueOnly.p99), 1e-3))
@@ -141,6 +155,7 @@ func BenchmarkSchedulerShape(b *testing.B) {
 			pairs, median(wallRatios), wallRatios[0], wallRatios[len(wallRatios)-1], median(p99Ratios), p99Ratios[0], p99Ratios[len(p99Ratios)-1])
 		b.ReportMetric(median(wallRatios), "wall-ratio")
 		b.ReportMetric(median(p99Ratios), "admit-p99-ratio")
+		b.ReportMetric(heapMB, "max-heap-MiB")
 	}
 }
 
@@ -245,7 +260,9 @@ func runShape(b *testing.B, ns string, withCheck bool, scale float64) shapeResul
 	for {
 		select {
 		case <-done:
-			return rec.result(start)
+			res := rec.result(start)
+			res.heapMB = liveHeapMB()
+			return res
 		case <-progress.C:
 			fmt.Fprintf(os.Stderr, "%s: %d of %d workloads admitted, %d finished, %s\n", ns, rec.admittedCount(), total, rec.finishedCount(), time.Since(start).Round(time.Second))
 		case <-ctx.Done():

@@ -54,7 +54,7 @@ func Main(m *testing.M, cfg controllers.Config, k8s *client.Client) int {
 	// The API rates chamber-controller runs with (its --kube-api-qps and -burst).
 	kube := controlplane.AsServiceAccount(cp.Config, controlplane.ChartNamespace, controlplane.ControllerAccount, "")
 	kube.QPS, kube.Burst = 300, 500
-	mgr, err := ctrl.NewManager(kube, ctrl.Options{Scheme: controlplane.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
+	mgr, err := ctrl.NewManager(kube, ctrl.Options{Scheme: controlplane.Scheme, Cache: controllers.CacheOptions(), Metrics: metricsserver.Options{BindAddress: "0"}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
