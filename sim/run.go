@@ -473,7 +473,7 @@ func jobObject(j *Job, p Policy, sc *Scenario) *batchv1.Job {
 	var podLabels map[string]string
 	if j.Work.Kind == KindInteractive {
 		// A notebook says what it is, under every policy; only Chamber reads it.
-		podLabels = map[string]string{idlereclaim.LabelInteractive: "true"}
+		podLabels = map[string]string{chamber.LabelInteractive: "true"}
 	}
 	return &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{Name: j.Name, Namespace: j.Team, Labels: labels,
@@ -569,14 +569,14 @@ func injectFaults(ctx context.Context, c client.Client, sc *Scenario, nodes map[
 }
 
 // clearIsolation is the simulated operator's word that a repaired node may return
-// after the repair (isolation.AnnotationClear), given only to a node Chamber isolated.
+// after the repair (chamber.AnnotationIsolationClear), given only to a node Chamber isolated.
 func clearIsolation(ctx context.Context, c client.Client, node string) {
 	var n corev1.Node
 	if err := c.Get(ctx, client.ObjectKey{Name: node}, &n); err != nil || n.Annotations[isolation.AnnotationIsolatedAt] == "" {
 		return
 	}
 	patch := client.MergeFrom(n.DeepCopy())
-	n.Annotations[isolation.AnnotationClear] = "true"
+	n.Annotations[chamber.AnnotationIsolationClear] = "true"
 	_ = c.Patch(ctx, &n, patch)
 }
 
@@ -629,11 +629,11 @@ func completePod(ctx context.Context, c client.Client, key string) {
 
 // reportCheckpoint annotates a pod whose job has written its checkpoint after
 // Chamber's eviction notice, as a job's checkpoint hook would
-// (chamberkueue.AnnotationCheckpointReady): Chamber evicts it then, before the grace ends.
+// (chamber.AnnotationCheckpointReady): Chamber evicts it then, before the grace ends.
 func reportCheckpoint(ctx context.Context, c client.Client, key string) {
 	ns, name := splitKey(key)
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
-	patch := []byte(`{"metadata":{"annotations":{"` + chamberkueue.AnnotationCheckpointReady + `":"true"}}}`)
+	patch := []byte(`{"metadata":{"annotations":{"` + chamber.AnnotationCheckpointReady + `":"true"}}}`)
 	_ = c.Patch(ctx, pod, client.RawPatch(types.MergePatchType, patch))
 }
 

@@ -9,3 +9,46 @@ const LabelGPUHold = "chamber.dev/gpu-hold"
 // failing GPUs; its value is the fault's reason (XID79, ECCDoubleBit, ...). The GPUs
 // of a node carrying it (any effect) are Isolated in the fleet's state.
 const TaintGPUUnhealthy = "chamber.dev/gpu-unhealthy"
+
+// AnnotationIdleReclaim set to "false" on a Workload, on its owner (the Job) or on its
+// pods keeps the workload from being reclaimed for idling.
+const AnnotationIdleReclaim = "chamber.dev/idle-reclaim"
+
+// LabelInteractive "true" (a label or an annotation) on a Workload, its pod template or
+// its pods marks an interactive workload (a notebook, a debug session): a policy's
+// InteractiveIdleLimit applies to it, and once paused it waits for its user.
+const LabelInteractive = "chamber.dev/interactive"
+
+// Annotations an operator sets to end what fault isolation did; Chamber removes them.
+const (
+	// AnnotationIsolationClear "true" on a node ends its isolation (after a hardware
+	// fault was repaired).
+	AnnotationIsolationClear = "chamber.dev/isolation-clear"
+	// AnnotationIsolationBreakerReset "true" on a GPUPool closes the pool's circuit
+	// breaker.
+	AnnotationIsolationBreakerReset = "chamber.dev/isolation-breaker-reset"
+)
+
+// Annotations of Chamber's eviction protocol. Chamber's controllers (and anyone, by
+// hand) ask for an eviction by annotating the Workload (integrations/kueue's
+// RequestEviction); Chamber's admission controller alone writes the check state. The
+// pods get a notice, and the job may answer it.
+const (
+	// On the Workload: why Chamber wants it evicted, a CamelCase reason (IdleReclaim,
+	// GPUFault) that becomes the Events' reason.
+	AnnotationEvictionReason = "chamber.dev/eviction-reason"
+	// On the Workload: the message users read in its Events and check state.
+	AnnotationEvictionMessage = "chamber.dev/eviction-message"
+	// On the Workload: when the eviction was asked for (RFC 3339).
+	AnnotationEvictionRequestedAt = "chamber.dev/eviction-requested-at"
+	// On the Workload, optional: a grace period (Go duration) replacing the team's
+	// and tier's; "0s" evicts at once.
+	AnnotationEvictionGracePeriod = "chamber.dev/eviction-grace-period"
+
+	// On the pods: the notice, the time (RFC 3339) the pod will be stopped. A pod
+	// sees it through the downward API (annotations in a volume update live).
+	AnnotationEvictionDeadline = "chamber.dev/eviction-deadline"
+	// On a pod or its Job, set by the job: "true" once it has saved a checkpoint, so
+	// the eviction need not wait out the grace period.
+	AnnotationCheckpointReady = "chamber.dev/checkpoint-ready"
+)

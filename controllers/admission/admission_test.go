@@ -339,7 +339,7 @@ func TestCooperativeEviction(t *testing.T) {
 	deadline := func(g gomega.Gomega, j string) time.Time {
 		pods := podsOf(g, "coop", j)
 		g.Expect(pods).To(gomega.HaveLen(1))
-		notice := pods[0].Annotations[chamberkueue.AnnotationEvictionDeadline]
+		notice := pods[0].Annotations[chamber.AnnotationEvictionDeadline]
 		g.Expect(notice).NotTo(gomega.BeEmpty())
 		at, err := time.Parse(time.RFC3339, notice)
 		g.Expect(err).NotTo(gomega.HaveOccurred())
@@ -362,7 +362,7 @@ func TestCooperativeEviction(t *testing.T) {
 	g.Expect(evictedAt(g, "coop", "answers")).To(gomega.BeZero())
 	pod := podsOf(g, "coop", "answers")[0]
 	patch := client.MergeFrom(pod.DeepCopy())
-	pod.Annotations[chamberkueue.AnnotationCheckpointReady] = "true"
+	pod.Annotations[chamber.AnnotationCheckpointReady] = "true"
 	if err := k8s.Patch(ctx, &pod, patch); err != nil {
 		t.Fatal(err)
 	}
@@ -375,9 +375,9 @@ func TestCooperativeEviction(t *testing.T) {
 		g.Eventually(func(g gomega.Gomega) {
 			wl := workload(g, "coop", j)
 			g.Expect(isTrue(wl, kueue.WorkloadAdmitted)).To(gomega.BeTrue())
-			g.Expect(wl.Annotations).NotTo(gomega.HaveKey(chamberkueue.AnnotationEvictionReason))
+			g.Expect(wl.Annotations).NotTo(gomega.HaveKey(chamber.AnnotationEvictionReason))
 			runningOn(g, "coop", j)
-			g.Expect(podsOf(g, "coop", j)[0].Annotations).NotTo(gomega.HaveKey(chamberkueue.AnnotationEvictionDeadline))
+			g.Expect(podsOf(g, "coop", j)[0].Annotations).NotTo(gomega.HaveKey(chamber.AnnotationEvictionDeadline))
 		}).Should(gomega.Succeed())
 	}
 }
@@ -400,12 +400,12 @@ func TestEvictionRequestWithoutTimeKeepsItsGrace(t *testing.T) {
 		if wl.Annotations == nil {
 			wl.Annotations = map[string]string{}
 		}
-		wl.Annotations[chamberkueue.AnnotationEvictionReason] = "TestEviction"
-		wl.Annotations[chamberkueue.AnnotationEvictionMessage] = "the test asks, by hand"
+		wl.Annotations[chamber.AnnotationEvictionReason] = "TestEviction"
+		wl.Annotations[chamber.AnnotationEvictionMessage] = "the test asks, by hand"
 		if requestedAt == "" {
-			delete(wl.Annotations, chamberkueue.AnnotationEvictionRequestedAt)
+			delete(wl.Annotations, chamber.AnnotationEvictionRequestedAt)
 		} else {
-			wl.Annotations[chamberkueue.AnnotationEvictionRequestedAt] = requestedAt
+			wl.Annotations[chamber.AnnotationEvictionRequestedAt] = requestedAt
 		}
 		seen := time.Now().Truncate(time.Second)
 		if err := k8s.Patch(ctx, wl, patch); err != nil {
@@ -413,12 +413,12 @@ func TestEvictionRequestWithoutTimeKeepsItsGrace(t *testing.T) {
 		}
 		g.Eventually(func(g gomega.Gomega) {
 			wl := workload(g, "undated", "j")
-			at, err := time.Parse(time.RFC3339, wl.Annotations[chamberkueue.AnnotationEvictionRequestedAt])
+			at, err := time.Parse(time.RFC3339, wl.Annotations[chamber.AnnotationEvictionRequestedAt])
 			g.Expect(err).NotTo(gomega.HaveOccurred(), "requested-at %q is dated by Chamber", requestedAt)
 			g.Expect(at).To(gomega.BeTemporally(">=", seen))
 			pods := podsOf(g, "undated", "j")
 			g.Expect(pods).To(gomega.HaveLen(1))
-			notice, err := time.Parse(time.RFC3339, pods[0].Annotations[chamberkueue.AnnotationEvictionDeadline])
+			notice, err := time.Parse(time.RFC3339, pods[0].Annotations[chamber.AnnotationEvictionDeadline])
 			g.Expect(err).NotTo(gomega.HaveOccurred())
 			g.Expect(notice).To(gomega.Equal(at.Add(time.Hour)))
 		}).Should(gomega.Succeed())

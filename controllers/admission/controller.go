@@ -156,7 +156,7 @@ func Register(mgr ctrl.Manager, opts Options) error {
 			CreateFunc: func(event.CreateEvent) bool { return false },
 			DeleteFunc: func(event.DeleteEvent) bool { return false },
 			UpdateFunc: func(e event.UpdateEvent) bool {
-				return e.ObjectNew.GetAnnotations()[chamberkueue.AnnotationCheckpointReady] != e.ObjectOld.GetAnnotations()[chamberkueue.AnnotationCheckpointReady]
+				return e.ObjectNew.GetAnnotations()[chamber.AnnotationCheckpointReady] != e.ObjectOld.GetAnnotations()[chamber.AnnotationCheckpointReady]
 			},
 		})).
 		Complete(reconcile.AsReconciler(mgr.GetClient(), c))
@@ -382,10 +382,10 @@ func (c *Controller) evictCooperatively(ctx context.Context, wl *kueue.Workload,
 	noticed := 0
 	for i := range pods {
 		p := &pods[i]
-		if p.Annotations[chamberkueue.AnnotationEvictionDeadline] == notice {
+		if p.Annotations[chamber.AnnotationEvictionDeadline] == notice {
 			continue
 		}
-		err := chamberkueue.PatchAnnotations(ctx, c.client, p, map[string]any{chamberkueue.AnnotationEvictionDeadline: notice, chamberkueue.AnnotationEvictionReason: e.Reason})
+		err := chamberkueue.PatchAnnotations(ctx, c.client, p, map[string]any{chamber.AnnotationEvictionDeadline: notice, chamber.AnnotationEvictionReason: e.Reason})
 		if client.IgnoreNotFound(err) != nil {
 			return reconcile.Result{}, fmt.Errorf("give pod %s/%s notice of eviction: %w", p.Namespace, p.Name, err)
 		}
@@ -394,7 +394,7 @@ func (c *Controller) evictCooperatively(ctx context.Context, wl *kueue.Workload,
 	if noticed > 0 {
 		c.recorder.Eventf(wl, nil, corev1.EventTypeNormal, "EvictionNotice", "Notify",
 			"%s: the workload will be evicted and requeued at %s (grace period %s) unless it reports its checkpoint earlier (annotation %s=true on a pod or the job): %s",
-			e.Reason, notice, grace, chamberkueue.AnnotationCheckpointReady, e.Message)
+			e.Reason, notice, grace, chamber.AnnotationCheckpointReady, e.Message)
 	}
 	// The job may answer on the Job object, which is not watched: look again soon.
 	return reconcile.Result{RequeueAfter: min(deadline.Sub(now), 2*c.opts.Recheck)}, nil
@@ -402,7 +402,7 @@ func (c *Controller) evictCooperatively(ctx context.Context, wl *kueue.Workload,
 
 // stampRequestedAt writes the time of an eviction request that had none readable.
 func (c *Controller) stampRequestedAt(ctx context.Context, wl *kueue.Workload, at time.Time) error {
-	if err := chamberkueue.PatchAnnotations(ctx, c.client, wl, map[string]any{chamberkueue.AnnotationEvictionRequestedAt: at.UTC().Format(time.RFC3339)}); err != nil {
+	if err := chamberkueue.PatchAnnotations(ctx, c.client, wl, map[string]any{chamber.AnnotationEvictionRequestedAt: at.UTC().Format(time.RFC3339)}); err != nil {
 		return fmt.Errorf("date the eviction request of workload %s/%s: %w", wl.Namespace, wl.Name, err)
 	}
 	return nil
@@ -491,7 +491,7 @@ func (c *Controller) podsOf(ctx context.Context, wl *kueue.Workload) ([]corev1.P
 // checkpointReady: a pod of the workload, or the job itself, has answered the notice.
 func (c *Controller) checkpointReady(ctx context.Context, wl *kueue.Workload, pods []corev1.Pod) (bool, error) {
 	for _, p := range pods {
-		if p.Annotations[chamberkueue.AnnotationCheckpointReady] == "true" {
+		if p.Annotations[chamber.AnnotationCheckpointReady] == "true" {
 			return true, nil
 		}
 	}
@@ -505,7 +505,7 @@ func (c *Controller) checkpointReady(ctx context.Context, wl *kueue.Workload, po
 		if err != nil {
 			return false, fmt.Errorf("get owner %s %s of workload %s/%s: %w", ref.Kind, ref.Name, wl.Namespace, wl.Name, err)
 		}
-		if owner.Annotations[chamberkueue.AnnotationCheckpointReady] == "true" {
+		if owner.Annotations[chamber.AnnotationCheckpointReady] == "true" {
 			return true, nil
 		}
 	}
@@ -514,8 +514,8 @@ func (c *Controller) checkpointReady(ctx context.Context, wl *kueue.Workload, po
 
 func (c *Controller) clearEviction(ctx context.Context, wl *kueue.Workload) error {
 	err := chamberkueue.PatchAnnotations(ctx, c.client, wl, map[string]any{
-		chamberkueue.AnnotationEvictionReason: nil, chamberkueue.AnnotationEvictionMessage: nil,
-		chamberkueue.AnnotationEvictionRequestedAt: nil, chamberkueue.AnnotationEvictionGracePeriod: nil,
+		chamber.AnnotationEvictionReason: nil, chamber.AnnotationEvictionMessage: nil,
+		chamber.AnnotationEvictionRequestedAt: nil, chamber.AnnotationEvictionGracePeriod: nil,
 	})
 	if client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("clear eviction request of workload %s/%s: %w", wl.Namespace, wl.Name, err)

@@ -35,15 +35,6 @@ import (
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
-// AnnotationIdleReclaim set to "false" on a Workload, on its owner (the Job) or on
-// its pods keeps the workload from being reclaimed.
-const AnnotationIdleReclaim = "chamber.dev/idle-reclaim"
-
-// LabelInteractive "true" (a label or an annotation) on a Workload or its pods marks an
-// interactive workload (a notebook, a debug session), to which a policy's
-// InteractiveIdleLimit applies.
-const LabelInteractive = "chamber.dev/interactive"
-
 // Reasons of the Events and of the eviction request.
 const (
 	// ReasonIdleGPUs is the warning Event of a workload idle under contention.
@@ -340,12 +331,12 @@ func (c *Controller) pauseAtLimit(ctx context.Context, key types.NamespacedName,
 }
 
 // interactive: the workload, its pod template or one of its pods is marked
-// interactive (LabelInteractive as a label or an annotation). The template speaks
+// interactive (chamber.LabelInteractive as a label or an annotation). The template speaks
 // for a paused workload, which has no pods.
 func interactive(wl *kueue.Workload, pods []corev1.Pod) bool {
 	marked := func(o metav1.Object) bool {
 		for _, m := range []map[string]string{o.GetLabels(), o.GetAnnotations()} {
-			if on, err := strconv.ParseBool(m[LabelInteractive]); err == nil && on {
+			if on, err := strconv.ParseBool(m[chamber.LabelInteractive]); err == nil && on {
 				return true
 			}
 		}
@@ -437,7 +428,7 @@ func tierOf(wl *kueue.Workload) string {
 
 // optedOut reads the annotation on one object.
 func optedOut(obj metav1.Object) bool {
-	v, ok := obj.GetAnnotations()[AnnotationIdleReclaim]
+	v, ok := obj.GetAnnotations()[chamber.AnnotationIdleReclaim]
 	if !ok {
 		return false
 	}

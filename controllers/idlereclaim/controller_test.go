@@ -189,16 +189,16 @@ func TestReclaim(t *testing.T) {
 			change: func(w *world) { w.node.Status.GPUs[3].Utilization.GPUPercent = 40 },
 		},
 		"opted out on the Job": {
-			change: func(w *world) { w.job.Annotations = map[string]string{AnnotationIdleReclaim: "false"} },
+			change: func(w *world) { w.job.Annotations = map[string]string{chamber.AnnotationIdleReclaim: "false"} },
 		},
 		"opted out on the Workload": {
-			change: func(w *world) { w.wl.Annotations = map[string]string{AnnotationIdleReclaim: "false"} },
+			change: func(w *world) { w.wl.Annotations = map[string]string{chamber.AnnotationIdleReclaim: "false"} },
 		},
 		"opted out on the pod": {
-			change: func(w *world) { w.pod.Annotations = map[string]string{AnnotationIdleReclaim: "false"} },
+			change: func(w *world) { w.pod.Annotations = map[string]string{chamber.AnnotationIdleReclaim: "false"} },
 		},
 		"an annotation that opts out of nothing": {
-			change:     func(w *world) { w.job.Annotations = map[string]string{AnnotationIdleReclaim: "yes please"} },
+			change:     func(w *world) { w.job.Annotations = map[string]string{chamber.AnnotationIdleReclaim: "yes please"} },
 			wantWarned: true, wantEvicted: true,
 		},
 		"production tier exempt by default": {
@@ -233,7 +233,7 @@ func TestReclaim(t *testing.T) {
 		},
 		"eviction already asked for by isolation": {
 			change: func(w *world) {
-				w.wl.Annotations = map[string]string{chamberkueue.AnnotationEvictionReason: "GPUFault"}
+				w.wl.Annotations = map[string]string{chamber.AnnotationEvictionReason: "GPUFault"}
 			},
 		},
 		"without Chamber's admission check": {
@@ -436,11 +436,11 @@ func (r *run) setUtilization(percent int32) {
 func TestHold(t *testing.T) {
 	reclaimed := func(w *world) {
 		w.wl.Annotations = map[string]string{AnnotationReclaimedFor: "team-b/wait", AnnotationReclaimedAt: start.Format(time.RFC3339),
-			chamberkueue.AnnotationEvictionReason: ReasonIdleReclaim}
+			chamber.AnnotationEvictionReason: ReasonIdleReclaim}
 	}
 	evicted := func(w *world) {
 		reclaimed(w)
-		delete(w.wl.Annotations, chamberkueue.AnnotationEvictionReason)
+		delete(w.wl.Annotations, chamber.AnnotationEvictionReason)
 		w.wl.Status.Conditions = append(w.wl.Status.Conditions, metav1.Condition{Type: kueue.WorkloadEvicted, Status: metav1.ConditionTrue,
 			Reason: kueue.WorkloadEvictedByAdmissionCheck, LastTransitionTime: metav1.NewTime(start)})
 	}
@@ -452,7 +452,7 @@ func TestHold(t *testing.T) {
 	// notebook marks the workload's pod template interactive: a paused workload has no
 	// pods to read it from.
 	notebook := func(w *world) {
-		w.wl.Spec.PodSets[0].Template.Labels = map[string]string{LabelInteractive: "true"}
+		w.wl.Spec.PodSets[0].Template.Labels = map[string]string{chamber.LabelInteractive: "true"}
 	}
 	cases := map[string]struct {
 		change     func(w *world)
@@ -469,7 +469,7 @@ func TestHold(t *testing.T) {
 		"already back in the queue: held": {
 			change: func(w *world) {
 				reclaimed(w)
-				delete(w.wl.Annotations, chamberkueue.AnnotationEvictionReason)
+				delete(w.wl.Annotations, chamber.AnnotationEvictionReason)
 				w.wl.Status.Admission, w.wl.Status.Conditions = nil, nil
 			},
 			wantMarks: true, wantHeld: true, wantEvent: ReasonHeld,
@@ -477,7 +477,7 @@ func TestHold(t *testing.T) {
 		"a GPU fault's eviction took over": {
 			change: func(w *world) {
 				reclaimed(w)
-				w.wl.Annotations[chamberkueue.AnnotationEvictionReason] = "GPUFault"
+				w.wl.Annotations[chamber.AnnotationEvictionReason] = "GPUFault"
 			},
 			wantActive: true,
 		},
@@ -603,7 +603,7 @@ func TestStaleCache(t *testing.T) {
 	if err := r.client.Get(context.Background(), types.NamespacedName{Namespace: "team-a", Name: "train"}, &wl); err != nil {
 		t.Fatal(err)
 	}
-	delete(wl.Annotations, chamberkueue.AnnotationEvictionReason)
+	delete(wl.Annotations, chamber.AnnotationEvictionReason)
 	wl.Status.Conditions = append(wl.Status.Conditions, metav1.Condition{Type: kueue.WorkloadEvicted, Status: metav1.ConditionTrue,
 		Reason: kueue.WorkloadEvictedByAdmissionCheck, LastTransitionTime: metav1.NewTime(r.clock.Now())})
 	if err := r.client.Update(context.Background(), &wl); err != nil {
@@ -664,21 +664,21 @@ func TestMarkFails(t *testing.T) {
 // stays paused however long, until its user activates it; others are left alone.
 func TestInteractiveIdleLimit(t *testing.T) {
 	const limit = 20 * time.Minute
-	interactivePod := func(w *world) { w.pod.Labels = map[string]string{LabelInteractive: "true"} }
+	interactivePod := func(w *world) { w.pod.Labels = map[string]string{chamber.LabelInteractive: "true"} }
 	cases := map[string]struct {
 		change    func(w *world)
 		wantPause bool
 	}{
 		"an interactive notebook, idle, nobody waiting": {change: interactivePod, wantPause: true},
 		"marked on the Workload": {
-			change:    func(w *world) { w.wl.Annotations = map[string]string{LabelInteractive: "true"} },
+			change:    func(w *world) { w.wl.Annotations = map[string]string{chamber.LabelInteractive: "true"} },
 			wantPause: true,
 		},
 		"not interactive": {},
 		"interactive but opted out": {
 			change: func(w *world) {
 				interactivePod(w)
-				w.job.Annotations = map[string]string{AnnotationIdleReclaim: "false"}
+				w.job.Annotations = map[string]string{chamber.AnnotationIdleReclaim: "false"}
 			},
 		},
 		"interactive but busy": {
@@ -758,7 +758,7 @@ func (r *run) limitEviction() (chamberkueue.Eviction, bool) {
 func (r *run) kueueEvicts() {
 	r.t.Helper()
 	wl := r.workload()
-	delete(wl.Annotations, chamberkueue.AnnotationEvictionReason)
+	delete(wl.Annotations, chamber.AnnotationEvictionReason)
 	wl.Status.Admission = nil
 	wl.Status.Conditions = []metav1.Condition{{Type: kueue.WorkloadEvicted, Status: metav1.ConditionTrue,
 		Reason: kueue.WorkloadEvictedByAdmissionCheck, LastTransitionTime: metav1.NewTime(r.clock.Now())}}

@@ -108,7 +108,7 @@ func TestIdleWorkloadReclaimed(t *testing.T) {
 	submit(t, "reclaim-a", "idle", "reclaim-idle", "10m", nil)
 	submit(t, "reclaim-a", "busy", "reclaim-busy", "10m", nil)
 	submit(t, "reclaim-a", "optout", "reclaim-optout", "10m", func(j *testingjob.JobWrapper) {
-		j.SetAnnotation(idlereclaim.AnnotationIdleReclaim, "false")
+		j.SetAnnotation(chamber.AnnotationIdleReclaim, "false")
 	})
 	submit(t, "reclaim-a", "prod", "reclaim-prod", "10m", func(j *testingjob.JobWrapper) { j.WorkloadPriorityClass("production") })
 	spared := []string{"busy", "optout", "prod"}

@@ -98,7 +98,7 @@ func (c *Controller) openBreaker(ctx context.Context, pool *chamber.GPUPool, msg
 // resetBreaker closes the pool's breaker at an operator's request, and removes the
 // request.
 func (c *Controller) resetBreaker(ctx context.Context, pool *chamber.GPUPool) error {
-	msg := fmt.Sprintf("an operator reset the circuit breaker (%s); isolations count again from now", AnnotationBreakerReset)
+	msg := fmt.Sprintf("an operator reset the circuit breaker (%s); isolations count again from now", chamber.AnnotationIsolationBreakerReset)
 	closed, err := c.setPoolCondition(ctx, pool.Name, metav1.ConditionFalse, ReasonBreakerReset, msg)
 	if err != nil {
 		return err
@@ -111,9 +111,9 @@ func (c *Controller) resetBreaker(ctx context.Context, pool *chamber.GPUPool) er
 	if closed {
 		c.recorder.Eventf(pool, nil, corev1.EventTypeNormal, "IsolationResumed", "Isolate", "%s", msg)
 	}
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{AnnotationBreakerReset: nil}}})
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{chamber.AnnotationIsolationBreakerReset: nil}}})
 	if err := c.client.Patch(ctx, pool, client.RawPatch(types.MergePatchType, patch)); err != nil {
-		return fmt.Errorf("remove %s from pool %s: %w", AnnotationBreakerReset, pool.Name, err)
+		return fmt.Errorf("remove %s from pool %s: %w", chamber.AnnotationIsolationBreakerReset, pool.Name, err)
 	}
 	return nil
 }

@@ -77,17 +77,11 @@ const (
 	// AnnotationHealthyReports counts the agent's healthy reports since the fault
 	// cleared: "N@<heartbeat time>".
 	AnnotationHealthyReports = "chamber.dev/isolation-healthy-reports"
-	// AnnotationClear, set to "true" on a node by an operator, ends its isolation
-	// (after a hardware fault was repaired). Chamber removes it.
-	AnnotationClear = "chamber.dev/isolation-clear"
 	// AnnotationClearedAt (RFC 3339, nanoseconds) is when Chamber last ended an
 	// isolation on an operator's clear. A report Chamber heard before then is the one
 	// the operator cleared, not a new fault: only a report the agent writes after it
 	// can isolate the node again.
 	AnnotationClearedAt = "chamber.dev/isolation-cleared-at"
-	// AnnotationBreakerReset, set to "true" on a GPUPool by an operator, closes the
-	// pool's circuit breaker. Chamber removes it.
-	AnnotationBreakerReset = "chamber.dev/isolation-breaker-reset"
 
 	// EvictionReason is the reason of the evictions Chamber asks for.
 	EvictionReason = "GPUFault"
@@ -269,7 +263,7 @@ func (c *Controller) Reconcile(ctx context.Context, node *corev1.Node) (reconcil
 		c.setUnknown(node.Name, "", false)
 		return reconcile.Result{}, nil
 	}
-	if pool.Annotations[AnnotationBreakerReset] == "true" {
+	if pool.Annotations[chamber.AnnotationIsolationBreakerReset] == "true" {
 		if err := c.resetBreaker(ctx, pool); err != nil {
 			return reconcile.Result{}, err
 		}
@@ -367,7 +361,7 @@ func (c *Controller) isolate(ctx context.Context, node *corev1.Node, pool *chamb
 	}
 	if limit := breakerLimit(policy, total); count+1 > limit {
 		msg := fmt.Sprintf("%d of the pool's %d nodes were isolated within %s, the most the breaker allows (%d%%); node %s (%s) is not isolated. Repair the fleet, then set %s=true on the pool",
-			count, total, breakerWindow(policy), maxIsolatedPercent(policy), node.Name, what, AnnotationBreakerReset)
+			count, total, breakerWindow(policy), maxIsolatedPercent(policy), node.Name, what, chamber.AnnotationIsolationBreakerReset)
 		if err := c.openBreaker(ctx, pool, msg); err != nil {
 			return reconcile.Result{}, err
 		}
@@ -431,8 +425,8 @@ func (c *Controller) withhold(ctx context.Context, node *corev1.Node, pool *cham
 // reconcileIsolated handles a node Chamber isolated: an operator's clear, recovery
 // from a transient fault, workloads still on it.
 func (c *Controller) reconcileIsolated(ctx context.Context, node *corev1.Node, pool *chamber.GPUPool, policy chamber.IsolationPolicy, rep report, now time.Time) (reconcile.Result, error) {
-	if node.Annotations[AnnotationClear] == "true" {
-		return reconcile.Result{}, c.release(ctx, node, pool, ReasonCleared, "an operator cleared the isolation ("+AnnotationClear+")")
+	if node.Annotations[chamber.AnnotationIsolationClear] == "true" {
+		return reconcile.Result{}, c.release(ctx, node, pool, ReasonCleared, "an operator cleared the isolation ("+chamber.AnnotationIsolationClear+")")
 	}
 	persistent := node.Annotations[AnnotationPersistent] == "true"
 	level := chamber.IsolationLevel(node.Annotations[AnnotationLevel])
@@ -501,7 +495,7 @@ func (c *Controller) patchIsolated(ctx context.Context, node *corev1.Node, rep r
 		n.Annotations[AnnotationLevel] = string(level)
 		n.Annotations[AnnotationGPUs] = joinInts(rep.failingGPUs())
 		delete(n.Annotations, AnnotationHealthyReports)
-		delete(n.Annotations, AnnotationClear)
+		delete(n.Annotations, chamber.AnnotationIsolationClear)
 		if level != chamber.IsolateNode {
 			return
 		}
@@ -532,7 +526,7 @@ func (c *Controller) release(ctx context.Context, node *corev1.Node, pool *chamb
 			n.Spec.Unschedulable = false
 		}
 		for _, k := range []string{AnnotationIsolatedAt, AnnotationReason, AnnotationPersistent, AnnotationLevel, AnnotationGPUs,
-			AnnotationTainted, AnnotationCordoned, AnnotationHealthyReports, AnnotationClear} {
+			AnnotationTainted, AnnotationCordoned, AnnotationHealthyReports, chamber.AnnotationIsolationClear} {
 			delete(n.Annotations, k)
 		}
 		if reason == ReasonCleared {
@@ -863,9 +857,9 @@ func levelAction(level chamber.IsolationLevel) string {
 }
 
 func isolatedMessage(rep report, level chamber.IsolationLevel, why string) string {
-	clears := fmt.Sprintf("a transient fault: it returns after healthy reports, or when an operator sets %s=true", AnnotationClear)
+	clears := fmt.Sprintf("a transient fault: it returns after healthy reports, or when an operator sets %s=true", chamber.AnnotationIsolationClear)
 	if rep.persistent() {
-		clears = fmt.Sprintf("a hardware fault: it stays isolated until an operator sets %s=true", AnnotationClear)
+		clears = fmt.Sprintf("a hardware fault: it stays isolated until an operator sets %s=true", chamber.AnnotationIsolationClear)
 	}
 	return fmt.Sprintf("%s (%s level: %s); %s", rep.describe(), level, why, clears)
 }

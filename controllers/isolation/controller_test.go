@@ -331,7 +331,7 @@ func TestOperatorCordonStays(t *testing.T) {
 	if got := e.node("n1").Annotations; got[AnnotationCordoned] != "" || got[AnnotationTainted] != "true" {
 		t.Fatalf("annotations %v: want Chamber's taint recorded, the operator's cordon not", got)
 	}
-	e.annotate(e.node("n1"), AnnotationClear, "true")
+	e.annotate(e.node("n1"), chamber.AnnotationIsolationClear, "true")
 	e.reconcile("n1")
 	want := state{Cordoned: true, Status: corev1.ConditionFalse, Reason: ReasonCleared}
 	if diff := cmp.Diff(want, e.state("n1")); diff != "" {
@@ -352,7 +352,7 @@ func TestClearOutlivesTheReportBeforeIt(t *testing.T) {
 		t.Fatalf("isolated node (-want +got):\n%s", diff)
 	}
 	e.clock.Step(time.Minute)
-	e.annotate(e.node("n1"), AnnotationClear, "true")
+	e.annotate(e.node("n1"), chamber.AnnotationIsolationClear, "true")
 	e.reconcile("n1") // released
 	if again := e.reconcile("n1"); again <= 0 {
 		t.Errorf("no look again after a clear while the report before it is all there is")
@@ -449,7 +449,7 @@ func TestBreakerHoldsUntilReset(t *testing.T) {
 		t.Fatalf("after the window, before a reset (-want +got):\n%s", diff)
 	}
 
-	e.annotate(&chamber.GPUPool{ObjectMeta: metav1.ObjectMeta{Name: "p"}}, AnnotationBreakerReset, "true")
+	e.annotate(&chamber.GPUPool{ObjectMeta: metav1.ObjectMeta{Name: "p"}}, chamber.AnnotationIsolationBreakerReset, "true")
 	e.reconcile("n3")
 	e.reconcile("n4")
 	if diff := cmp.Diff([]state{isolatedState("XID79"), isolatedState("XID79")}, []state{e.state("n3"), e.state("n4")}); diff != "" {

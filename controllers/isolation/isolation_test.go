@@ -442,11 +442,11 @@ func TestCircuitBreaker(t *testing.T) {
 	}).Should(gomega.Succeed())
 
 	// The operator resets the breaker: the withheld node is isolated now.
-	pool.Annotations = map[string]string{isolation.AnnotationBreakerReset: "true"}
+	pool.Annotations = map[string]string{chamber.AnnotationIsolationBreakerReset: "true"}
 	g.Expect(k8s.Update(ctx, &pool)).To(gomega.Succeed())
 	g.Eventually(func(g gomega.Gomega) { isolated(g, withheld[0], "XID79") }).Should(gomega.Succeed())
 	g.Expect(k8s.Get(ctx, client.ObjectKey{Name: "breaker"}, &pool)).To(gomega.Succeed())
-	g.Expect(pool.Annotations).NotTo(gomega.HaveKey(isolation.AnnotationBreakerReset))
+	g.Expect(pool.Annotations).NotTo(gomega.HaveKey(chamber.AnnotationIsolationBreakerReset))
 	g.Expect(apimeta.IsStatusConditionFalse(pool.Status.Conditions, isolation.ConditionIsolationHalted)).To(gomega.BeTrue())
 	g.Expect(value(g, "chamber_isolation_breaker_open", "pool", "breaker")).To(gomega.Equal(0.0))
 }
@@ -523,13 +523,13 @@ func TestHardwareFaultWaitsForOperator(t *testing.T) {
 
 	// The operator clears it.
 	n := getNode(g, "dbe-1")
-	n.Annotations[isolation.AnnotationClear] = "true"
+	n.Annotations[chamber.AnnotationIsolationClear] = "true"
 	g.Expect(k8s.Update(ctx, n)).To(gomega.Succeed())
 	g.Eventually(func(g gomega.Gomega) {
 		n := getNode(g, "dbe-1")
 		g.Expect(tainted(n)).To(gomega.BeFalse())
 		g.Expect(n.Spec.Unschedulable).To(gomega.BeFalse())
-		g.Expect(n.Annotations).NotTo(gomega.HaveKey(isolation.AnnotationClear))
+		g.Expect(n.Annotations).NotTo(gomega.HaveKey(chamber.AnnotationIsolationClear))
 		g.Expect(n.Annotations).NotTo(gomega.HaveKey(isolation.AnnotationIsolatedAt))
 		g.Expect(condition(n).Reason).To(gomega.Equal(isolation.ReasonCleared))
 	}).Should(gomega.Succeed())
@@ -690,7 +690,7 @@ func TestXID79DrainsTheNodeThenGivesNotice(t *testing.T) {
 	// big runs on, with no notice and no eviction asked, while the node stays isolated.
 	g.Consistently(func(g gomega.Gomega) {
 		pod := runningPod(g, "grace79", "big")
-		g.Expect(pod.Annotations).NotTo(gomega.HaveKey(chamberkueue.AnnotationEvictionDeadline))
+		g.Expect(pod.Annotations).NotTo(gomega.HaveKey(chamber.AnnotationEvictionDeadline))
 		wls := workloads(g, "grace79", "big")
 		g.Expect(wls).To(gomega.HaveLen(1))
 		_, asked := chamberkueue.RequestedEviction(&wls[0])
@@ -702,10 +702,10 @@ func TestXID79DrainsTheNodeThenGivesNotice(t *testing.T) {
 	// The drain times out: big has notice, with the default grace period (2 minutes).
 	g.Eventually(func(g gomega.Gomega) {
 		pod := runningPod(g, "grace79", "big")
-		deadline, err := time.Parse(time.RFC3339, pod.Annotations[chamberkueue.AnnotationEvictionDeadline])
+		deadline, err := time.Parse(time.RFC3339, pod.Annotations[chamber.AnnotationEvictionDeadline])
 		g.Expect(err).NotTo(gomega.HaveOccurred())
 		g.Expect(deadline).To(gomega.BeTemporally(">=", raised.Add(drainTimeout+admission.DefaultGracePeriod).Truncate(time.Second)))
-		g.Expect(pod.Annotations[chamberkueue.AnnotationEvictionReason]).To(gomega.Equal(isolation.EvictionReason))
+		g.Expect(pod.Annotations[chamber.AnnotationEvictionReason]).To(gomega.Equal(isolation.EvictionReason))
 	}).Should(gomega.Succeed())
 }
 

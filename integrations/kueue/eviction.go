@@ -9,6 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+
+	chamber "chamber.dev/chamber/api/v1alpha1"
 )
 
 // Names of Chamber's admission check, the one way Chamber evicts: set to Retry on an
@@ -36,29 +38,6 @@ func CheckState(wl *kueue.Workload) *kueue.AdmissionCheckState {
 // an eviction request goes unanswered.
 func HasCheck(wl *kueue.Workload) bool { return CheckState(wl) != nil }
 
-// Annotations of the eviction protocol. Controllers ask for an eviction by annotating
-// the Workload (RequestEviction); Chamber's admission controller alone writes the
-// check state. The pods get a notice, and the job may answer it.
-const (
-	// On the Workload: why Chamber wants it evicted, a CamelCase reason (IdleReclaim,
-	// GPUFault) that becomes the Events' reason.
-	AnnotationEvictionReason = "chamber.dev/eviction-reason"
-	// On the Workload: the message users read in its Events and check state.
-	AnnotationEvictionMessage = "chamber.dev/eviction-message"
-	// On the Workload: when the eviction was asked for (RFC 3339).
-	AnnotationEvictionRequestedAt = "chamber.dev/eviction-requested-at"
-	// On the Workload, optional: a grace period (Go duration) replacing the team's
-	// and tier's; "0s" evicts at once.
-	AnnotationEvictionGracePeriod = "chamber.dev/eviction-grace-period"
-
-	// On the pods: the notice, the time (RFC 3339) the pod will be stopped. A pod
-	// sees it through the downward API (annotations in a volume update live).
-	AnnotationEvictionDeadline = "chamber.dev/eviction-deadline"
-	// On a pod or its Job, set by the job: "true" once it has saved a checkpoint, so
-	// the eviction need not wait out the grace period.
-	AnnotationCheckpointReady = "chamber.dev/checkpoint-ready"
-)
-
 // Eviction is a request to evict a workload: Kueue requeues it and it runs again
 // when capacity allows.
 type Eviction struct {
@@ -84,13 +63,13 @@ func RequestEviction(ctx context.Context, c client.Client, wl *kueue.Workload, e
 		return nil
 	}
 	annotations := map[string]any{
-		AnnotationEvictionReason:      e.Reason,
-		AnnotationEvictionMessage:     e.Message,
-		AnnotationEvictionRequestedAt: e.RequestedAt.UTC().Format(time.RFC3339),
-		AnnotationEvictionGracePeriod: nil,
+		chamber.AnnotationEvictionReason:      e.Reason,
+		chamber.AnnotationEvictionMessage:     e.Message,
+		chamber.AnnotationEvictionRequestedAt: e.RequestedAt.UTC().Format(time.RFC3339),
+		chamber.AnnotationEvictionGracePeriod: nil,
 	}
 	if e.GracePeriod != nil {
-		annotations[AnnotationEvictionGracePeriod] = e.GracePeriod.String()
+		annotations[chamber.AnnotationEvictionGracePeriod] = e.GracePeriod.String()
 	}
 	if err := PatchAnnotations(ctx, c, wl, annotations); err != nil {
 		return fmt.Errorf("request eviction of workload %s/%s: %w", wl.Namespace, wl.Name, err)
@@ -111,15 +90,15 @@ func PatchAnnotations(ctx context.Context, c client.Client, obj client.Object, a
 // RequestedEviction is the eviction asked for on wl, if any.
 func RequestedEviction(wl *kueue.Workload) (Eviction, bool) {
 	a := wl.Annotations
-	reason := a[AnnotationEvictionReason]
+	reason := a[chamber.AnnotationEvictionReason]
 	if reason == "" {
 		return Eviction{}, false
 	}
-	e := Eviction{Reason: reason, Message: a[AnnotationEvictionMessage]}
-	if t, err := time.Parse(time.RFC3339, a[AnnotationEvictionRequestedAt]); err == nil {
+	e := Eviction{Reason: reason, Message: a[chamber.AnnotationEvictionMessage]}
+	if t, err := time.Parse(time.RFC3339, a[chamber.AnnotationEvictionRequestedAt]); err == nil {
 		e.RequestedAt = t
 	}
-	if d, err := time.ParseDuration(a[AnnotationEvictionGracePeriod]); err == nil && d >= 0 {
+	if d, err := time.ParseDuration(a[chamber.AnnotationEvictionGracePeriod]); err == nil && d >= 0 {
 		e.GracePeriod = &d
 	}
 	return e, true

@@ -7,6 +7,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+
+	chamber "chamber.dev/chamber/api/v1alpha1"
 )
 
 var now = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
@@ -34,8 +36,8 @@ func TestEvictsSooner(t *testing.T) {
 func TestRequestedEvictionRoundTrip(t *testing.T) {
 	grace := 90 * time.Second
 	wl := &kueue.Workload{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
-		AnnotationEvictionReason: "GPUFault", AnnotationEvictionMessage: "XID 79 on node-3",
-		AnnotationEvictionRequestedAt: now.Format(time.RFC3339), AnnotationEvictionGracePeriod: grace.String(),
+		chamber.AnnotationEvictionReason: "GPUFault", chamber.AnnotationEvictionMessage: "XID 79 on node-3",
+		chamber.AnnotationEvictionRequestedAt: now.Format(time.RFC3339), chamber.AnnotationEvictionGracePeriod: grace.String(),
 	}}}
 	got, ok := RequestedEviction(wl)
 	want := Eviction{Reason: "GPUFault", Message: "XID 79 on node-3", RequestedAt: now, GracePeriod: &grace}
