@@ -72,8 +72,8 @@ func TestInstall(t *testing.T) {
 			delete(cpuNode.Labels, k)
 		}
 	}
-	delete(cpuNode.Status.Capacity, controlplane.ResourceGPU)
-	delete(cpuNode.Status.Allocatable, controlplane.ResourceGPU)
+	delete(cpuNode.Status.Capacity, chamberkueue.ResourceGPU)
+	delete(cpuNode.Status.Allocatable, chamberkueue.ResourceGPU)
 	g.Expect(c.Create(ctx, cpuNode)).To(gomega.Succeed())
 	g.Expect(c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "vision"}})).To(gomega.Succeed())
 

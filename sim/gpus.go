@@ -16,6 +16,7 @@ import (
 
 	"chamber.dev/chamber/agent"
 	"chamber.dev/chamber/healthcheck"
+	chamberkueue "chamber.dev/chamber/integrations/kueue"
 	"chamber.dev/chamber/test/controlplane"
 )
 
@@ -196,7 +197,7 @@ func setAllocatable(ctx context.Context, c client.Client, node string, gpus int)
 		return err
 	}
 	patch := client.MergeFrom(n.DeepCopy())
-	n.Status.Allocatable[controlplane.ResourceGPU] = *resource.NewQuantity(int64(gpus), resource.DecimalSI)
+	n.Status.Allocatable[chamberkueue.ResourceGPU] = *resource.NewQuantity(int64(gpus), resource.DecimalSI)
 	return c.Status().Patch(ctx, &n, patch)
 }
 

@@ -507,8 +507,8 @@ func jobObject(j *Job, p Policy, sc *Scenario) *batchv1.Job {
 					Containers: []corev1.Container{{
 						Name: "train", Image: "sim.chamber.dev/train",
 						Resources: corev1.ResourceRequirements{
-							Requests: corev1.ResourceList{controlplane.ResourceGPU: *resource.NewQuantity(int64(perPod), resource.DecimalSI)},
-							Limits:   corev1.ResourceList{controlplane.ResourceGPU: *resource.NewQuantity(int64(perPod), resource.DecimalSI)},
+							Requests: corev1.ResourceList{chamberkueue.ResourceGPU: *resource.NewQuantity(int64(perPod), resource.DecimalSI)},
+							Limits:   corev1.ResourceList{chamberkueue.ResourceGPU: *resource.NewQuantity(int64(perPod), resource.DecimalSI)},
 						},
 					}},
 				},

@@ -10,6 +10,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	chamber "chamber.dev/chamber/api/v1alpha1"
+	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
 // KwokNodeAnnotation marks the nodes kwok manages (value "fake").
@@ -17,14 +20,10 @@ const KwokNodeAnnotation = "kwok.x-k8s.io/node"
 
 // Labels that NVIDIA GPU feature discovery puts on GPU nodes.
 const (
-	LabelGPUProduct = "nvidia.com/gpu.product"
 	LabelGPUCount   = "nvidia.com/gpu.count"
 	LabelGPUMemory  = "nvidia.com/gpu.memory"
 	LabelGPUPresent = "nvidia.com/gpu.present"
 )
-
-// ResourceGPU is the extended resource NVIDIA's device plugin advertises.
-const ResourceGPU corev1.ResourceName = "nvidia.com/gpu"
 
 // GPUNode describes a simulated GPU node.
 type GPUNode struct {
@@ -53,23 +52,23 @@ func (n GPUNode) Object() *corev1.Node {
 		mem = 81559
 	}
 	labels := map[string]string{
-		corev1.LabelHostname:   n.Name,
-		corev1.LabelOSStable:   "linux",
-		corev1.LabelArchStable: "amd64",
-		"type":                 "kwok",
-		LabelGPUPresent:        "true",
-		LabelGPUProduct:        product,
-		LabelGPUCount:          strconv.Itoa(n.GPUs),
-		LabelGPUMemory:         strconv.Itoa(mem),
+		corev1.LabelHostname:        n.Name,
+		corev1.LabelOSStable:        "linux",
+		corev1.LabelArchStable:      "amd64",
+		"type":                      "kwok",
+		LabelGPUPresent:             "true",
+		chamber.DefaultProductLabel: product,
+		LabelGPUCount:               strconv.Itoa(n.GPUs),
+		LabelGPUMemory:              strconv.Itoa(mem),
 	}
 	for k, v := range n.Labels {
 		labels[k] = v
 	}
 	capacity := corev1.ResourceList{
-		corev1.ResourceCPU:    resource.MustParse("128"),
-		corev1.ResourceMemory: resource.MustParse("1Ti"),
-		corev1.ResourcePods:   resource.MustParse("110"),
-		ResourceGPU:           *resource.NewQuantity(int64(n.GPUs), resource.DecimalSI),
+		corev1.ResourceCPU:       resource.MustParse("128"),
+		corev1.ResourceMemory:    resource.MustParse("1Ti"),
+		corev1.ResourcePods:      resource.MustParse("110"),
+		chamberkueue.ResourceGPU: *resource.NewQuantity(int64(n.GPUs), resource.DecimalSI),
 	}
 	return &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{

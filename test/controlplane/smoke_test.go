@@ -17,6 +17,8 @@ import (
 	utiltestingapi "sigs.k8s.io/kueue/pkg/util/testing/v1beta2"
 	testingjob "sigs.k8s.io/kueue/pkg/util/testingjobs/job"
 
+	chamber "chamber.dev/chamber/api/v1alpha1"
+	chamberkueue "chamber.dev/chamber/integrations/kueue"
 	"chamber.dev/chamber/test/controlplane"
 	"chamber.dev/chamber/test/controlplane/controlplanetest"
 )
@@ -43,9 +45,9 @@ func TestSmoke(t *testing.T) {
 	product := "NVIDIA-H100-80GB-HBM3"
 	mustCreate(ctx, t, c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
 	mustCreate(ctx, t, c, utiltestingapi.MakeResourceFlavor("h100").
-		NodeLabel(controlplane.LabelGPUProduct, product).Obj())
+		NodeLabel(chamber.DefaultProductLabel, product).Obj())
 	mustCreate(ctx, t, c, utiltestingapi.MakeClusterQueue("gpus").
-		ResourceGroup(*utiltestingapi.MakeFlavorQuotas("h100").Resource(controlplane.ResourceGPU, "8").Obj()).Obj())
+		ResourceGroup(*utiltestingapi.MakeFlavorQuotas("h100").Resource(chamberkueue.ResourceGPU, "8").Obj()).Obj())
 	mustCreate(ctx, t, c, utiltestingapi.MakeLocalQueue("gpus", ns).ClusterQueue("gpus").Obj())
 
 	// Kueue marks the ClusterQueue active once it has seen the flavor.
@@ -66,7 +68,7 @@ func TestSmoke(t *testing.T) {
 		mustCreate(ctx, t, c, testingjob.MakeJob(name, ns).
 			Queue("gpus").
 			Suspend(false).
-			RequestAndLimit(controlplane.ResourceGPU, "4").
+			RequestAndLimit(chamberkueue.ResourceGPU, "4").
 			PodAnnotation("pod-complete.stage.kwok.x-k8s.io/delay", "15s").
 			PodAnnotation("pod-complete.stage.kwok.x-k8s.io/jitter-delay", "15s").
 			Obj())
