@@ -121,8 +121,8 @@ type recorder struct {
 	// it has saved its checkpoint on SIGTERM.
 	exit func(pod string, after time.Duration)
 	// resume is an interactive session's user resuming its Workload (namespace/name)
-	// paused at the idle time limit; end is the user ending the session (deleting its
-	// Job, namespace/name).
+	// that idle reclaim paused; end is the user ending the session (deleting its Job,
+	// namespace/name).
 	resume, end func(key string)
 	// start is simulated time 0 (set by begin); speedup converts the clock to it;
 	// sigterm is the notice of a pod deleted without Chamber's.
