@@ -8,11 +8,13 @@ import (
 	"time"
 
 	"github.com/onsi/gomega"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
@@ -439,4 +441,38 @@ func evictedAt(g gomega.Gomega, ns, job string) time.Time {
 		}
 	}
 	return time.Time{}
+}
+
+// A Job left half-stopped under an admitted workload (suspended, with Kueue's
+// kueue.x-k8s.io/stopping annotation: what Kueue's scheduler leaves when it
+// re-applies an admission over an eviction) would never run again: Kueue's Job
+// reconciler takes it for running. Chamber sends the workload back to the queue,
+// Kueue finishes the stop, and the job runs again.
+func TestHalfStoppedJobRunsAgain(t *testing.T) {
+	t.Parallel()
+	g := newG(t)
+	ctx := context.Background()
+	teamFixture(t, "halfstop", 8, []string{"halfstop-1"}, nil, nil)
+	create(t, job("halfstop", "j", 4, "").Obj())
+	g.Eventually(func(g gomega.Gomega) { runningOn(g, "halfstop", "j") }).Should(gomega.Succeed())
+
+	j := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "halfstop", Name: "j"}}
+	halfStop := []byte(`{"metadata":{"annotations":{"kueue.x-k8s.io/stopping":"true"}},"spec":{"suspend":true}}`)
+	if err := k8s.Patch(ctx, j, client.RawPatch(types.MergePatchType, halfStop)); err != nil {
+		t.Fatal(err)
+	}
+	g.Eventually(func(g gomega.Gomega) {
+		wl := workload(g, "halfstop", "j")
+		g.Expect(wl.Status.SchedulingStats).NotTo(gomega.BeNil())
+		g.Expect(wl.Status.SchedulingStats.Evictions).To(gomega.ContainElement(gomega.HaveField("Reason", kueue.WorkloadEvictedByAdmissionCheck)))
+		g.Expect(isTrue(wl, kueue.WorkloadAdmitted)).To(gomega.BeTrue())
+		runningOn(g, "halfstop", "j")
+		var job batchv1.Job
+		g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(j), &job)).To(gomega.Succeed())
+		g.Expect(*job.Spec.Suspend).To(gomega.BeFalse())
+		g.Expect(job.Annotations).NotTo(gomega.HaveKey("kueue.x-k8s.io/stopping"))
+	}).Should(gomega.Succeed())
+	var events eventsv1.EventList
+	g.Expect(k8s.List(ctx, &events, client.InNamespace("halfstop"))).To(gomega.Succeed())
+	g.Expect(events.Items).To(gomega.ContainElement(gomega.HaveField("Reason", "HalfStoppedJob")))
 }

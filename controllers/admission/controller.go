@@ -6,11 +6,11 @@ import (
 	"strings"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
@@ -76,6 +76,8 @@ type Controller struct {
 	recorder events.EventRecorder
 	opts     Options
 	metrics  *metrics
+	// halfStopped: admitted workloads seen with a half-stopped Job (repairHalfStopped).
+	halfStopped halfStoppedJobs
 }
 
 // Register adds the check's controllers (Workloads, and the AdmissionCheck's Active
@@ -159,19 +161,38 @@ func Register(mgr ctrl.Manager, opts Options) error {
 				return e.ObjectNew.GetAnnotations()[chamber.AnnotationCheckpointReady] != e.ObjectOld.GetAnnotations()[chamber.AnnotationCheckpointReady]
 			},
 		})).
+		// A Job Kueue starts or finishes stopping (repairHalfStopped).
+		Watches(&batchv1.Job{}, handler.EnqueueRequestsFromMapFunc(c.workloadsOwnedBy), builder.OnlyMetadata, builder.WithPredicates(predicate.Funcs{
+			CreateFunc: func(event.CreateEvent) bool { return false },
+			DeleteFunc: func(event.DeleteEvent) bool { return false },
+			UpdateFunc: func(e event.UpdateEvent) bool {
+				return e.ObjectNew.GetAnnotations()[stoppingAnnotation] != e.ObjectOld.GetAnnotations()[stoppingAnnotation]
+			},
+		})).
 		Complete(reconcile.AsReconciler(mgr.GetClient(), c))
+}
+
+// workloadsOwnedBy are the workloads of a job object.
+func (c *Controller) workloadsOwnedBy(ctx context.Context, obj client.Object) []reconcile.Request {
+	return c.workloadsOfOwner(ctx, obj.GetNamespace(), obj.GetUID())
 }
 
 func (c *Controller) workloadOfPod(ctx context.Context, obj client.Object) []reconcile.Request {
 	var reqs []reconcile.Request
 	for _, ref := range obj.GetOwnerReferences() {
-		var wls kueue.WorkloadList
-		if err := c.client.List(ctx, &wls, client.InNamespace(obj.GetNamespace()), client.MatchingFields{indexOwnerOfWL: string(ref.UID)}); err != nil {
-			continue
-		}
-		for _, wl := range wls.Items {
-			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&wl)})
-		}
+		reqs = append(reqs, c.workloadsOfOwner(ctx, obj.GetNamespace(), ref.UID)...)
+	}
+	return reqs
+}
+
+func (c *Controller) workloadsOfOwner(ctx context.Context, ns string, uid types.UID) []reconcile.Request {
+	var wls kueue.WorkloadList
+	if err := c.client.List(ctx, &wls, client.InNamespace(ns), client.MatchingFields{indexOwnerOfWL: string(uid)}); err != nil {
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(wls.Items))
+	for _, wl := range wls.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&wl)})
 	}
 	return reqs
 }
@@ -192,6 +213,9 @@ func (c *Controller) Reconcile(ctx context.Context, wl *kueue.Workload) (reconci
 		}
 		return reconcile.Result{}, nil
 	}
+	if chamberkueue.ReplacingNodes(wl) {
+		return c.whileReplacingNodes(ctx, wl, eviction, evictionAsked)
+	}
 	switch check.State {
 	case kueue.CheckStatePending:
 		if evictionAsked {
@@ -206,6 +230,7 @@ func (c *Controller) Reconcile(ctx context.Context, wl *kueue.Workload) (reconci
 		if c.preApproved(wl, check) {
 			return c.verifyAtReservation(ctx, wl)
 		}
+		return c.repairHalfStopped(ctx, wl)
 	}
 	return reconcile.Result{}, nil
 }
@@ -495,21 +520,7 @@ func (c *Controller) checkpointReady(ctx context.Context, wl *kueue.Workload, po
 			return true, nil
 		}
 	}
-	for _, ref := range wl.OwnerReferences {
-		owner := &metav1.PartialObjectMetadata{}
-		owner.SetGroupVersionKind(schema.FromAPIVersionAndKind(ref.APIVersion, ref.Kind))
-		err := c.client.Get(ctx, client.ObjectKey{Namespace: wl.Namespace, Name: ref.Name}, owner)
-		if apierrors.IsNotFound(err) || apimeta.IsNoMatchError(err) {
-			continue
-		}
-		if err != nil {
-			return false, fmt.Errorf("get owner %s %s of workload %s/%s: %w", ref.Kind, ref.Name, wl.Namespace, wl.Name, err)
-		}
-		if owner.Annotations[chamber.AnnotationCheckpointReady] == "true" {
-			return true, nil
-		}
-	}
-	return false, nil
+	return c.ownerAnnotated(ctx, wl, chamber.AnnotationCheckpointReady)
 }
 
 func (c *Controller) clearEviction(ctx context.Context, wl *kueue.Workload) error {

@@ -82,9 +82,6 @@ const (
 	// the operator cleared, not a new fault: only a report the agent writes after it
 	// can isolate the node again.
 	AnnotationClearedAt = "chamber.dev/isolation-cleared-at"
-
-	// EvictionReason is the reason of the evictions Chamber asks for.
-	EvictionReason = "GPUFault"
 )
 
 // Node condition reasons besides the fault's own.
@@ -673,11 +670,17 @@ func (c *Controller) evict(ctx context.Context, node *corev1.Node, pool *chamber
 	grace := c.opts.EvictionGracePeriod
 	var asked []*kueue.Workload
 	for _, wl := range wls {
-		if have, ok := chamberkueue.RequestedEviction(wl); (ok && have.Reason == EvictionReason) || c.askedRecently(wl.UID, node.Name, now) {
+		if have, ok := chamberkueue.RequestedEviction(wl); (ok && have.Reason == chamberkueue.ReasonGPUFault) || c.askedRecently(wl.UID, node.Name, now) {
+			continue
+		}
+		if slices.Contains(wl.Status.UnhealthyNodes, kueue.UnhealthyNode{Name: node.Name}) {
+			// Kueue's topology-aware scheduling is moving it off this node already
+			// (none of its pods runs here any more); an eviction now would race
+			// Kueue's scheduler (chamberkueue.ReplacingNodes).
 			continue
 		}
 		msg := fmt.Sprintf("evicted from node %s, isolated for a GPU fault (%s); Kueue requeues it onto healthy GPUs", node.Name, rep.describe())
-		e := chamberkueue.Eviction{Reason: EvictionReason, Message: msg, RequestedAt: now}
+		e := chamberkueue.Eviction{Reason: chamberkueue.ReasonGPUFault, Message: msg, RequestedAt: now}
 		if failing == nil || slices.ContainsFunc(onFailing, func(f *kueue.Workload) bool { return f.UID == wl.UID }) {
 			e.GracePeriod = &grace
 		} else {

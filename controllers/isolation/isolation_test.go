@@ -605,6 +605,19 @@ func reportEvery(t testing.TB, node string, heartbeat time.Time, period time.Dur
 	}
 }
 
+// gpuOf is the index of the GPU the node's agent says the pod holds.
+func gpuOf(g *gomega.WithT, node string, pod *corev1.Pod) int {
+	failing := -1
+	g.Eventually(func(g gomega.Gomega) {
+		var gn chamber.GPUNode
+		g.Expect(k8s.Get(context.Background(), client.ObjectKey{Name: node}, &gn)).To(gomega.Succeed())
+		i := slices.IndexFunc(gn.Status.GPUs, func(s chamber.GPUStatus) bool { return s.Pod != nil && s.Pod.Name == pod.Name })
+		g.Expect(i).NotTo(gomega.Equal(-1), "the agent maps no GPU to pod %s", pod.Name)
+		failing = int(gn.Status.GPUs[i].Index)
+	}).Should(gomega.Succeed())
+	return failing
+}
+
 // Test 6. An XID 48 (double-bit ECC error) on the GPU of a one-GPU job: NVIDIA's
 // catalog says a GPU reset clears it, so under the default level (Auto) Chamber takes
 // out that GPU alone. The node is neither tainted nor cordoned, a hold pod takes the
@@ -623,14 +636,7 @@ func TestXID48IsolatesTheGPUOnly(t *testing.T) {
 	g.Eventually(func(g gomega.Gomega) { runningPod(g, "gpu48", "big") }).Should(gomega.Succeed())
 
 	// The fault hits the GPU the agent says small's pod holds.
-	failing := -1
-	g.Eventually(func(g gomega.Gomega) {
-		var gn chamber.GPUNode
-		g.Expect(k8s.Get(ctx, client.ObjectKey{Name: "gpu48-1"}, &gn)).To(gomega.Succeed())
-		i := slices.IndexFunc(gn.Status.GPUs, func(s chamber.GPUStatus) bool { return s.Pod != nil && s.Pod.Name == small.Name })
-		g.Expect(i).NotTo(gomega.Equal(-1), "the agent maps no GPU to pod %s", small.Name)
-		failing = int(gn.Status.GPUs[i].Index)
-	}).Should(gomega.Succeed())
+	failing := gpuOf(g, "gpu48-1", small)
 	if err := gpus.RaiseXID(failing, 48); err != nil {
 		t.Fatal(err)
 	}
@@ -663,7 +669,6 @@ func TestXID48IsolatesTheGPUOnly(t *testing.T) {
 func TestXID79DrainsTheNodeThenGivesNotice(t *testing.T) {
 	t.Parallel()
 	g := newG(t)
-	ctx := context.Background()
 	fixture(t, "grace79", nil, 8)
 	nodes(t, "grace79", "grace79-1")
 	gpus := startMappedAgent(t, "grace79-1", 2*time.Second)
@@ -672,14 +677,7 @@ func TestXID79DrainsTheNodeThenGivesNotice(t *testing.T) {
 	g.Eventually(func(g gomega.Gomega) { small = runningPod(g, "grace79", "small") }).Should(gomega.Succeed())
 	submitGPUs(t, "grace79", "big", 7)
 	g.Eventually(func(g gomega.Gomega) { runningPod(g, "grace79", "big") }).Should(gomega.Succeed())
-	failing := -1
-	g.Eventually(func(g gomega.Gomega) {
-		var gn chamber.GPUNode
-		g.Expect(k8s.Get(ctx, client.ObjectKey{Name: "grace79-1"}, &gn)).To(gomega.Succeed())
-		i := slices.IndexFunc(gn.Status.GPUs, func(s chamber.GPUStatus) bool { return s.Pod != nil && s.Pod.Name == small.Name })
-		g.Expect(i).NotTo(gomega.Equal(-1), "the agent maps no GPU to pod %s", small.Name)
-		failing = int(gn.Status.GPUs[i].Index)
-	}).Should(gomega.Succeed())
+	failing := gpuOf(g, "grace79-1", small)
 	raised := time.Now()
 	if err := gpus.RaiseXID(failing, 79); err != nil {
 		t.Fatal(err)
@@ -705,7 +703,7 @@ func TestXID79DrainsTheNodeThenGivesNotice(t *testing.T) {
 		deadline, err := time.Parse(time.RFC3339, pod.Annotations[chamber.AnnotationEvictionDeadline])
 		g.Expect(err).NotTo(gomega.HaveOccurred())
 		g.Expect(deadline).To(gomega.BeTemporally(">=", raised.Add(drainTimeout+admission.DefaultGracePeriod).Truncate(time.Second)))
-		g.Expect(pod.Annotations[chamber.AnnotationEvictionReason]).To(gomega.Equal(isolation.EvictionReason))
+		g.Expect(pod.Annotations[chamber.AnnotationEvictionReason]).To(gomega.Equal(chamberkueue.ReasonGPUFault))
 	}).Should(gomega.Succeed())
 }
 
@@ -791,4 +789,75 @@ func (d *devicePlugin) GPUPods(ctx context.Context) (map[string]agent.PodRef, er
 		}
 	}
 	return out, nil
+}
+
+// An XID 79 kills the pod on the failing GPU (as the simulator's faults do) on a
+// node Chamber isolated, with no other node to go to: Kueue's topology-aware
+// scheduling moves the workload off the tainted node by itself (status.unhealthyNodes)
+// once there is room. Chamber asks no eviction of it meanwhile, not even at the drain
+// timeout: a Retry then raced Kueue's scheduler, whose replacement overwrote the
+// eviction and left the Job suspended for good under an Admitted workload. The job
+// runs again on the new node, under the same workload.
+func TestKilledPodIsMovedByKueueAlone(t *testing.T) {
+	t.Parallel()
+	g := newG(t)
+	ctx := context.Background()
+	fixture(t, "replace", nil, 16)
+	nodes(t, "replace", "replace-1")
+	gpus := startMappedAgent(t, "replace-1", 2*time.Second)
+	submitGPUs(t, "replace", "train", 1)
+	var first *corev1.Pod
+	g.Eventually(func(g gomega.Gomega) { first = runningPod(g, "replace", "train") }).Should(gomega.Succeed())
+	failing := gpuOf(g, "replace-1", first)
+	uid := workloads(g, "replace", "train")[0].UID
+
+	if err := gpus.RaiseXID(failing, 79); err != nil {
+		t.Fatal(err)
+	}
+	g.Eventually(func(g gomega.Gomega) { isolated(g, "replace-1", "XID79") }).Should(gomega.Succeed())
+	// The fault kills the pod without notice.
+	if err := k8s.Delete(ctx, first, client.GracePeriodSeconds(0)); err != nil {
+		t.Fatal(err)
+	}
+	g.Eventually(func(g gomega.Gomega) {
+		wls := workloads(g, "replace", "train")
+		g.Expect(wls).To(gomega.HaveLen(1))
+		g.Expect(wls[0].Status.UnhealthyNodes).To(gomega.ContainElement(kueue.UnhealthyNode{Name: "replace-1"}))
+	}).Should(gomega.Succeed())
+
+	// A fault eviction asked before Kueue took the workload up is withdrawn.
+	wl := workloads(g, "replace", "train")[0]
+	if err := chamberkueue.RequestEviction(ctx, k8s, &wl, chamberkueue.Eviction{Reason: chamberkueue.ReasonGPUFault, Message: "asked early", RequestedAt: time.Now(), GracePeriod: new(time.Duration)}); err != nil {
+		t.Fatal(err)
+	}
+	g.Eventually(func(g gomega.Gomega) {
+		wls := workloads(g, "replace", "train")
+		_, asked := chamberkueue.RequestedEviction(&wls[0])
+		g.Expect(asked).To(gomega.BeFalse())
+	}).Should(gomega.Succeed())
+
+	// Past the drain timeout, Kueue still looks for a node; Chamber keeps out.
+	g.Consistently(func(g gomega.Gomega) {
+		wls := workloads(g, "replace", "train")
+		g.Expect(wls).To(gomega.HaveLen(1))
+		_, asked := chamberkueue.RequestedEviction(&wls[0])
+		g.Expect(asked).To(gomega.BeFalse(), "eviction requested while Kueue replaces the node")
+		g.Expect(chamberkueue.CheckState(&wls[0]).State).NotTo(gomega.Equal(kueue.CheckStateRetry))
+		g.Expect(apimeta.IsStatusConditionTrue(wls[0].Status.Conditions, kueue.WorkloadEvicted)).To(gomega.BeFalse())
+	}, drainTimeout+5*time.Second, 250*time.Millisecond).Should(gomega.Succeed())
+
+	nodes(t, "replace", "replace-2")
+	var moved *corev1.Pod
+	g.Eventually(func(g gomega.Gomega) {
+		moved = runningPod(g, "replace", "train")
+		g.Expect(moved.Spec.NodeName).To(gomega.Equal("replace-2"))
+	}).Should(gomega.Succeed())
+	wls := workloads(g, "replace", "train")
+	g.Expect(wls).To(gomega.HaveLen(1))
+	g.Expect(wls[0].UID).To(gomega.Equal(uid))
+	g.Expect(wls[0].Status.UnhealthyNodes).To(gomega.BeEmpty())
+	var job batchv1.Job
+	g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: "replace", Name: "train"}, &job)).To(gomega.Succeed())
+	g.Expect(ptr.Deref(job.Spec.Suspend, false)).To(gomega.BeFalse())
+	g.Expect(job.Annotations).NotTo(gomega.HaveKey("kueue.x-k8s.io/stopping"))
 }

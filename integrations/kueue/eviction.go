@@ -38,6 +38,23 @@ func CheckState(wl *kueue.Workload) *kueue.AdmissionCheckState {
 // an eviction request goes unanswered.
 func HasCheck(wl *kueue.Workload) bool { return CheckState(wl) != nil }
 
+// ReasonGPUFault is the reason of the evictions fault isolation asks for: the
+// workload runs, or was placed, on a node or GPU Chamber isolated.
+const ReasonGPUFault = "GPUFault"
+
+// ReplacingNodes reports whether Kueue's topology-aware scheduling is moving the
+// workload off nodes it found unhealthy (status.unhealthyNodes: a node NotReady, or
+// with an untolerated NoSchedule taint, such as Chamber's isolation taint, and none
+// of the workload's pods still running there). Kueue's scheduler then re-applies
+// the workload's whole admission from the copy it queued, check states and
+// conditions included, with server-side apply and forced ownership (v0.19:
+// scheduler.admit, patching.PatchAdmissionStatus). A Retry Chamber writes meanwhile,
+// and Kueue's eviction on it, are overwritten when the replacement lands: the
+// Workload reads Admitted while its Job stays half-stopped (suspended, with Kueue's
+// kueue.x-k8s.io/stopping annotation) and never runs again. So no eviction goes
+// through Chamber's check while Kueue replaces a workload's nodes.
+func ReplacingNodes(wl *kueue.Workload) bool { return len(wl.Status.UnhealthyNodes) > 0 }
+
 // Eviction is a request to evict a workload: Kueue requeues it and it runs again
 // when capacity allows.
 type Eviction struct {
