@@ -227,10 +227,12 @@ func (c *Controller) Reconcile(ctx context.Context, wl *kueue.Workload) (reconci
 		if evictionAsked {
 			return c.evictCooperatively(ctx, wl, eviction)
 		}
+		if res, halfStopped, err := c.repairHalfStopped(ctx, wl); halfStopped || err != nil {
+			return res, err
+		}
 		if c.preApproved(wl, check) {
 			return c.verifyAtReservation(ctx, wl)
 		}
-		return c.repairHalfStopped(ctx, wl)
 	}
 	return reconcile.Result{}, nil
 }

@@ -18,7 +18,7 @@ func newMetrics() (*metrics, error) {
 	m := &metrics{
 		verdicts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chamber_admission_check_verdicts_total",
-			Help: "Placement verdicts of Chamber's admission check: preapproved (Ready while waiting in the queue), ready (healthy GPUs), pending (waiting for them), retry (quota given back after the placement timeout, or GPUs failed between pre-approval and reservation).",
+			Help: "Placement verdicts of Chamber's admission check: preapproved (Ready while waiting in the queue), ready (healthy GPUs), pending (waiting for them), retry (quota given back after the placement timeout, GPUs failed between pre-approval and reservation, or a job Kueue left half-stopped).",
 		}, []string{"verdict"}),
 		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chamber_evictions_total",

@@ -93,27 +93,28 @@ func (h *halfStoppedJobs) forget(uid types.UID) {
 // stopping annotation is one whose eviction was overwritten (a race in Kueue, which
 // whileReplacingNodes keeps Chamber out of): Kueue's Job reconciler takes such a Job
 // for running and never resumes it. A Retry makes Kueue evict the workload again,
-// finish the stop, and admit it afresh.
-func (c *Controller) repairHalfStopped(ctx context.Context, wl *kueue.Workload) (reconcile.Result, error) {
+// finish the stop, and admit it afresh. halfStopped: the workload's Job is in that
+// state (res says when to look again).
+func (c *Controller) repairHalfStopped(ctx context.Context, wl *kueue.Workload) (res reconcile.Result, halfStopped bool, err error) {
 	if !conditionTrue(wl, kueue.WorkloadAdmitted) {
 		c.halfStopped.forget(wl.UID)
-		return reconcile.Result{}, nil
+		return reconcile.Result{}, false, nil
 	}
 	stopping, err := c.ownerAnnotated(ctx, wl, stoppingAnnotation)
 	if err != nil || !stopping {
 		c.halfStopped.forget(wl.UID)
-		return reconcile.Result{}, err
+		return reconcile.Result{}, false, err
 	}
 	now := c.opts.Clock.Now()
 	if wait := 2*c.opts.Recheck - now.Sub(c.halfStopped.since(wl, now)); wait > 0 {
-		return reconcile.Result{RequeueAfter: wait}, nil
+		return reconcile.Result{RequeueAfter: wait}, true, nil
 	}
 	c.halfStopped.forget(wl.UID)
 	msg := "Kueue admitted the workload while its job was still being stopped (annotation " + stoppingAnnotation +
 		"), so the job would never resume; sent back to the queue to be admitted afresh"
 	c.metrics.verdicts.WithLabelValues("retry").Inc()
 	c.recorder.Eventf(wl, nil, corev1.EventTypeWarning, "HalfStoppedJob", "Requeue", "%s", msg)
-	return reconcile.Result{}, c.setCheck(ctx, wl, kueue.CheckStateRetry, msg)
+	return reconcile.Result{}, true, c.setCheck(ctx, wl, kueue.CheckStateRetry, msg)
 }
 
 // ownerAnnotated reports whether one of the workload's owners (its job) carries the
