@@ -638,3 +638,25 @@ func TestNodeConflictRetried(t *testing.T) {
 		t.Error("the interceptor saw no node patch")
 	}
 }
+
+// A workload Kueue is already moving off the isolated node (the node in its
+// status.unhealthyNodes: none of its pods runs there) gets no eviction request: a
+// Retry of Chamber's check would race Kueue's scheduler, which re-applies the
+// workload's admission from its own copy when the replacement lands.
+func TestNoEvictionWhileKueueReplacesTheNode(t *testing.T) {
+	objs := []client.Object{pool("p", nil), node("n1", "p"), gpuNode("n1", start, map[int32][]chamber.GPUFault{0: {xid79}})}
+	for _, job := range []string{"running", "replacing"} {
+		objs = append(objs, workloadWithPod(job, "n1")...)
+	}
+	replacing := objs[len(objs)-2].(*kueue.Workload)
+	replacing.Status.UnhealthyNodes = []kueue.UnhealthyNode{{Name: "n1"}}
+	objs[len(objs)-1].(*corev1.Pod).Status.Phase = corev1.PodPending // the Job's new pod, held off the tainted node
+	e := newEnv(t, Options{}, nil, objs...)
+	e.reconcile("n1")
+	if diff := cmp.Diff(isolatedState("XID79"), e.state("n1")); diff != "" {
+		t.Errorf("node (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]bool{"running": true, "replacing": false}, e.evicted("running", "replacing")); diff != "" {
+		t.Errorf("evicted (-want +got):\n%s", diff)
+	}
+}
