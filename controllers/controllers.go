@@ -127,6 +127,9 @@ func Names() []string {
 // It returns the name of the one that failed.
 func Setup(mgr ctrl.Manager, cfg Config) (string, error) {
 	cfg.heartbeats = fleet.NewHeartbeats(cfg.Clock, cfg.SilentAfterHeartbeats)
+	if err := chamberkueue.SetupIndexes(context.Background(), mgr.GetFieldIndexer()); err != nil {
+		return "indexes", err
+	}
 	for _, c := range controllerList {
 		if err := c.setup(mgr, cfg); err != nil {
 			return c.name, err

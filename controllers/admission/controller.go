@@ -62,13 +62,7 @@ func DefaultOptions() Options {
 	return Options{PlacementTimeout: DefaultPlacementTimeout, GracePeriod: DefaultGracePeriod, Recheck: DefaultRecheck}
 }
 
-// Field indexes the check reads through.
-const (
-	indexPodNode    = "chamber.spec.nodeName"
-	indexPodOwner   = "chamber.metadata.ownerUID"
-	indexOwnerOfWL  = "chamber.workload.ownerUID"
-	eventsComponent = "chamber-admission"
-)
+const eventsComponent = "chamber-admission"
 
 // Controller is the Workload side of the check: placement verdicts and evictions.
 type Controller struct {
@@ -98,29 +92,6 @@ func Register(mgr ctrl.Manager, opts Options) error {
 	}
 	if opts.Heartbeats == nil {
 		opts.Heartbeats = fleet.NewHeartbeats(opts.Clock, 0)
-	}
-	ctx := context.Background()
-	idx := mgr.GetFieldIndexer()
-	if err := idx.IndexField(ctx, &corev1.Pod{}, indexPodNode, func(o client.Object) []string {
-		if n := o.(*corev1.Pod).Spec.NodeName; n != "" {
-			return []string{n}
-		}
-		return nil
-	}); err != nil {
-		return fmt.Errorf("index pods by node: %w", err)
-	}
-	ownerUIDs := func(o client.Object) []string {
-		var uids []string
-		for _, ref := range o.GetOwnerReferences() {
-			uids = append(uids, string(ref.UID))
-		}
-		return uids
-	}
-	if err := idx.IndexField(ctx, &corev1.Pod{}, indexPodOwner, ownerUIDs); err != nil {
-		return fmt.Errorf("index pods by owner: %w", err)
-	}
-	if err := idx.IndexField(ctx, &kueue.Workload{}, indexOwnerOfWL, ownerUIDs); err != nil {
-		return fmt.Errorf("index workloads by owner: %w", err)
 	}
 	m, err := newMetrics()
 	if err != nil {
@@ -186,12 +157,12 @@ func (c *Controller) workloadOfPod(ctx context.Context, obj client.Object) []rec
 }
 
 func (c *Controller) workloadsOfOwner(ctx context.Context, ns string, uid types.UID) []reconcile.Request {
-	var wls kueue.WorkloadList
-	if err := c.client.List(ctx, &wls, client.InNamespace(ns), client.MatchingFields{indexOwnerOfWL: string(uid)}); err != nil {
+	wls, err := chamberkueue.WorkloadsOwnedBy(ctx, c.client, ns, uid)
+	if err != nil {
 		return nil
 	}
-	reqs := make([]reconcile.Request, 0, len(wls.Items))
-	for _, wl := range wls.Items {
+	reqs := make([]reconcile.Request, 0, len(wls))
+	for _, wl := range wls {
 		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&wl)})
 	}
 	return reqs
@@ -358,19 +329,19 @@ func (c *Controller) nodesOfFlavor(ctx context.Context, flavor kueue.ResourceFla
 }
 
 func (c *Controller) nodeGPUs(ctx context.Context, node *corev1.Node, own func(*corev1.Pod) bool, now time.Time) (NodeGPUs, error) {
-	var pods corev1.PodList
-	if err := c.client.List(ctx, &pods, client.MatchingFields{indexPodNode: node.Name}, client.UnsafeDisableDeepCopy); err != nil {
-		return NodeGPUs{}, fmt.Errorf("list pods on node %s: %w", node.Name, err)
+	pods, err := chamberkueue.PodsOnNode(ctx, c.client, node.Name)
+	if err != nil {
+		return NodeGPUs{}, err
 	}
 	var gn chamber.GPUNode
-	err := c.client.Get(ctx, client.ObjectKey{Name: node.Name}, &gn, client.UnsafeDisableDeepCopy)
+	err = c.client.Get(ctx, client.ObjectKey{Name: node.Name}, &gn, client.UnsafeDisableDeepCopy)
 	if apierrors.IsNotFound(err) {
-		return nodeGPUs(node, pods.Items, own, nil, c.opts.Heartbeats, now), nil
+		return nodeGPUs(node, pods, own, nil, c.opts.Heartbeats, now), nil
 	}
 	if err != nil {
 		return NodeGPUs{}, fmt.Errorf("get GPUNode %s: %w", node.Name, err)
 	}
-	return nodeGPUs(node, pods.Items, own, &gn, c.opts.Heartbeats, now), nil
+	return nodeGPUs(node, pods, own, &gn, c.opts.Heartbeats, now), nil
 }
 
 // evictCooperatively gives the workload's pods notice, and evicts once the grace
@@ -504,15 +475,7 @@ func ownerUIDs(wl *kueue.Workload) []types.UID {
 }
 
 func (c *Controller) podsOf(ctx context.Context, wl *kueue.Workload) ([]corev1.Pod, error) {
-	var out []corev1.Pod
-	for _, ref := range wl.OwnerReferences {
-		var pods corev1.PodList
-		if err := c.client.List(ctx, &pods, client.InNamespace(wl.Namespace), client.MatchingFields{indexPodOwner: string(ref.UID)}); err != nil {
-			return nil, fmt.Errorf("list pods of workload %s/%s: %w", wl.Namespace, wl.Name, err)
-		}
-		out = append(out, pods.Items...)
-	}
-	return out, nil
+	return chamberkueue.PodsOfWorkload(ctx, c.client, wl)
 }
 
 // checkpointReady: a pod of the workload, or the job itself, has answered the notice.

@@ -125,16 +125,9 @@ type idleWorkload struct {
 	marked       bool
 }
 
-// podIndex finds a Workload's pods in the cache: by Kueue's workload annotation, and
-// by the UID of their controller (a Job), which the Workload also names as its owner.
-const podIndex = "chamber.dev/idlereclaim-workload"
-
 // Register adds the controller to the manager.
 func Register(mgr ctrl.Manager, opts Options) error {
 	c := newController(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetEventRecorder("chamber-idle-reclaim"), opts)
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, podIndex, podWorkloadKeys); err != nil {
-		return fmt.Errorf("index pods by workload: %w", err)
-	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("idlereclaim").
 		For(&kueue.Workload{}).
@@ -155,18 +148,6 @@ func newController(c client.Client, reader client.Reader, recorder events.EventR
 		opts.Heartbeats = fleet.NewHeartbeats(opts.Clock, 0)
 	}
 	return &Controller{client: c, reader: reader, recorder: recorder, opts: opts, idle: map[types.NamespacedName]*idleWorkload{}}
-}
-
-// podWorkloadKeys are a pod's keys in podIndex.
-func podWorkloadKeys(obj client.Object) []string {
-	var keys []string
-	if wl := obj.GetAnnotations()[kueue.WorkloadAnnotation]; wl != "" {
-		keys = append(keys, obj.GetNamespace()+"/"+wl)
-	}
-	if ref := metav1.GetControllerOfNoCopy(obj); ref != nil {
-		keys = append(keys, string(ref.UID))
-	}
-	return keys
 }
 
 // Reconcile looks at one Workload. It is a plain reconciler rather than a typed one
@@ -510,25 +491,7 @@ func teamOf(teams []chamber.Team, clusterQueue string) *chamber.Team {
 
 // podsOf lists the workload's pods from the cache.
 func (c *Controller) podsOf(ctx context.Context, wl *kueue.Workload) ([]corev1.Pod, error) {
-	keys := []string{wl.Namespace + "/" + wl.Name}
-	if ref := metav1.GetControllerOfNoCopy(wl); ref != nil {
-		keys = append(keys, string(ref.UID))
-	}
-	var pods []corev1.Pod
-	seen := map[types.UID]bool{}
-	for _, k := range keys {
-		var list corev1.PodList
-		if err := c.client.List(ctx, &list, client.InNamespace(wl.Namespace), client.MatchingFields{podIndex: k}); err != nil {
-			return nil, fmt.Errorf("list pods of workload %s/%s: %w", wl.Namespace, wl.Name, err)
-		}
-		for _, p := range list.Items {
-			if !seen[p.UID] {
-				seen[p.UID] = true
-				pods = append(pods, p)
-			}
-		}
-	}
-	return pods, nil
+	return chamberkueue.PodsOfWorkload(ctx, c.client, wl)
 }
 
 // gpuNodesOf gets the agents' reports of the nodes the pods run on; a node without one

@@ -100,7 +100,7 @@ func (w *world) start(t *testing.T, funcs interceptor.Funcs) *run {
 		objs = append(objs, &cqs[i])
 	}
 	c := fake.NewClientBuilder().WithScheme(controlplane.Scheme).WithObjects(objs...).
-		WithIndex(&corev1.Pod{}, podIndex, podWorkloadKeys).WithInterceptorFuncs(funcs).Build()
+		WithIndex(&corev1.Pod{}, chamberkueue.IndexPodWorkload, chamberkueue.PodWorkloadKeys).WithInterceptorFuncs(funcs).Build()
 	r := &run{t: t, client: c, clock: clocktesting.NewFakeClock(start), recorder: events.NewFakeRecorder(100)}
 	r.c = newController(c, c, r.recorder, Options{Interval: 30 * time.Second, Clock: r.clock})
 	return r

@@ -735,16 +735,13 @@ func (c *Controller) rememberAsked(uid types.UID, node string, now time.Time) {
 // node, or placed on it by topology-aware scheduling. only, when set, keeps the
 // workloads of those pods (GPU level, where the agent names each GPU's pod).
 func (c *Controller) workloadsOn(ctx context.Context, nodeName string, only map[types.NamespacedName]bool) ([]*kueue.Workload, error) {
-	var pods corev1.PodList
-	// The cache holds no index by node; the API server answers this field selector,
-	// and isolations are rare.
-	if err := c.reader.List(ctx, &pods, client.MatchingFields{"spec.nodeName": nodeName}); err != nil {
-		return nil, fmt.Errorf("list pods on node %s: %w", nodeName, err)
+	pods, err := chamberkueue.PodsOnNode(ctx, c.client, nodeName)
+	if err != nil {
+		return nil, err
 	}
 	found := map[types.NamespacedName]*kueue.Workload{}
-	byNamespace := map[string][]kueue.Workload{}
-	for i := range pods.Items {
-		pod := &pods.Items[i]
+	for i := range pods {
+		pod := &pods[i]
 		// A terminating pod is on its way out: its workload was evicted, and may
 		// already run elsewhere.
 		if pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
@@ -753,16 +750,11 @@ func (c *Controller) workloadsOn(ctx context.Context, nodeName string, only map[
 		if only != nil && !only[client.ObjectKeyFromObject(pod)] {
 			continue
 		}
-		wls, ok := byNamespace[pod.Namespace]
-		if !ok {
-			var list kueue.WorkloadList
-			if err := c.client.List(ctx, &list, client.InNamespace(pod.Namespace)); err != nil {
-				return nil, fmt.Errorf("list workloads in %s: %w", pod.Namespace, err)
-			}
-			wls = list.Items
-			byNamespace[pod.Namespace] = wls
+		wl, err := c.workloadOf(ctx, pod)
+		if err != nil {
+			return nil, err
 		}
-		if wl := c.workloadOf(ctx, pod, wls); wl != nil && running(wl) {
+		if wl != nil && running(wl) {
 			found[client.ObjectKeyFromObject(wl)] = wl
 		}
 	}
@@ -792,36 +784,33 @@ func (c *Controller) workloadsOn(ctx context.Context, nodeName string, only map[
 // workloadOf finds the pod's workload: Kueue's Workload is owned by the job object
 // (a Job), which owns the pod, or by the pod's owner's owner (a JobSet's Jobs), or
 // by the pod itself (plain pods).
-func (c *Controller) workloadOf(ctx context.Context, pod *corev1.Pod, wls []kueue.Workload) *kueue.Workload {
-	owned := func(uid types.UID) *kueue.Workload {
-		for i := range wls {
-			for _, ref := range wls[i].OwnerReferences {
-				if ref.UID == uid {
-					return &wls[i]
-				}
-			}
+func (c *Controller) workloadOf(ctx context.Context, pod *corev1.Pod) (*kueue.Workload, error) {
+	owned := func(uid types.UID) (*kueue.Workload, error) {
+		wls, err := chamberkueue.WorkloadsOwnedBy(ctx, c.client, pod.Namespace, uid)
+		if err != nil || len(wls) == 0 {
+			return nil, err
 		}
-		return nil
+		return &wls[0], nil
 	}
-	if wl := owned(pod.UID); wl != nil {
-		return wl
+	if wl, err := owned(pod.UID); wl != nil || err != nil {
+		return wl, err
 	}
 	owner := metav1.GetControllerOf(pod)
 	if owner == nil {
-		return nil
+		return nil, nil
 	}
-	if wl := owned(owner.UID); wl != nil {
-		return wl
+	if wl, err := owned(owner.UID); wl != nil || err != nil {
+		return wl, err
 	}
 	meta := &metav1.PartialObjectMetadata{}
 	meta.SetGroupVersionKind(schemaGVK(owner))
 	if err := c.reader.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: owner.Name}, meta); err != nil {
-		return nil
+		return nil, nil
 	}
 	if up := metav1.GetControllerOf(meta); up != nil {
 		return owned(up.UID)
 	}
-	return nil
+	return nil, nil
 }
 
 // running: Kueue reserved quota for it and it has not finished.

@@ -205,7 +205,8 @@ func newEnv(t *testing.T, opts Options, funcs *interceptor.Funcs, objs ...client
 	t.Helper()
 	b := fake.NewClientBuilder().WithScheme(controlplane.Scheme).WithObjects(objs...).
 		WithStatusSubresource(&corev1.Node{}, &chamber.GPUPool{}, &chamber.GPUNode{}, &kueue.Workload{}).
-		WithIndex(&corev1.Pod{}, "spec.nodeName", func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} })
+		WithIndex(&corev1.Pod{}, chamberkueue.IndexPodNode, chamberkueue.PodNode).
+		WithIndex(&kueue.Workload{}, chamberkueue.IndexWorkloadOwner, chamberkueue.OwnerUIDs)
 	if funcs != nil {
 		b = b.WithInterceptorFuncs(*funcs)
 	}

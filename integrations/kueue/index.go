@@ -1,0 +1,111 @@
+package kueue
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+)
+
+// The cache indexes Chamber's controllers read through, registered once for the
+// manager (SetupIndexes), as Kueue's pkg/controller/core/indexer does.
+const (
+	// IndexPodNode: pods by the node they are bound to.
+	IndexPodNode = "chamber.pod.node"
+	// IndexPodWorkload: pods by their workload: "namespace/name" from Kueue's
+	// workload annotation, and the UID of their controller (the job the Workload is
+	// owned by).
+	IndexPodWorkload = "chamber.pod.workload"
+	// IndexWorkloadOwner: workloads by the UIDs of their owners (their job).
+	IndexWorkloadOwner = "chamber.workload.owner"
+)
+
+// SetupIndexes registers the indexes with the manager's field indexer.
+func SetupIndexes(ctx context.Context, idx client.FieldIndexer) error {
+	if err := idx.IndexField(ctx, &corev1.Pod{}, IndexPodNode, PodNode); err != nil {
+		return fmt.Errorf("index pods by node: %w", err)
+	}
+	if err := idx.IndexField(ctx, &corev1.Pod{}, IndexPodWorkload, PodWorkloadKeys); err != nil {
+		return fmt.Errorf("index pods by workload: %w", err)
+	}
+	if err := idx.IndexField(ctx, &kueue.Workload{}, IndexWorkloadOwner, OwnerUIDs); err != nil {
+		return fmt.Errorf("index workloads by owner: %w", err)
+	}
+	return nil
+}
+
+// PodNode is IndexPodNode's key of a pod: its node, none while unbound.
+func PodNode(obj client.Object) []string {
+	if n := obj.(*corev1.Pod).Spec.NodeName; n != "" {
+		return []string{n}
+	}
+	return nil
+}
+
+// PodWorkloadKeys are IndexPodWorkload's keys of a pod.
+func PodWorkloadKeys(obj client.Object) []string {
+	var keys []string
+	if wl := obj.GetAnnotations()[kueue.WorkloadAnnotation]; wl != "" {
+		keys = append(keys, obj.GetNamespace()+"/"+wl)
+	}
+	if ref := metav1.GetControllerOfNoCopy(obj); ref != nil {
+		keys = append(keys, string(ref.UID))
+	}
+	return keys
+}
+
+// OwnerUIDs are IndexWorkloadOwner's keys: the UIDs of the object's owners.
+func OwnerUIDs(obj client.Object) []string {
+	var uids []string
+	for _, ref := range obj.GetOwnerReferences() {
+		uids = append(uids, string(ref.UID))
+	}
+	return uids
+}
+
+// PodsOnNode lists the pods bound to the node, from a cache with SetupIndexes'
+// indexes, as shared objects the caller must not change.
+func PodsOnNode(ctx context.Context, c client.Reader, node string) ([]corev1.Pod, error) {
+	var pods corev1.PodList
+	if err := c.List(ctx, &pods, client.MatchingFields{IndexPodNode: node}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("list pods on node %s: %w", node, err)
+	}
+	return pods.Items, nil
+}
+
+// PodsOfWorkload lists the workload's pods: those Kueue's annotation names it on, and
+// those its job controls.
+func PodsOfWorkload(ctx context.Context, c client.Reader, wl *kueue.Workload) ([]corev1.Pod, error) {
+	keys := []string{wl.Namespace + "/" + wl.Name}
+	if ref := metav1.GetControllerOfNoCopy(wl); ref != nil {
+		keys = append(keys, string(ref.UID))
+	}
+	var pods []corev1.Pod
+	seen := map[types.UID]bool{}
+	for _, k := range keys {
+		var list corev1.PodList
+		if err := c.List(ctx, &list, client.InNamespace(wl.Namespace), client.MatchingFields{IndexPodWorkload: k}); err != nil {
+			return nil, fmt.Errorf("list pods of workload %s/%s: %w", wl.Namespace, wl.Name, err)
+		}
+		for _, p := range list.Items {
+			if !seen[p.UID] {
+				seen[p.UID] = true
+				pods = append(pods, p)
+			}
+		}
+	}
+	return pods, nil
+}
+
+// WorkloadsOwnedBy lists the workloads of the job object with the given UID.
+func WorkloadsOwnedBy(ctx context.Context, c client.Reader, namespace string, owner types.UID) ([]kueue.Workload, error) {
+	var wls kueue.WorkloadList
+	if err := c.List(ctx, &wls, client.InNamespace(namespace), client.MatchingFields{IndexWorkloadOwner: string(owner)}); err != nil {
+		return nil, fmt.Errorf("list workloads owned by %s in %s: %w", owner, namespace, err)
+	}
+	return wls.Items, nil
+}
