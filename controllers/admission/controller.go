@@ -285,24 +285,21 @@ func (c *Controller) nodesOfAssignment(ctx context.Context, ta *kueue.TopologyAs
 	if len(ta.Levels) == 0 || ta.Levels[len(ta.Levels)-1] != corev1.LabelHostname {
 		return out, nil
 	}
-	var nodes corev1.NodeList
-	if err := c.client.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, fmt.Errorf("list nodes: %w", err)
-	}
-	assigned := map[string]bool{}
 	for host := range utiltas.LowestLevelValues(ta) {
-		assigned[host] = true
-	}
-	for i := range nodes.Items {
-		host := nodes.Items[i].Labels[corev1.LabelHostname]
-		if !assigned[host] {
+		if _, done := out[host]; done {
 			continue
 		}
-		n, err := c.nodeGPUs(ctx, &nodes.Items[i], own, now)
+		nodes, err := chamberkueue.NodesByHostname(ctx, c.client, host)
 		if err != nil {
 			return nil, err
 		}
-		out[host] = n
+		for i := range nodes {
+			n, err := c.nodeGPUs(ctx, &nodes[i], own, now)
+			if err != nil {
+				return nil, err
+			}
+			out[host] = n
+		}
 	}
 	return out, nil
 }

@@ -41,7 +41,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
-	utiltas "sigs.k8s.io/kueue/pkg/util/tas"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/fleet"
@@ -340,7 +339,7 @@ func (c *Controller) isolate(ctx context.Context, node *corev1.Node, pool *chamb
 		if changed, err := c.setConditionChanged(ctx, node, corev1.ConditionFalse, ReasonDryRun, "would isolate: "+what); err != nil || !changed {
 			return reconcile.Result{}, err
 		}
-		wls, err := c.workloadsOn(ctx, node.Name, nil)
+		wls, err := c.workloadsOn(ctx, node, nil)
 		if err != nil {
 			return reconcile.Result{}, err
 		}
@@ -657,13 +656,13 @@ func (c *Controller) evict(ctx context.Context, node *corev1.Node, pool *chamber
 			only = nil
 		}
 	}
-	wls, err := c.workloadsOn(ctx, node.Name, only)
+	wls, err := c.workloadsOn(ctx, node, only)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
 	onFailing := wls
 	if only == nil && failing != nil {
-		if onFailing, err = c.workloadsOn(ctx, node.Name, failing); err != nil {
+		if onFailing, err = c.workloadsOn(ctx, node, failing); err != nil {
 			return reconcile.Result{}, err
 		}
 	}
@@ -734,8 +733,8 @@ func (c *Controller) rememberAsked(uid types.UID, node string, now time.Time) {
 // workloadsOn finds the admitted, unfinished Kueue workloads with pods bound to the
 // node, or placed on it by topology-aware scheduling. only, when set, keeps the
 // workloads of those pods (GPU level, where the agent names each GPU's pod).
-func (c *Controller) workloadsOn(ctx context.Context, nodeName string, only map[types.NamespacedName]bool) ([]*kueue.Workload, error) {
-	pods, err := chamberkueue.PodsOnNode(ctx, c.client, nodeName)
+func (c *Controller) workloadsOn(ctx context.Context, node *corev1.Node, only map[types.NamespacedName]bool) ([]*kueue.Workload, error) {
+	pods, err := chamberkueue.PodsOnNode(ctx, c.client, node.Name)
 	if err != nil {
 		return nil, err
 	}
@@ -759,14 +758,18 @@ func (c *Controller) workloadsOn(ctx context.Context, nodeName string, only map[
 		}
 	}
 	if only == nil {
-		// Pods of a workload TAS placed on the node may not be bound yet.
-		var all kueue.WorkloadList
-		if err := c.client.List(ctx, &all); err != nil {
-			return nil, fmt.Errorf("list workloads: %w", err)
+		// Pods of a workload TAS placed on the node may not be bound yet. Topology
+		// assignments name nodes by their hostname label.
+		host := node.Labels[corev1.LabelHostname]
+		if host == "" {
+			host = node.Name
 		}
-		for i := range all.Items {
-			wl := &all.Items[i]
-			if running(wl) && utiltas.HasTASAssignmentOnNode(wl.Status.Admission, nodeName) {
+		placed, err := chamberkueue.WorkloadsOnNode(ctx, c.client, host)
+		if err != nil {
+			return nil, err
+		}
+		for i := range placed {
+			if wl := placed[i].DeepCopy(); running(wl) {
 				found[client.ObjectKeyFromObject(wl)] = wl
 			}
 		}

@@ -206,7 +206,8 @@ func newEnv(t *testing.T, opts Options, funcs *interceptor.Funcs, objs ...client
 	b := fake.NewClientBuilder().WithScheme(controlplane.Scheme).WithObjects(objs...).
 		WithStatusSubresource(&corev1.Node{}, &chamber.GPUPool{}, &chamber.GPUNode{}, &kueue.Workload{}).
 		WithIndex(&corev1.Pod{}, chamberkueue.IndexPodNode, chamberkueue.PodNode).
-		WithIndex(&kueue.Workload{}, chamberkueue.IndexWorkloadOwner, chamberkueue.OwnerUIDs)
+		WithIndex(&kueue.Workload{}, chamberkueue.IndexWorkloadOwner, chamberkueue.OwnerUIDs).
+		WithIndex(&kueue.Workload{}, chamberkueue.IndexWorkloadNode, chamberkueue.WorkloadNodes)
 	if funcs != nil {
 		b = b.WithInterceptorFuncs(*funcs)
 	}

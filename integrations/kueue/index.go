@@ -3,12 +3,14 @@ package kueue
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+	utiltas "sigs.k8s.io/kueue/pkg/util/tas"
 )
 
 // The cache indexes Chamber's controllers read through, registered once for the
@@ -22,6 +24,12 @@ const (
 	IndexPodWorkload = "chamber.pod.workload"
 	// IndexWorkloadOwner: workloads by the UIDs of their owners (their job).
 	IndexWorkloadOwner = "chamber.workload.owner"
+	// IndexWorkloadNode: workloads by the nodes (hostnames) Kueue's topology-aware
+	// scheduling assigned them pods on.
+	IndexWorkloadNode = "chamber.workload.node"
+	// IndexNodeHostname: nodes by their kubernetes.io/hostname label, the level
+	// topology assignments name them by.
+	IndexNodeHostname = "chamber.node.hostname"
 )
 
 // SetupIndexes registers the indexes with the manager's field indexer.
@@ -34,6 +42,42 @@ func SetupIndexes(ctx context.Context, idx client.FieldIndexer) error {
 	}
 	if err := idx.IndexField(ctx, &kueue.Workload{}, IndexWorkloadOwner, OwnerUIDs); err != nil {
 		return fmt.Errorf("index workloads by owner: %w", err)
+	}
+	if err := idx.IndexField(ctx, &kueue.Workload{}, IndexWorkloadNode, WorkloadNodes); err != nil {
+		return fmt.Errorf("index workloads by assigned node: %w", err)
+	}
+	if err := idx.IndexField(ctx, &corev1.Node{}, IndexNodeHostname, NodeHostname); err != nil {
+		return fmt.Errorf("index nodes by hostname: %w", err)
+	}
+	return nil
+}
+
+// WorkloadNodes are IndexWorkloadNode's keys: the hostnames of the workload's
+// topology assignments that have pods (utiltas.HasTASAssignmentOnNode's rule).
+func WorkloadNodes(obj client.Object) []string {
+	admission := obj.(*kueue.Workload).Status.Admission
+	if admission == nil {
+		return nil
+	}
+	var hosts []string
+	for i := range admission.PodSetAssignments {
+		ta := admission.PodSetAssignments[i].TopologyAssignment
+		if ta == nil || !utiltas.IsLowestLevelHostname(ta.Levels) {
+			continue
+		}
+		for domain := range utiltas.InternalSeqFrom(ta) {
+			if n := len(domain.Values); n > 0 && domain.Count > 0 && !slices.Contains(hosts, domain.Values[n-1]) {
+				hosts = append(hosts, domain.Values[n-1])
+			}
+		}
+	}
+	return hosts
+}
+
+// NodeHostname is IndexNodeHostname's key of a node.
+func NodeHostname(obj client.Object) []string {
+	if h := obj.GetLabels()[corev1.LabelHostname]; h != "" {
+		return []string{h}
 	}
 	return nil
 }
@@ -108,4 +152,24 @@ func WorkloadsOwnedBy(ctx context.Context, c client.Reader, namespace string, ow
 		return nil, fmt.Errorf("list workloads owned by %s in %s: %w", owner, namespace, err)
 	}
 	return wls.Items, nil
+}
+
+// WorkloadsOnNode lists the workloads Kueue's topology-aware scheduling assigned pods
+// on the node (by its hostname), as shared objects the caller must not change.
+func WorkloadsOnNode(ctx context.Context, c client.Reader, hostname string) ([]kueue.Workload, error) {
+	var wls kueue.WorkloadList
+	if err := c.List(ctx, &wls, client.MatchingFields{IndexWorkloadNode: hostname}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("list workloads assigned to node %s: %w", hostname, err)
+	}
+	return wls.Items, nil
+}
+
+// NodesByHostname lists the nodes with the hostname label, as shared objects the
+// caller must not change (one, unless labels are wrong).
+func NodesByHostname(ctx context.Context, c client.Reader, hostname string) ([]corev1.Node, error) {
+	var nodes corev1.NodeList
+	if err := c.List(ctx, &nodes, client.MatchingFields{IndexNodeHostname: hostname}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("list nodes with hostname %s: %w", hostname, err)
+	}
+	return nodes.Items, nil
 }
