@@ -482,7 +482,7 @@ func (c *Controller) checkpointReady(ctx context.Context, wl *kueue.Workload, po
 			return true, nil
 		}
 	}
-	return c.ownerAnnotated(ctx, wl, chamber.AnnotationCheckpointReady)
+	return c.ownerAnnotated(ctx, wl, chamber.AnnotationCheckpointReady, nil)
 }
 
 func (c *Controller) clearEviction(ctx context.Context, wl *kueue.Workload) error {

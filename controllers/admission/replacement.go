@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -100,7 +101,9 @@ func (c *Controller) repairHalfStopped(ctx context.Context, wl *kueue.Workload) 
 		c.halfStopped.forget(wl.UID)
 		return reconcile.Result{}, false, nil
 	}
-	stopping, err := c.ownerAnnotated(ctx, wl, stoppingAnnotation)
+	// Only batch/v1 Jobs carry the annotation, and only they are read: reading other
+	// kinds would start an informer per kind from every admitted workload's reconcile.
+	stopping, err := c.ownerAnnotated(ctx, wl, stoppingAnnotation, isBatchJob)
 	if err != nil || !stopping {
 		c.halfStopped.forget(wl.UID)
 		return reconcile.Result{}, false, err
@@ -117,10 +120,14 @@ func (c *Controller) repairHalfStopped(ctx context.Context, wl *kueue.Workload) 
 	return reconcile.Result{}, true, c.setCheck(ctx, wl, kueue.CheckStateRetry, msg)
 }
 
-// ownerAnnotated reports whether one of the workload's owners (its job) carries the
-// annotation key set to "true". Owners are read as metadata only.
-func (c *Controller) ownerAnnotated(ctx context.Context, wl *kueue.Workload, key string) (bool, error) {
+// ownerAnnotated reports whether one of the workload's owners (its job) that only
+// accepts (every owner when nil) carries the annotation key set to "true". Owners are
+// read as metadata only.
+func (c *Controller) ownerAnnotated(ctx context.Context, wl *kueue.Workload, key string, only func(metav1.OwnerReference) bool) (bool, error) {
 	for _, ref := range wl.OwnerReferences {
+		if only != nil && !only(ref) {
+			continue
+		}
 		owner := &metav1.PartialObjectMetadata{}
 		owner.SetGroupVersionKind(schema.FromAPIVersionAndKind(ref.APIVersion, ref.Kind))
 		err := c.client.Get(ctx, client.ObjectKey{Namespace: wl.Namespace, Name: ref.Name}, owner)
@@ -135,4 +142,8 @@ func (c *Controller) ownerAnnotated(ctx context.Context, wl *kueue.Workload, key
 		}
 	}
 	return false, nil
+}
+
+func isBatchJob(ref metav1.OwnerReference) bool {
+	return ref.APIVersion == batchv1.SchemeGroupVersion.String() && ref.Kind == "Job"
 }
