@@ -536,7 +536,8 @@ type Sample struct {
 	// share, of those. A GPU not yet read, or lost, says nothing either way.
 	Allocated  int
 	Used, Idle float64
-	// Waiting counts submitted jobs with no running pod; Running those with one.
+	// Waiting counts submitted jobs with no running pod, but for interactive sessions
+	// Chamber paused while their users are away; Running those with one.
 	// Queued counts the waiting jobs that have waited longer than the control plane's
 	// own start latency (QueueGrace of clock): only they show contention.
 	Waiting, Running, Queued int
@@ -591,6 +592,12 @@ func (r *recorder) sample(idleBelow uint32) Sample {
 	fitting := false
 	for _, j := range r.jobs {
 		if j.Submitted.IsZero() || !j.Finished.IsZero() {
+			continue
+		}
+		if j.Running == 0 && j.paused != "" && j.resumed.IsZero() {
+			// An interactive session Chamber paused, its user away: it waits for its
+			// user, not for GPUs (its user's return resumes it); counting it would
+			// take every free GPU for capacity left unused while work waited.
 			continue
 		}
 		s.TeamDemand[j.Job.Team] += j.Job.GPUs

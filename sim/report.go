@@ -292,7 +292,9 @@ const methodText = `## Method
   unrepaired fault; the free GPUs of a node Chamber isolated count as free: no new pod
   may land there while it drains). The summary's "GPU-time left free while a queued job fit on it" sums the free
   GPUs over the moments such a job waits, as a share of all GPU-time: capacity the policy
-  left unused while work it could run waited (quotas not considered).
+  left unused while work it could run waited (quotas not considered). An interactive
+  session Chamber paused is not waiting while its user is away (it waits for its user,
+  who resumes it on coming back): it counts again from its user's resume.
 - **Measurement.** From a watch on Pods and Jobs, timed when each change is seen (API
   timestamps have whole seconds, many simulated minutes at these speed-ups): submission,
   first pod running, end of each pod, Job Complete or Failed. A job counts as queued once

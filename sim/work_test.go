@@ -325,3 +325,20 @@ func TestReturnUsers(t *testing.T) {
 			at, over, back, resumed, ended, j.Ended, r.done, j.Progress.Finished())
 	}
 }
+
+// A notebook Chamber paused waits for its user, not for GPUs: while its user is away
+// it is neither waiting nor a job that fits on the free GPUs; once its user resumes
+// it, it is both.
+func TestSampleLeavesPausedSessionsOut(t *testing.T) {
+	j := &JobRecord{Job: &Job{Name: "nb", Team: "team-a", GPUs: 1, Work: Work{Kind: KindInteractive}}, Pods: 1,
+		Submitted: time.Now().Add(-time.Minute), paused: "job-nb-1"}
+	r := &recorder{nodes: map[string]*simNode{"n1": {name: "n1", slots: make([]gpuSlot, 8)}},
+		pods: map[string]*PodRun{}, jobs: map[string]*JobRecord{"team-a/nb": j}}
+	if s := r.sample(5); s.Waiting != 0 || s.Queued != 0 || s.FreeWhileFits != 0 || s.TeamDemand["team-a"] != 0 {
+		t.Errorf("user away: waiting %d, queued %d, free while fits %d, demand %d; want none", s.Waiting, s.Queued, s.FreeWhileFits, s.TeamDemand["team-a"])
+	}
+	j.resumed = time.Now()
+	if s := r.sample(5); s.Waiting != 1 || s.Queued != 1 || s.FreeWhileFits != 8 || s.TeamDemand["team-a"] != 1 {
+		t.Errorf("user back: waiting %d, queued %d, free while fits %d, demand %d; want 1, 1, 8, 1", s.Waiting, s.Queued, s.FreeWhileFits, s.TeamDemand["team-a"])
+	}
+}
