@@ -769,8 +769,8 @@ func (c *Controller) workloadsOn(ctx context.Context, node *corev1.Node, only ma
 			return nil, err
 		}
 		for i := range placed {
-			if wl := placed[i].DeepCopy(); running(wl) {
-				found[client.ObjectKeyFromObject(wl)] = wl
+			if running(&placed[i]) {
+				found[client.ObjectKeyFromObject(&placed[i])] = placed[i].DeepCopy() // the cache's object, shared
 			}
 		}
 	}
