@@ -1,11 +1,13 @@
 // Package idlereclaim takes GPUs back from workloads that hold them idle while other
 // workloads wait for them. A workload is warned (an IdleGPUs Event) when it is idle
-// under contention, and once it has been idle for its pool's window with someone still
-// waiting, Chamber asks for its eviction through the admission check (chamberkueue.RequestEviction): its pods get a
-// notice and a grace period to checkpoint, then Kueue evicts it; Chamber pauses it
-// (deactivated, its Job kept) while anyone waits for GPUs it could use, for at most a
-// hold that doubles with each reclaim (pause.go), then resumes it: Kueue requeues it,
-// and it runs again when capacity frees.
+// while another waits that would fit on its GPUs once freed (room.go), and once it
+// has been idle for its pool's window (doubling with each earlier reclaim of it) with
+// someone still waiting, Chamber asks for its eviction through the admission check
+// (chamberkueue.RequestEviction): its pods get a notice and a grace period to
+// checkpoint, then Kueue evicts it; Chamber pauses it (deactivated, its Job kept)
+// while anyone waits for GPUs it could use, for at most a hold that doubles with each
+// reclaim (pause.go), then resumes it: Kueue requeues it, and it runs again when
+// capacity frees.
 package idlereclaim
 
 import (
@@ -215,7 +217,7 @@ func (c *Controller) reconcile(ctx context.Context, wl *kueue.Workload) (reconci
 	}
 	rec := c.record(key, wl.UID, now)
 
-	waiting, err := c.waitingFor(ctx, wl, now)
+	waiting, err := c.waitingFor(ctx, wl, pods, now)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -251,8 +253,10 @@ func (c *Controller) reconcile(ctx context.Context, wl *kueue.Workload) (reconci
 	since, lowSince := rec.contendedSince, rec.lowSince
 	c.mu.Unlock()
 	// Reclaimed once it has been idle for the window and someone waits: a session
-	// idle for an hour before anyone came gives its GPUs up when someone does.
-	reclaimAt := lowSince.Add(policy.Window)
+	// idle for an hour before anyone came gives its GPUs up when someone does. The
+	// window doubles with each earlier reclaim of the workload.
+	reclaims, _ := strconv.Atoi(wl.Annotations[AnnotationReclaims])
+	reclaimAt := lowSince.Add(reclaimWindow(policy.Window, reclaims))
 	if reclaimAt.Before(since) {
 		reclaimAt = since
 	}
@@ -518,13 +522,17 @@ func (c *Controller) gpuNodesOf(ctx context.Context, pods []corev1.Pod) (map[str
 }
 
 // waitingFor lists what contention needs from the cache and finds a workload waiting
-// for the GPUs wl holds.
-func (c *Controller) waitingFor(ctx context.Context, wl *kueue.Workload, now time.Time) (*kueue.Workload, error) {
+// for the GPUs wl holds (its pods are pods), one that would fit once they are free.
+func (c *Controller) waitingFor(ctx context.Context, wl *kueue.Workload, pods []corev1.Pod, now time.Time) (*kueue.Workload, error) {
 	workloads, localQueues, clusterQueues, err := c.queueState(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return waiting(wl, workloads, localQueues, clusterQueues, now, c.opts.MinWait), nil
+	r, err := c.roomAfter(ctx, wl, pods)
+	if err != nil {
+		return nil, err
+	}
+	return waiting(wl, workloads, localQueues, clusterQueues, now, c.opts.MinWait, r), nil
 }
 
 // queueState lists the Workloads, LocalQueues and ClusterQueues from the cache.

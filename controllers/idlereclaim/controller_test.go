@@ -3,6 +3,7 @@ package idlereclaim
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -22,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+	utiltesting "sigs.k8s.io/kueue/pkg/util/testing/v1beta2"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
@@ -46,6 +49,30 @@ type world struct {
 	waiting *kueue.Workload
 	// others are more workloads, none at first.
 	others []*kueue.Workload
+	// flavor and nodes, none at first (room not measured): the ResourceFlavor of
+	// the admission and its Nodes.
+	flavor *kueue.ResourceFlavor
+	nodes  []*corev1.Node
+	// extraPods are pods of others, none at first.
+	extraPods []*corev1.Pod
+}
+
+// withNodes gives the world flavor h100 and its nodes, each with gpus[i] GPUs; n1,
+// where train runs, is the first.
+func (w *world) withNodes(gpus ...int64) {
+	w.flavor = &kueue.ResourceFlavor{ObjectMeta: metav1.ObjectMeta{Name: h100},
+		Spec: kueue.ResourceFlavorSpec{NodeLabels: map[string]string{"gpu": "h100"}}}
+	for i, n := range gpus {
+		q := *resource.NewQuantity(n, resource.DecimalSI)
+		w.nodes = append(w.nodes, &corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("n%d", i+1), Labels: map[string]string{"gpu": "h100"}},
+			Status:     corev1.NodeStatus{Capacity: corev1.ResourceList{chamberkueue.ResourceGPU: q}, Allocatable: corev1.ResourceList{chamberkueue.ResourceGPU: q}}})
+	}
+}
+
+// waiterOf makes the world's waiting workload ask for pods x gpus GPUs.
+func (w *world) waiterOf(pods int32, gpus string) {
+	w.waiting.Spec.PodSets = []kueue.PodSet{*utiltesting.MakePodSet("main", int(pods)).Limit(chamberkueue.ResourceGPU, gpus).Obj()}
 }
 
 func newWorld() *world {
@@ -93,6 +120,15 @@ func (w *world) start(t *testing.T, funcs interceptor.Funcs) *run {
 	for _, o := range w.others {
 		objs = append(objs, o)
 	}
+	if w.flavor != nil {
+		objs = append(objs, w.flavor)
+	}
+	for _, n := range w.nodes {
+		objs = append(objs, n)
+	}
+	for _, p := range w.extraPods {
+		objs = append(objs, p)
+	}
 	for i := range lqs {
 		objs = append(objs, &lqs[i])
 	}
@@ -100,7 +136,8 @@ func (w *world) start(t *testing.T, funcs interceptor.Funcs) *run {
 		objs = append(objs, &cqs[i])
 	}
 	c := fake.NewClientBuilder().WithScheme(controlplane.Scheme).WithObjects(objs...).
-		WithIndex(&corev1.Pod{}, chamberkueue.IndexPodWorkload, chamberkueue.PodWorkloadKeys).WithInterceptorFuncs(funcs).Build()
+		WithIndex(&corev1.Pod{}, chamberkueue.IndexPodWorkload, chamberkueue.PodWorkloadKeys).
+		WithIndex(&corev1.Pod{}, chamberkueue.IndexPodNode, chamberkueue.PodNode).WithInterceptorFuncs(funcs).Build()
 	r := &run{t: t, client: c, clock: clocktesting.NewFakeClock(start), recorder: events.NewFakeRecorder(100)}
 	r.c = newController(c, c, r.recorder, Options{Interval: 30 * time.Second, Clock: r.clock})
 	return r
@@ -180,6 +217,8 @@ func TestReclaim(t *testing.T) {
 		// wantWarned and wantEvicted: the IdleGPUs warning, and the eviction request
 		// once the window has passed.
 		wantWarned, wantEvicted bool
+		// windows is how many windows the reclaim waits for (1 when 0).
+		windows time.Duration
 	}{
 		"idle while another team waits": {wantWarned: true, wantEvicted: true},
 		"nobody waits": {
@@ -242,6 +281,42 @@ func TestReclaim(t *testing.T) {
 		"not admitted": {
 			change: func(w *world) { w.wl.Status.Conditions = w.wl.Status.Conditions[:1] },
 		},
+		"reclaimed once before: twice the window": {
+			change:     func(w *world) { w.wl.Annotations = map[string]string{AnnotationReclaims: "1"} },
+			wantWarned: true, wantEvicted: true, windows: 2,
+		},
+		"reclaimed five times before: eight windows at most": {
+			change:     func(w *world) { w.wl.Annotations = map[string]string{AnnotationReclaims: "5"} },
+			wantWarned: true, wantEvicted: true, windows: 8,
+		},
+		"the waiter fits on the GPUs freed": {
+			change:     func(w *world) { w.withNodes(8, 2) },
+			wantWarned: true, wantEvicted: true,
+		},
+		"the waiter fits on the GPUs freed and another node's": {
+			change:     func(w *world) { w.withNodes(8, 8); w.waiterOf(2, "8") },
+			wantWarned: true, wantEvicted: true,
+		},
+		"the waiter's pod needs more GPUs than any node would have free": {
+			change: func(w *world) { w.withNodes(8, 8); w.waiterOf(1, "12") },
+		},
+		"the waiter's second pod finds no room": {
+			change: func(w *world) { w.withNodes(8, 4); w.waiterOf(2, "8") },
+		},
+		"the free node is cordoned": {
+			change: func(w *world) {
+				w.withNodes(8, 8)
+				w.nodes[1].Spec.Unschedulable = true
+				w.waiterOf(2, "8")
+			},
+		},
+		"another pod holds GPUs of the node": {
+			change: func(w *world) {
+				w.withNodes(8, 8)
+				w.waiterOf(2, "8")
+				w.extraPods = append(w.extraPods, gpuPod("other-0", "n2", 1))
+			},
+		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -260,7 +335,8 @@ func TestReclaim(t *testing.T) {
 			if tc.wantWarned && res.RequeueAfter != 30*time.Second {
 				t.Errorf("requeue after %v, want the 30s interval", res.RequeueAfter)
 			}
-			r.step(window - time.Second)
+			wait := window * max(tc.windows, 1)
+			r.step(wait - time.Second)
 			r.mustReconcile()
 			if _, ok := r.eviction(); ok {
 				t.Fatalf("eviction asked for before the window passed")
@@ -279,11 +355,11 @@ func TestReclaim(t *testing.T) {
 				want.warnings = 1
 			}
 			if tc.wantEvicted {
-				if e.Reason != ReasonIdleReclaim || !e.RequestedAt.Equal(start.Add(window)) || e.GracePeriod != nil {
+				if e.Reason != ReasonIdleReclaim || !e.RequestedAt.Equal(start.Add(wait)) || e.GracePeriod != nil {
 					t.Errorf("eviction %+v: want reason IdleReclaim at the window's end, the team's grace period", e)
 				}
-				// 8 GPUs idle for the 10-minute window.
-				want.evictions, want.gpuHours = 1, 8*window.Hours()
+				// 8 GPUs idle for the window.
+				want.evictions, want.gpuHours = 1, 8*wait.Hours()
 			}
 			if diff := cmp.Diff(want, metricsOf("team-a").minus(before), cmp.AllowUnexported(counts{}), cmpopts.EquateApprox(0, 1e-9)); diff != "" {
 				t.Errorf("metrics (-want +got):\n%s", diff)

@@ -164,24 +164,19 @@ func workloadGPUs(wl *kueue.Workload) int64 {
 // It could use wl's GPUs when its LocalQueue feeds wl's ClusterQueue, or another
 // ClusterQueue of the same cohort (pool) that is not stopped (a team on budget hold
 // admits nothing) and has quota, nominal or to borrow, of a GPU flavor wl holds.
-// Whether it would fit once wl is gone is Kueue's business: reclaiming the GPUs is
-// what gives it the chance.
+// And its pods must fit on the room (room.go) the GPUs wl holds would leave; a nil
+// room is not measured and fits everyone. Whether its quota lets it run once wl is
+// gone is Kueue's business: reclaiming the GPUs is what gives it the chance.
 //
 // A workload that was itself reclaimed for idling (AnnotationReclaims) waits in its
 // queue like any other but gets no idle workload reclaimed: idle GPUs go to work that
 // has not shown it leaves them idle, and idle workloads are never swapped.
-func waiting(wl *kueue.Workload, workloads []kueue.Workload, localQueues []kueue.LocalQueue, clusterQueues []kueue.ClusterQueue, now time.Time, minWait time.Duration) *kueue.Workload {
+func waiting(wl *kueue.Workload, workloads []kueue.Workload, localQueues []kueue.LocalQueue, clusterQueues []kueue.ClusterQueue, now time.Time, minWait time.Duration, r room) *kueue.Workload {
 	if wl.Status.Admission == nil {
 		return nil
 	}
-	var flavors []kueue.ResourceFlavorReference
-	for _, psa := range wl.Status.Admission.PodSetAssignments {
-		if f, ok := psa.Flavors[chamberkueue.ResourceGPU]; ok {
-			flavors = append(flavors, f)
-		}
-	}
 	q := newQueues(localQueues, clusterQueues)
-	return q.firstWaiting(wl.UID, wl.Status.Admission.ClusterQueue, flavors, workloads, now, minWait)
+	return q.firstWaiting(wl.UID, wl.Status.Admission.ClusterQueue, gpuFlavors(wl), workloads, now, minWait, r)
 }
 
 // waitingForPaused finds the oldest workload waiting for GPUs a paused (deactivated,
@@ -194,7 +189,7 @@ func waitingForPaused(wl *kueue.Workload, workloads []kueue.Workload, localQueue
 	if !ok || q.cqs[own] == nil {
 		return nil
 	}
-	return q.firstWaiting(wl.UID, own, chamberkueue.GPUFlavors(q.cqs[own]), workloads, now, minWait)
+	return q.firstWaiting(wl.UID, own, chamberkueue.GPUFlavors(q.cqs[own]), workloads, now, minWait, nil)
 }
 
 type lqKey struct{ namespace, name string }
@@ -218,8 +213,9 @@ func newQueues(localQueues []kueue.LocalQueue, clusterQueues []kueue.ClusterQueu
 }
 
 // firstWaiting is the oldest workload (other than self) waiting, as waiting says, in
-// own or in a ClusterQueue of own's cohort with quota of one of flavors.
-func (q queueIndex) firstWaiting(self types.UID, own kueue.ClusterQueueReference, flavors []kueue.ResourceFlavorReference, workloads []kueue.Workload, now time.Time, minWait time.Duration) *kueue.Workload {
+// own or in a ClusterQueue of own's cohort with quota of one of flavors, that fits
+// on r.
+func (q queueIndex) firstWaiting(self types.UID, own kueue.ClusterQueueReference, flavors []kueue.ResourceFlavorReference, workloads []kueue.Workload, now time.Time, minWait time.Duration, r room) *kueue.Workload {
 	var cohort kueue.CohortReference
 	if cq := q.cqs[own]; cq != nil {
 		cohort = cq.Spec.CohortName
@@ -242,7 +238,7 @@ func (q queueIndex) firstWaiting(self types.UID, own kueue.ClusterQueueReference
 		if target != own && (cohort == "" || cq.Spec.CohortName != cohort || !offersGPUFlavor(cq, flavors)) {
 			continue
 		}
-		if found == nil || older(p, found) {
+		if (found == nil || older(p, found)) && r.fits(p) {
 			found = p
 		}
 	}

@@ -307,7 +307,7 @@ func TestWaiting(t *testing.T) {
 			if tc.noCohort {
 				cqs[0].Spec.CohortName = ""
 			}
-			got := keyOf(waiting(idle, withOthers(idle, tc.workloads), lqs, cqs, now, DefaultMinWait))
+			got := keyOf(waiting(idle, withOthers(idle, tc.workloads), lqs, cqs, now, DefaultMinWait, nil))
 			if got != tc.want {
 				t.Errorf("waiting = %q, want %q", got, tc.want)
 			}
