@@ -181,15 +181,26 @@ func waiting(wl *kueue.Workload, workloads []kueue.Workload, localQueues []kueue
 
 // waitingForPaused finds the oldest workload waiting for GPUs a paused (deactivated,
 // so unadmitted) workload could use: pending in the ClusterQueue its LocalQueue feeds,
-// or in another of its cohort with quota of one of that ClusterQueue's GPU flavors.
-// Nil when nobody waits or its queue is unknown.
-func waitingForPaused(wl *kueue.Workload, workloads []kueue.Workload, localQueues []kueue.LocalQueue, clusterQueues []kueue.ClusterQueue, now time.Time, minWait time.Duration) *kueue.Workload {
+// or in another of its cohort with quota of one of that ClusterQueue's GPU flavors,
+// and fitting on r, the GPUs free now (nil: not measured, everyone fits). Nil when
+// nobody waits or its queue is unknown.
+func waitingForPaused(wl *kueue.Workload, workloads []kueue.Workload, localQueues []kueue.LocalQueue, clusterQueues []kueue.ClusterQueue, now time.Time, minWait time.Duration, r room) *kueue.Workload {
 	q := newQueues(localQueues, clusterQueues)
-	own, ok := q.feeds[lqKey{wl.Namespace, string(wl.Spec.QueueName)}]
-	if !ok || q.cqs[own] == nil {
+	own, flavors, ok := q.queueOf(wl)
+	if !ok {
 		return nil
 	}
-	return q.firstWaiting(wl.UID, own, chamberkueue.GPUFlavors(q.cqs[own]), workloads, now, minWait, nil)
+	return q.firstWaiting(wl.UID, own, flavors, workloads, now, minWait, r)
+}
+
+// queueOf is the ClusterQueue wl's LocalQueue feeds and its GPU flavors; false when
+// either is unknown.
+func (q queueIndex) queueOf(wl *kueue.Workload) (kueue.ClusterQueueReference, []kueue.ResourceFlavorReference, bool) {
+	own, ok := q.feeds[lqKey{wl.Namespace, string(wl.Spec.QueueName)}]
+	if !ok || q.cqs[own] == nil {
+		return "", nil, false
+	}
+	return own, chamberkueue.GPUFlavors(q.cqs[own]), true
 }
 
 type lqKey struct{ namespace, name string }

@@ -25,18 +25,29 @@ import (
 // room is the GPUs each node would have free once a workload's pods were gone.
 type room map[string]int64
 
-// roomAfter is the room on the schedulable nodes of wl's GPU flavors once pods (wl's)
-// are gone: each node's allocatable GPUs less those of the other pods on it that have
-// not ended (a GPU Chamber holds for a fault is such a pod). Nil when a flavor is not
-// known (not compiled by Chamber, or not in the cache yet): then every waiter counts,
-// as before any was measured.
+// roomAfter is the room on the schedulable nodes of wl's GPU flavors once its pods
+// are gone (roomOn).
 func (c *Controller) roomAfter(ctx context.Context, wl *kueue.Workload, pods []corev1.Pod) (room, error) {
-	mine := make(map[types.UID]bool, len(pods))
+	return c.roomOn(ctx, gpuFlavors(wl), uids(pods))
+}
+
+func uids(pods []corev1.Pod) map[types.UID]bool {
+	out := make(map[types.UID]bool, len(pods))
 	for i := range pods {
-		mine[pods[i].UID] = true
+		out[pods[i].UID] = true
 	}
+	return out
+}
+
+// roomOn is the room on the schedulable nodes of the flavors, the pods of UIDs gone
+// counted as gone: each node's allocatable GPUs less those of the other pods on it that
+// have not ended and are not being deleted (a GPU Chamber holds for a fault is such a
+// pod). Nil when a flavor is
+// not known (not compiled by Chamber, or not in the cache yet): then every waiter
+// counts, as before any was measured.
+func (c *Controller) roomOn(ctx context.Context, flavors []kueue.ResourceFlavorReference, gone map[types.UID]bool) (room, error) {
 	r := room{}
-	for _, name := range gpuFlavors(wl) {
+	for _, name := range flavors {
 		var flavor kueue.ResourceFlavor
 		if err := c.client.Get(ctx, client.ObjectKey{Name: string(name)}, &flavor); apierrors.IsNotFound(err) {
 			return nil, nil
@@ -60,7 +71,7 @@ func (c *Controller) roomAfter(ctx context.Context, wl *kueue.Workload, pods []c
 			free := alloc.Value()
 			for j := range on {
 				p := &on[j]
-				if mine[p.UID] || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+				if gone[p.UID] || p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 					continue
 				}
 				free -= chamberkueue.PodGPUs(&p.Spec)
