@@ -181,16 +181,15 @@ func waiting(wl *kueue.Workload, workloads []kueue.Workload, localQueues []kueue
 
 // waitingForPaused finds the oldest workload waiting for GPUs a paused (deactivated,
 // so unadmitted) workload could use: pending in the ClusterQueue its LocalQueue feeds,
-// or in another of its cohort with quota of one of that ClusterQueue's GPU flavors,
-// and fitting on r, the GPUs free now (nil: not measured, everyone fits). Nil when
-// nobody waits or its queue is unknown.
-func waitingForPaused(wl *kueue.Workload, workloads []kueue.Workload, localQueues []kueue.LocalQueue, clusterQueues []kueue.ClusterQueue, now time.Time, minWait time.Duration, r room) *kueue.Workload {
+// or in another of its cohort with quota of one of that ClusterQueue's GPU flavors.
+// Nil when nobody waits or its queue is unknown.
+func waitingForPaused(wl *kueue.Workload, workloads []kueue.Workload, localQueues []kueue.LocalQueue, clusterQueues []kueue.ClusterQueue, now time.Time, minWait time.Duration) *kueue.Workload {
 	q := newQueues(localQueues, clusterQueues)
 	own, flavors, ok := q.queueOf(wl)
 	if !ok {
 		return nil
 	}
-	return q.firstWaiting(wl.UID, own, flavors, workloads, now, minWait, r)
+	return q.firstWaiting(wl.UID, own, flavors, workloads, now, minWait, nil)
 }
 
 // queueOf is the ClusterQueue wl's LocalQueue feeds and its GPU flavors; false when

@@ -340,7 +340,7 @@ func TestWaitingForPaused(t *testing.T) {
 			if tc.paused != nil {
 				p = tc.paused
 			}
-			got := keyOf(waitingForPaused(p, withOthers(p, tc.workloads), lqs, cqs, now, DefaultMinWait, nil))
+			got := keyOf(waitingForPaused(p, withOthers(p, tc.workloads), lqs, cqs, now, DefaultMinWait))
 			if got != tc.want {
 				t.Errorf("waitingForPaused = %q, want %q", got, tc.want)
 			}

@@ -229,26 +229,16 @@ func (c *Controller) reconcileHold(ctx context.Context, wl *kueue.Workload) (don
 }
 
 // waitingForPaused lists what contention needs from the cache and finds a workload
-// waiting for GPUs the paused workload could use. An interactive one counts every
-// waiter (its user is likely still away); any other only one that fits on the GPUs
-// free now: one that does not cannot use them, and the paused workload could.
+// waiting for GPUs the paused workload could use. Every such waiter counts, whether it
+// fits on the GPUs free now or not: one that does not (an 8-GPU job waiting for a
+// whole node) needs the GPUs that free next, and the paused workload, back in its
+// queue, would take them first.
 func (c *Controller) waitingForPaused(ctx context.Context, wl *kueue.Workload, now time.Time) (*kueue.Workload, error) {
 	workloads, localQueues, clusterQueues, err := c.queueState(ctx)
 	if err != nil {
 		return nil, err
 	}
-	var r room
-	if _, flavors, ok := newQueues(localQueues, clusterQueues).queueOf(wl); ok && !interactive(wl, nil) {
-		// Its own pods, on their way out, count as gone.
-		pods, err := c.podsOf(ctx, wl)
-		if err != nil {
-			return nil, err
-		}
-		if r, err = c.roomOn(ctx, flavors, uids(pods)); err != nil {
-			return nil, err
-		}
-	}
-	return waitingForPaused(wl, workloads, localQueues, clusterQueues, now, c.opts.MinWait, r), nil
+	return waitingForPaused(wl, workloads, localQueues, clusterQueues, now, c.opts.MinWait), nil
 }
 
 func (c *Controller) clearReclaimed(ctx context.Context, wl *kueue.Workload) error {
