@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,7 +24,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -40,7 +38,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/fleet"
@@ -631,197 +628,6 @@ func (c *Controller) setConditionChanged(ctx context.Context, node *corev1.Node,
 	return true, nil
 }
 
-// evict asks Chamber's admission check to evict every admitted workload with pods on
-// the node (at GPU level, only those on the failing GPUs where the agent says which).
-// A workload on a failing GPU is evicted at once (EvictionGracePeriod); at node level
-// the others, on healthy GPUs of the node, get their team's grace period to
-// checkpoint before they leave it. Where the agent does not say which pod holds which
-// GPU, every workload counts as on a failing GPU.
-func (c *Controller) evict(ctx context.Context, node *corev1.Node, pool *chamber.GPUPool, rep report, now time.Time) (reconcile.Result, error) {
-	// The workloads on the failing GPUs go at once, at every level. The node's healthy
-	// GPUs keep theirs, which run on while the isolated node takes no new pods (it
-	// drains), until the drain timeout of a node-level isolation: then they get their
-	// team's grace to checkpoint and go, so the node can be rebooted with nothing lost.
-	// Without the agent's map of pods to GPUs, every workload on the node at once.
-	failing := rep.podsOnFailingGPUs()
-	only, res := failing, reconcile.Result{}
-	if node.Annotations[AnnotationLevel] == string(chamber.IsolateNode) && c.opts.DrainTimeout >= 0 && failing != nil {
-		isolatedAt, err := time.Parse(time.RFC3339, node.Annotations[AnnotationIsolatedAt])
-		if err != nil {
-			isolatedAt = now // just isolated: the annotation is being written
-		}
-		if deadline := isolatedAt.Add(c.opts.DrainTimeout); now.Before(deadline) {
-			res.RequeueAfter = deadline.Sub(now)
-		} else {
-			only = nil
-		}
-	}
-	wls, err := c.workloadsOn(ctx, node, only)
-	if err != nil {
-		return reconcile.Result{}, err
-	}
-	onFailing := wls
-	if only == nil && failing != nil {
-		if onFailing, err = c.workloadsOn(ctx, node, failing); err != nil {
-			return reconcile.Result{}, err
-		}
-	}
-	grace := c.opts.EvictionGracePeriod
-	var asked []*kueue.Workload
-	for _, wl := range wls {
-		if have, ok := chamberkueue.RequestedEviction(wl); (ok && have.Reason == chamberkueue.ReasonGPUFault) || c.askedRecently(wl.UID, node.Name, now) {
-			continue
-		}
-		if slices.Contains(wl.Status.UnhealthyNodes, kueue.UnhealthyNode{Name: node.Name}) {
-			// Kueue's topology-aware scheduling is moving it off this node already
-			// (none of its pods runs here any more); an eviction now would race
-			// Kueue's scheduler (chamberkueue.ReplacingNodes).
-			continue
-		}
-		msg := fmt.Sprintf("evicted from node %s, isolated for a GPU fault (%s); Kueue requeues it onto healthy GPUs", node.Name, rep.describe())
-		e := chamberkueue.Eviction{Reason: chamberkueue.ReasonGPUFault, Message: msg, RequestedAt: now}
-		if failing == nil || slices.ContainsFunc(onFailing, func(f *kueue.Workload) bool { return f.UID == wl.UID }) {
-			e.GracePeriod = &grace
-		} else {
-			e.Message += fmt.Sprintf("; its GPUs are healthy and ran on while the node drained (%s): it has its grace period to checkpoint before the node's repair", c.opts.DrainTimeout)
-		}
-		if err := chamberkueue.RequestEviction(ctx, c.client, wl, e); err != nil {
-			if apierrors.IsNotFound(err) {
-				continue
-			}
-			return reconcile.Result{}, err
-		}
-		c.rememberAsked(wl.UID, node.Name, now)
-		asked = append(asked, wl)
-	}
-	if len(asked) > 0 {
-		evictions.WithLabelValues(pool.Name).Add(float64(len(asked)))
-		c.recorder.Eventf(node, nil, corev1.EventTypeWarning, "EvictionRequested", "Evict",
-			"asked Kueue to evict and requeue %d workloads: %v", len(asked), names(asked))
-	}
-	return res, nil
-}
-
-// askAgain is how long an eviction request from the same node is not repeated: the
-// admission controller clears a request once Kueue evicted the workload, which by
-// then has left the node (and may land on another that fails next).
-const askAgain = time.Minute
-
-type askedKey struct {
-	workload types.UID
-	node     string
-}
-
-func (c *Controller) askedRecently(uid types.UID, node string, now time.Time) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	at, ok := c.asked[askedKey{uid, node}]
-	return ok && now.Sub(at) < askAgain
-}
-
-func (c *Controller) rememberAsked(uid types.UID, node string, now time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for k, at := range c.asked {
-		if now.Sub(at) >= askAgain {
-			delete(c.asked, k)
-		}
-	}
-	c.asked[askedKey{uid, node}] = now
-}
-
-// workloadsOn finds the admitted, unfinished Kueue workloads with pods bound to the
-// node, or placed on it by topology-aware scheduling. only, when set, keeps the
-// workloads of those pods (GPU level, where the agent names each GPU's pod).
-func (c *Controller) workloadsOn(ctx context.Context, node *corev1.Node, only map[types.NamespacedName]bool) ([]*kueue.Workload, error) {
-	pods, err := chamberkueue.PodsOnNode(ctx, c.client, node.Name)
-	if err != nil {
-		return nil, err
-	}
-	found := map[types.NamespacedName]*kueue.Workload{}
-	for i := range pods {
-		pod := &pods[i]
-		// A terminating pod is on its way out: its workload was evicted, and may
-		// already run elsewhere.
-		if pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
-			continue
-		}
-		if only != nil && !only[client.ObjectKeyFromObject(pod)] {
-			continue
-		}
-		wl, err := c.workloadOf(ctx, pod)
-		if err != nil {
-			return nil, err
-		}
-		if wl != nil && running(wl) {
-			found[client.ObjectKeyFromObject(wl)] = wl
-		}
-	}
-	if only == nil {
-		// Pods of a workload TAS placed on the node may not be bound yet. Topology
-		// assignments name nodes by their hostname label.
-		host := node.Labels[corev1.LabelHostname]
-		if host == "" {
-			host = node.Name
-		}
-		placed, err := chamberkueue.WorkloadsOnNode(ctx, c.client, host)
-		if err != nil {
-			return nil, err
-		}
-		for i := range placed {
-			if running(&placed[i]) {
-				found[client.ObjectKeyFromObject(&placed[i])] = placed[i].DeepCopy() // the cache's object, shared
-			}
-		}
-	}
-	out := make([]*kueue.Workload, 0, len(found))
-	for _, wl := range found {
-		out = append(out, wl)
-	}
-	sort.Slice(out, func(i, j int) bool {
-		return out[i].Namespace+"/"+out[i].Name < out[j].Namespace+"/"+out[j].Name
-	})
-	return out, nil
-}
-
-// workloadOf finds the pod's workload: Kueue's Workload is owned by the job object
-// (a Job), which owns the pod, or by the pod's owner's owner (a JobSet's Jobs), or
-// by the pod itself (plain pods).
-func (c *Controller) workloadOf(ctx context.Context, pod *corev1.Pod) (*kueue.Workload, error) {
-	owned := func(uid types.UID) (*kueue.Workload, error) {
-		wls, err := chamberkueue.WorkloadsOwnedBy(ctx, c.client, pod.Namespace, uid)
-		if err != nil || len(wls) == 0 {
-			return nil, err
-		}
-		return &wls[0], nil
-	}
-	if wl, err := owned(pod.UID); wl != nil || err != nil {
-		return wl, err
-	}
-	owner := metav1.GetControllerOf(pod)
-	if owner == nil {
-		return nil, nil
-	}
-	if wl, err := owned(owner.UID); wl != nil || err != nil {
-		return wl, err
-	}
-	meta := &metav1.PartialObjectMetadata{}
-	meta.SetGroupVersionKind(schemaGVK(owner))
-	if err := c.reader.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: owner.Name}, meta); err != nil {
-		return nil, nil
-	}
-	if up := metav1.GetControllerOf(meta); up != nil {
-		return owned(up.UID)
-	}
-	return nil, nil
-}
-
-// running: Kueue reserved quota for it and it has not finished.
-func running(wl *kueue.Workload) bool {
-	return apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadQuotaReserved) &&
-		!apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadFinished)
-}
-
 // poolOf is the pool whose node labels the node has; the most specific wins, then
 // the first by name (as in the fleet inventory).
 func (c *Controller) poolOf(ctx context.Context, node *corev1.Node) (*chamber.GPUPool, error) {
@@ -857,14 +663,6 @@ func isolatedMessage(rep report, level chamber.IsolationLevel, why string) strin
 		clears = fmt.Sprintf("a hardware fault: it stays isolated until an operator sets %s=true", chamber.AnnotationIsolationClear)
 	}
 	return fmt.Sprintf("%s (%s level: %s); %s", rep.describe(), level, why, clears)
-}
-
-func names(wls []*kueue.Workload) []string {
-	out := make([]string, len(wls))
-	for i, wl := range wls {
-		out[i] = wl.Namespace + "/" + wl.Name
-	}
-	return out
 }
 
 func joinInts(xs []int) string {
