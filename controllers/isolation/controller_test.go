@@ -662,3 +662,60 @@ func TestNoEvictionWhileKueueReplacesTheNode(t *testing.T) {
 		t.Errorf("evicted (-want +got):\n%s", diff)
 	}
 }
+
+// placedOn gives the workload Kueue's topology assignment of its one pod to node host,
+// reserved at the given time.
+func placedOn(wl *kueue.Workload, host string, reserved time.Time) {
+	wl.Status.Conditions[0].LastTransitionTime = metav1.NewTime(reserved)
+	wl.Status.Admission = &kueue.Admission{ClusterQueue: "cq", PodSetAssignments: []kueue.PodSetAssignment{{
+		Name: "main", Count: ptr.To[int32](1),
+		TopologyAssignment: &kueue.TopologyAssignment{Levels: []string{corev1.LabelHostname}, Slices: []kueue.TopologyAssignmentSlice{{
+			DomainCount:    1,
+			ValuesPerLevel: []kueue.TopologyAssignmentSliceLevelValues{{Universal: ptr.To(host)}},
+			PodCounts:      kueue.TopologyAssignmentSlicePodCounts{Universal: ptr.To[int32](1)},
+		}}},
+	}}}
+}
+
+// A workload whose pod died with the failing GPU is evicted at once, though the agent
+// names no pod on that GPU any more: Kueue keeps it placed on the node, and its Job's
+// new pod would wait there for the repair. One placed on the node after the isolation
+// is left alone (its pods land on the GPUs the node still offers), as is one whose
+// pod runs on a healthy GPU.
+func TestPodLostWithTheGPU(t *testing.T) {
+	for _, level := range []chamber.IsolationLevel{chamber.IsolateGPU, chamber.IsolateNode} {
+		t.Run(string(level), func(t *testing.T) {
+			gn := gpuNode("n1", start, map[int32][]chamber.GPUFault{2: {xid48}})
+			gn.Status.GPUs[5].Pod = &chamber.PodReference{Namespace: "ns", Name: "healthy-0"}
+			objs := []client.Object{pool("p", &chamber.IsolationPolicy{Level: level}), node("n1", "p"), gn}
+			for _, job := range []string{"lost", "healthy", "later"} {
+				wl := workloadWithPod(job, "n1")
+				placedOn(wl[0].(*kueue.Workload), "n1", start.Add(-time.Hour))
+				objs = append(objs, wl[0])
+				if job == "healthy" {
+					objs = append(objs, wl[1]) // the others' pods are gone, or not there yet
+				}
+			}
+			e := newEnv(t, Options{}, nil, objs...)
+			var later kueue.Workload
+			if err := e.client.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: "later"}, &later); err != nil {
+				t.Fatal(err)
+			}
+			placedOn(&later, "n1", start.Add(time.Minute))
+			if err := e.client.Status().Update(context.Background(), &later); err != nil {
+				t.Fatal(err)
+			}
+			e.reconcile("n1")
+			if diff := cmp.Diff(map[string]bool{"lost": true, "healthy": false, "later": false}, e.evicted("lost", "healthy", "later")); diff != "" {
+				t.Errorf("evicted (-want +got):\n%s", diff)
+			}
+			var wl kueue.Workload
+			if err := e.client.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: "lost"}, &wl); err != nil {
+				t.Fatal(err)
+			}
+			if got, _ := chamberkueue.RequestedEviction(&wl); got.GracePeriod == nil || *got.GracePeriod != 0 {
+				t.Errorf("grace period of the lost workload's eviction %v, want 0: nothing of it runs", got.GracePeriod)
+			}
+		})
+	}
+}

@@ -37,11 +37,11 @@ func (c *Controller) evict(ctx context.Context, node *corev1.Node, pool *chamber
 	// Without the agent's map of pods to GPUs, every workload on the node at once.
 	failing := rep.podsOnFailingGPUs()
 	only, res := failing, reconcile.Result{}
+	isolatedAt, err := time.Parse(time.RFC3339, node.Annotations[AnnotationIsolatedAt])
+	if err != nil {
+		isolatedAt = now // just isolated: the annotation is being written
+	}
 	if node.Annotations[AnnotationLevel] == string(chamber.IsolateNode) && c.opts.DrainTimeout >= 0 && failing != nil {
-		isolatedAt, err := time.Parse(time.RFC3339, node.Annotations[AnnotationIsolatedAt])
-		if err != nil {
-			isolatedAt = now // just isolated: the annotation is being written
-		}
 		if deadline := isolatedAt.Add(c.opts.DrainTimeout); now.Before(deadline) {
 			res.RequeueAfter = deadline.Sub(now)
 		} else {
@@ -51,6 +51,17 @@ func (c *Controller) evict(ctx context.Context, node *corev1.Node, pool *chamber
 	wls, err := c.workloadsOn(ctx, node, only)
 	if err != nil {
 		return reconcile.Result{}, err
+	}
+	if only != nil {
+		lost, err := c.lostHere(ctx, node, isolatedAt)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		for _, wl := range lost {
+			if !slices.ContainsFunc(wls, func(have *kueue.Workload) bool { return have.UID == wl.UID }) {
+				wls = append(wls, wl)
+			}
+		}
 	}
 	onFailing := wls
 	if only == nil && failing != nil {
@@ -150,13 +161,8 @@ func (c *Controller) workloadsOn(ctx context.Context, node *corev1.Node, only ma
 		}
 	}
 	if only == nil {
-		// Pods of a workload TAS placed on the node may not be bound yet. Topology
-		// assignments name nodes by their hostname label.
-		host := node.Labels[corev1.LabelHostname]
-		if host == "" {
-			host = node.Name
-		}
-		placed, err := chamberkueue.WorkloadsOnNode(ctx, c.client, host)
+		// Pods of a workload TAS placed on the node may not be bound yet.
+		placed, err := chamberkueue.WorkloadsOnNode(ctx, c.client, hostname(node))
 		if err != nil {
 			return nil, err
 		}
@@ -174,6 +180,57 @@ func (c *Controller) workloadsOn(ctx context.Context, node *corev1.Node, only ma
 		return out[i].Namespace+"/"+out[i].Name < out[j].Namespace+"/"+out[j].Name
 	})
 	return out, nil
+}
+
+// lostHere are the workloads topology-aware scheduling placed on the node before its
+// isolation that have no live pod bound to it any more: their pod there died with the
+// failing GPU. Kueue keeps such a workload placed on the node, so its Job's new pod
+// waits there for GPUs that stay out until the repair (seen in the simulator: an
+// 8-GPU job waited the hour of an XID 48's repair while 30 of the 32 GPUs were free);
+// evicted at once (there is nothing running to checkpoint), it is placed again on
+// healthy GPUs. A workload Kueue placed on the node after its isolation is left
+// alone: it was given GPUs the node still offers, and its pods have yet to land.
+func (c *Controller) lostHere(ctx context.Context, node *corev1.Node, isolatedAt time.Time) ([]*kueue.Workload, error) {
+	placed, err := chamberkueue.WorkloadsOnNode(ctx, c.client, hostname(node))
+	if err != nil || len(placed) == 0 {
+		return nil, err
+	}
+	pods, err := chamberkueue.PodsOnNode(ctx, c.client, node.Name)
+	if err != nil {
+		return nil, err
+	}
+	live := map[types.UID]bool{} // a pod that succeeded here counts: its work is done
+	for i := range pods {
+		pod := &pods[i]
+		if pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		wl, err := c.workloadOf(ctx, pod)
+		if err != nil {
+			return nil, err
+		}
+		if wl != nil {
+			live[wl.UID] = true
+		}
+	}
+	var out []*kueue.Workload
+	for i := range placed {
+		wl := &placed[i]
+		reserved := apimeta.FindStatusCondition(wl.Status.Conditions, kueue.WorkloadQuotaReserved)
+		if !running(wl) || live[wl.UID] || reserved == nil || reserved.LastTransitionTime.After(isolatedAt) {
+			continue
+		}
+		out = append(out, wl.DeepCopy()) // the cache's object, shared
+	}
+	return out, nil
+}
+
+// hostname is the node's name in topology assignments: its hostname label.
+func hostname(node *corev1.Node) string {
+	if host := node.Labels[corev1.LabelHostname]; host != "" {
+		return host
+	}
+	return node.Name
 }
 
 // workloadOf finds the pod's workload: Kueue's Workload is owned by the job object
