@@ -239,7 +239,7 @@ func renderReport(sc *Scenario, recs []*Recording, results []Result) string {
 	if sc.InteractiveIdleLimit > 0 {
 		reclaim += fmt.Sprintf("; the teams opt in to an interactive idle time limit of %s simulated (notebooks carry chamber.dev/interactive)", hours(sc.InteractiveIdleLimit))
 	}
-	t.row("Chamber under (c)", fmt.Sprintf("%s, eviction grace %s simulated, fault isolation at level %s, its other settings at their defaults; the inventory's idle window 2 s of clock",
+	t.row("Chamber under (c)", fmt.Sprintf("%s, eviction grace %s simulated, fault isolation at level %s, its circuit breaker's window 5m0s simulated, its other settings at their defaults; the inventory's idle window 2 s of clock",
 		reclaim, EvictionGrace, level))
 	for _, rec := range recs {
 		t.row("clock time of "+rec.Policy.Title(), rec.Wall.Round(time.Second).String()+timedOut(rec))

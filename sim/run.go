@@ -313,9 +313,11 @@ func setUpTeams(ctx context.Context, c client.Client, sc *Scenario, p Policy) ([
 			pool.Spec.IdleReclaim.InteractiveIdleLimit = &metav1.Duration{Duration: max(simToWall(sc.InteractiveIdleLimit, sc.Speedup), 2*time.Second)}
 		}
 		pool.Spec.Eviction = &chamber.EvictionPolicy{GracePeriod: &metav1.Duration{Duration: max(simToWall(EvictionGrace, sc.Speedup), 500*time.Millisecond)}}
-		if sc.IsolationLevel != "" {
-			pool.Spec.Isolation = &chamber.IsolationPolicy{Level: sc.IsolationLevel}
-		}
+		// The circuit breaker's window in simulated time too: five minutes of clock
+		// would be ten simulated hours, a whole run, in which any two faults on two of
+		// the four nodes would open the breaker and stop isolation for good.
+		pool.Spec.Isolation = &chamber.IsolationPolicy{Level: sc.IsolationLevel,
+			BreakerWindow: &metav1.Duration{Duration: max(simToWall(isolation.DefaultBreakerWindow, sc.Speedup), time.Second)}}
 		objs = append(objs, pool)
 		for _, t := range teams {
 			objs = append(objs, t)
