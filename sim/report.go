@@ -11,6 +11,7 @@ import (
 	"time"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
+	"chamber.dev/chamber/controllers/isolation"
 )
 
 // The report's tables, by heading; a test checks that each is present.
@@ -239,8 +240,8 @@ func renderReport(sc *Scenario, recs []*Recording, results []Result) string {
 	if sc.InteractiveIdleLimit > 0 {
 		reclaim += fmt.Sprintf("; the teams opt in to an interactive idle time limit of %s simulated (notebooks carry chamber.dev/interactive)", hours(sc.InteractiveIdleLimit))
 	}
-	t.row("Chamber under (c)", fmt.Sprintf("%s, eviction grace %s simulated, fault isolation at level %s, its circuit breaker's window 5m0s simulated, its other settings at their defaults; the inventory's idle window 2 s of clock",
-		reclaim, EvictionGrace, level))
+	t.row("Chamber under (c)", fmt.Sprintf("%s, eviction grace %s simulated, fault isolation at level %s, its circuit breaker's window %s simulated, its other settings at their defaults; the inventory's idle window 2 s of clock",
+		reclaim, EvictionGrace, level, isolation.DefaultBreakerWindow))
 	for _, rec := range recs {
 		t.row("clock time of "+rec.Policy.Title(), rec.Wall.Round(time.Second).String()+timedOut(rec))
 		t.row("Jobs in the API at the end, "+rec.Policy.Title(), fmt.Sprintf("%d complete, %d failed, %d other", rec.APIComplete, rec.APIFailed, rec.APIOther))

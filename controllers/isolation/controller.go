@@ -336,7 +336,11 @@ func (c *Controller) isolate(ctx context.Context, node *corev1.Node, pool *chamb
 		if changed, err := c.setConditionChanged(ctx, node, corev1.ConditionFalse, ReasonDryRun, "would isolate: "+what); err != nil || !changed {
 			return reconcile.Result{}, err
 		}
-		wls, err := c.workloadsOn(ctx, node, nil)
+		bound, err := c.boundWorkloads(ctx, node)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		wls, err := c.workloadsOn(ctx, node, bound, nil)
 		if err != nil {
 			return reconcile.Result{}, err
 		}

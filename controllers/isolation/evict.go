@@ -48,12 +48,16 @@ func (c *Controller) evict(ctx context.Context, node *corev1.Node, pool *chamber
 			only = nil
 		}
 	}
-	wls, err := c.workloadsOn(ctx, node, only)
+	bound, err := c.boundWorkloads(ctx, node)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	wls, err := c.workloadsOn(ctx, node, bound, only)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
 	if only != nil {
-		lost, err := c.lostHere(ctx, node, isolatedAt)
+		lost, err := c.lostHere(ctx, node, bound, isolatedAt)
 		if err != nil {
 			return reconcile.Result{}, err
 		}
@@ -65,7 +69,7 @@ func (c *Controller) evict(ctx context.Context, node *corev1.Node, pool *chamber
 	}
 	onFailing := wls
 	if only == nil && failing != nil {
-		if onFailing, err = c.workloadsOn(ctx, node, failing); err != nil {
+		if onFailing, err = c.workloadsOn(ctx, node, bound, failing); err != nil {
 			return reconcile.Result{}, err
 		}
 	}
@@ -133,31 +137,47 @@ func (c *Controller) rememberAsked(uid types.UID, node string, now time.Time) {
 	c.asked[askedKey{uid, node}] = now
 }
 
-// workloadsOn finds the admitted, unfinished Kueue workloads with pods bound to the
-// node, or placed on it by topology-aware scheduling. only, when set, keeps the
-// workloads of those pods (GPU level, where the agent names each GPU's pod).
-func (c *Controller) workloadsOn(ctx context.Context, node *corev1.Node, only map[types.NamespacedName]bool) ([]*kueue.Workload, error) {
+// boundPod is a pod bound to a node, neither being deleted nor failed (a terminating
+// pod is on its way out: its workload was evicted, and may already run elsewhere),
+// with its workload (nil when it has none).
+type boundPod struct {
+	workload  *kueue.Workload
+	succeeded bool
+}
+
+// boundWorkloads finds the workload of each pod bound to the node, by pod.
+func (c *Controller) boundWorkloads(ctx context.Context, node *corev1.Node) (map[types.NamespacedName]boundPod, error) {
 	pods, err := chamberkueue.PodsOnNode(ctx, c.client, node.Name)
 	if err != nil {
 		return nil, err
 	}
-	found := map[types.NamespacedName]*kueue.Workload{}
+	out := make(map[types.NamespacedName]boundPod, len(pods))
 	for i := range pods {
 		pod := &pods[i]
-		// A terminating pod is on its way out: its workload was evicted, and may
-		// already run elsewhere.
-		if pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
-			continue
-		}
-		if only != nil && !only[client.ObjectKeyFromObject(pod)] {
+		if pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodFailed {
 			continue
 		}
 		wl, err := c.workloadOf(ctx, pod)
 		if err != nil {
 			return nil, err
 		}
-		if wl != nil && running(wl) {
-			found[client.ObjectKeyFromObject(wl)] = wl
+		out[client.ObjectKeyFromObject(pod)] = boundPod{workload: wl, succeeded: pod.Status.Phase == corev1.PodSucceeded}
+	}
+	return out, nil
+}
+
+// workloadsOn finds the admitted, unfinished Kueue workloads with running pods among
+// bound (boundWorkloads), or placed on the node by topology-aware scheduling. only,
+// when set, keeps the workloads of those pods (GPU level, where the agent names each
+// GPU's pod).
+func (c *Controller) workloadsOn(ctx context.Context, node *corev1.Node, bound map[types.NamespacedName]boundPod, only map[types.NamespacedName]bool) ([]*kueue.Workload, error) {
+	found := map[types.NamespacedName]*kueue.Workload{}
+	for key, p := range bound {
+		if p.succeeded || p.workload == nil || (only != nil && !only[key]) {
+			continue
+		}
+		if running(p.workload) {
+			found[client.ObjectKeyFromObject(p.workload)] = p.workload
 		}
 	}
 	if only == nil {
@@ -185,32 +205,20 @@ func (c *Controller) workloadsOn(ctx context.Context, node *corev1.Node, only ma
 // lostHere are the workloads topology-aware scheduling placed on the node before its
 // isolation that have no live pod bound to it any more: their pod there died with the
 // failing GPU. Kueue keeps such a workload placed on the node, so its Job's new pod
-// waits there for GPUs that stay out until the repair (seen in the simulator: an
-// 8-GPU job waited the hour of an XID 48's repair while 30 of the 32 GPUs were free);
-// evicted at once (there is nothing running to checkpoint), it is placed again on
-// healthy GPUs. A workload Kueue placed on the node after its isolation is left
-// alone: it was given GPUs the node still offers, and its pods have yet to land.
-func (c *Controller) lostHere(ctx context.Context, node *corev1.Node, isolatedAt time.Time) ([]*kueue.Workload, error) {
+// would wait there for GPUs that stay out until the repair; evicted at once (nothing
+// of it runs to checkpoint), it is placed again on healthy GPUs. A workload Kueue
+// placed on the node after its isolation is left alone: it was given GPUs the node
+// still offers, and its pods have yet to land. A pod that succeeded there counts as
+// live: its work is done.
+func (c *Controller) lostHere(ctx context.Context, node *corev1.Node, bound map[types.NamespacedName]boundPod, isolatedAt time.Time) ([]*kueue.Workload, error) {
 	placed, err := chamberkueue.WorkloadsOnNode(ctx, c.client, hostname(node))
 	if err != nil || len(placed) == 0 {
 		return nil, err
 	}
-	pods, err := chamberkueue.PodsOnNode(ctx, c.client, node.Name)
-	if err != nil {
-		return nil, err
-	}
-	live := map[types.UID]bool{} // a pod that succeeded here counts: its work is done
-	for i := range pods {
-		pod := &pods[i]
-		if pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodFailed {
-			continue
-		}
-		wl, err := c.workloadOf(ctx, pod)
-		if err != nil {
-			return nil, err
-		}
-		if wl != nil {
-			live[wl.UID] = true
+	live := map[types.UID]bool{}
+	for _, p := range bound {
+		if p.workload != nil {
+			live[p.workload.UID] = true
 		}
 	}
 	var out []*kueue.Workload
