@@ -1,5 +1,5 @@
 // Package controllers wires Chamber's controllers, one package each (pool, team,
-// admission, inventory, isolation, idlereclaim): Setup is the one list of what runs.
+// admission, inventory, isolation, idlereclaim, room): Setup is the one list of what runs.
 package controllers
 
 import (
@@ -19,6 +19,7 @@ import (
 	"chamber.dev/chamber/controllers/inventory"
 	"chamber.dev/chamber/controllers/isolation"
 	"chamber.dev/chamber/controllers/pool"
+	"chamber.dev/chamber/controllers/room"
 	"chamber.dev/chamber/controllers/team"
 	"chamber.dev/chamber/fleet"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
@@ -50,6 +51,11 @@ type Config struct {
 	// IdleReclaim configures idle reclaim (the policies are on pools and teams); its
 	// clock is Clock.
 	IdleReclaim idlereclaim.Options
+	// Room configures room for big jobs (moving lower-tier workloads off a node for a
+	// workload that waits for one); RoomForBigJobs off, or AdmissionCheck off (its
+	// evictions go through the check), leaves it out. Its clock is Clock.
+	Room           room.Options
+	RoomForBigJobs bool
 	// PodGracePeriods: Kueue's preemptions give a team's pods its eviction grace
 	// period (Admission.GracePeriod where neither the team nor its pool sets one), as
 	// their terminationGracePeriodSeconds.
@@ -68,7 +74,7 @@ type Config struct {
 // DefaultConfig is the controllers' configuration unless flags say otherwise.
 func DefaultConfig() Config {
 	return Config{PriorityTiers: chamberkueue.DefaultPriorityTiers, AccountingInterval: team.DefaultAccountingInterval, Inventory: inventory.DefaultOptions(),
-		Admission: admission.DefaultOptions(), AdmissionCheck: true, IdleReclaim: idlereclaim.DefaultOptions(), PodGracePeriods: true}
+		Admission: admission.DefaultOptions(), AdmissionCheck: true, IdleReclaim: idlereclaim.DefaultOptions(), Room: room.DefaultOptions(), RoomForBigJobs: true, PodGracePeriods: true}
 }
 
 // controllerList is what runs, in start order.
@@ -108,6 +114,14 @@ var controllerList = []struct {
 		opts := cfg.IdleReclaim
 		opts.Clock, opts.Heartbeats = cfg.Clock, cfg.heartbeats
 		return idlereclaim.Register(mgr, opts)
+	}},
+	{"room", func(mgr ctrl.Manager, cfg Config) error {
+		if !cfg.RoomForBigJobs || !cfg.AdmissionCheck {
+			return nil
+		}
+		opts := cfg.Room
+		opts.Clock = cfg.Clock
+		return room.Register(mgr, opts)
 	}},
 	{"priority-tiers", func(mgr ctrl.Manager, cfg Config) error {
 		return mgr.Add(priorityTiers{client: mgr.GetClient(), tiers: cfg.PriorityTiers})

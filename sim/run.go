@@ -34,6 +34,7 @@ import (
 	"chamber.dev/chamber/controllers/admission"
 	"chamber.dev/chamber/controllers/idlereclaim"
 	"chamber.dev/chamber/controllers/isolation"
+	"chamber.dev/chamber/controllers/room"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 	"chamber.dev/chamber/test/controlplane"
 )
@@ -369,6 +370,12 @@ func startChamber(ctx context.Context, cp *controlplane.ControlPlane, sc *Scenar
 	// placement timeout, floored at what the control plane itself takes to act.
 	cfg.Admission.Recheck = max(simToWall(admission.DefaultRecheck, sc.Speedup), 200*time.Millisecond)
 	cfg.Admission.PlacementTimeout = max(simToWall(admission.DefaultPlacementTimeout, sc.Speedup), 3*time.Second)
+	// Room for big jobs: its wait before moving anyone and its look-again interval in
+	// simulated time; the settling of its moves (eviction with notice, Kueue's requeue
+	// of both sides) floored at what the control plane takes for them.
+	cfg.Room.MinWait = max(simToWall(room.DefaultMinWait, sc.Speedup), 3*time.Second)
+	cfg.Room.Interval = max(simToWall(room.DefaultInterval, sc.Speedup), time.Second)
+	cfg.Room.Settle = max(simToWall(room.DefaultSettle, sc.Speedup), 5*time.Second)
 	// Fault isolation's drain of a node that needs a reboot, in simulated time.
 	cfg.Isolation.DrainTimeout = max(simToWall(isolation.DefaultDrainTimeout, sc.Speedup), time.Second)
 	if name, err := controllers.Setup(mgr, cfg); err != nil {

@@ -52,3 +52,27 @@ const (
 	// the eviction need not wait out the grace period.
 	AnnotationCheckpointReady = "chamber.dev/checkpoint-ready"
 )
+
+// Annotations room for big jobs writes on a waiting Workload it moved others for.
+const (
+	// AnnotationRoomMadeAt: when Chamber last moved workloads to make room for it
+	// (RFC 3339); it makes no more room for it until the moves have had time to settle.
+	AnnotationRoomMadeAt = "chamber.dev/room-made-at"
+	// AnnotationRoomMoved: the UIDs of the workloads moved to make room for it, comma
+	// separated; none is moved for it twice.
+	AnnotationRoomMoved = "chamber.dev/room-moved"
+)
+
+// TaintRoom is the NoSchedule taint room for big jobs puts on a node it is freeing for
+// a waiting workload, while the moved workloads leave: nothing else is placed there
+// meanwhile. Its value is the waiting workload's UID; the node's annotations
+// AnnotationRoomFor (namespace/name), AnnotationRoomGPUs (the GPUs its pod needs there)
+// and AnnotationRoomMadeAt say for whom and since when. Chamber takes it off as soon as
+// the room is whole, the workload no longer waits, or the room's settle time passed.
+const TaintRoom = "chamber.dev/room-for"
+
+// Annotations on a node room is being made on.
+const (
+	AnnotationRoomFor  = "chamber.dev/room-for"
+	AnnotationRoomGPUs = "chamber.dev/room-gpus"
+)

@@ -23,6 +23,7 @@ import (
 	"chamber.dev/chamber/controllers/admission"
 	"chamber.dev/chamber/controllers/idlereclaim"
 	"chamber.dev/chamber/controllers/isolation"
+	"chamber.dev/chamber/controllers/room"
 	"chamber.dev/chamber/fleet"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
@@ -41,6 +42,8 @@ func main() {
 		reclaimInterval    = flag.Duration("idle-reclaim-interval", idlereclaim.DefaultInterval, "how often idle reclaim looks again at each workload holding GPUs (the policies are on pools and teams)")
 		reclaimMinWait     = flag.Duration("idle-reclaim-min-wait", idlereclaim.DefaultMinWait, "how long a workload must have been without quota before idle reclaim counts it as waiting for GPUs (a requeued workload Kueue readmits at once is not)")
 		reclaimMaxHold     = flag.Duration("idle-reclaim-max-hold", idlereclaim.DefaultMaxHold, "the longest a workload reclaimed for idling stays paused while others wait for its GPUs, at its first reclaim; doubles with each further one (up to 8x)")
+		roomForBigJobs     = flag.Bool("room-for-big-jobs", true, "move lower-tier workloads off a node (with notice, only when they fit on other nodes' free GPUs) for a workload whose ClusterQueue has the quota but that finds no node with room (needs --admission-check)")
+		roomMinWait        = flag.Duration("room-min-wait", room.DefaultMinWait, "how long a workload must have waited for a node before room is made for it")
 		apiQPS             = flag.Float64("kube-api-qps", 300, "queries per second to the API server (Kueue's own default: its check round trips are on Kueue's admission path)")
 		apiBurst           = flag.Int("kube-api-burst", 500, "burst of queries to the API server")
 		admissionCheck     = flag.Bool("admission-check", true, "attach Chamber's admission check (placement on healthy GPUs, evictions) to every team's ClusterQueue")
@@ -98,6 +101,10 @@ func main() {
 		fail("--eviction-grace-period must not be negative, got %s", *gracePeriod)
 	}
 	cfg.AdmissionCheck = *admissionCheck
+	if *roomMinWait < 0 {
+		fail("--room-min-wait must not be negative, got %s", *roomMinWait)
+	}
+	cfg.RoomForBigJobs, cfg.Room.MinWait = *roomForBigJobs, *roomMinWait
 	if *silentAfter < 1 {
 		fail("--silent-after-heartbeats must be at least 1, got %d", *silentAfter)
 	}

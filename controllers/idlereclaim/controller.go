@@ -20,7 +20,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -170,7 +169,7 @@ func (c *Controller) reconcile(ctx context.Context, wl *kueue.Workload) (reconci
 	if done, res, err := c.reconcileHold(ctx, wl); done || err != nil {
 		return res, err
 	}
-	if !holdsGPUs(wl) {
+	if !chamberkueue.HoldsGPUs(wl) {
 		// Not admitted (any more), finished or on its way out: a new admission
 		// starts from nothing. Kueue's update of the Workload brings it back here.
 		c.forget(key)
@@ -226,7 +225,7 @@ func (c *Controller) reconcile(ctx context.Context, wl *kueue.Workload) (reconci
 		rec.contendedSince = time.Time{}
 		lowSince := rec.lowSince
 		c.mu.Unlock()
-		if limit := policy.InteractiveIdleLimit; limit > 0 && interactive(wl, pods) {
+		if limit := policy.InteractiveIdleLimit; limit > 0 && chamberkueue.Interactive(wl, pods) {
 			if idleFor := now.Sub(lowSince); idleFor >= limit {
 				if out, err := c.ownerOptedOut(ctx, wl, pods); err != nil || out {
 					return again, err
@@ -315,34 +314,6 @@ func (c *Controller) pauseAtLimit(ctx context.Context, key types.NamespacedName,
 	return reconcile.Result{RequeueAfter: c.opts.Interval}, nil
 }
 
-// interactive: the workload, its pod template or one of its pods is marked
-// interactive (chamber.LabelInteractive as a label or an annotation). The template speaks
-// for a paused workload, which has no pods.
-func interactive(wl *kueue.Workload, pods []corev1.Pod) bool {
-	marked := func(o metav1.Object) bool {
-		for _, m := range []map[string]string{o.GetLabels(), o.GetAnnotations()} {
-			if on, err := strconv.ParseBool(m[chamber.LabelInteractive]); err == nil && on {
-				return true
-			}
-		}
-		return false
-	}
-	if marked(wl) {
-		return true
-	}
-	for i := range wl.Spec.PodSets {
-		if marked(&wl.Spec.PodSets[i].Template) {
-			return true
-		}
-	}
-	for i := range pods {
-		if marked(&pods[i]) {
-			return true
-		}
-	}
-	return false
-}
-
 // record returns the record of the idle workload, starting one if there is none or
 // the one there is of an earlier Workload of the same name; low from now unless it
 // already was.
@@ -392,15 +363,6 @@ func (c *Controller) forget(key types.NamespacedName) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.idle, key)
-}
-
-// holdsGPUs: admitted, not finished, not evicted or being deleted.
-func holdsGPUs(wl *kueue.Workload) bool {
-	conds := wl.Status.Conditions
-	return wl.DeletionTimestamp == nil && wl.Status.Admission != nil &&
-		apimeta.IsStatusConditionTrue(conds, kueue.WorkloadAdmitted) &&
-		!apimeta.IsStatusConditionTrue(conds, kueue.WorkloadFinished) &&
-		!apimeta.IsStatusConditionTrue(conds, kueue.WorkloadEvicted)
 }
 
 // tierOf is the workload's priority tier: its Kueue WorkloadPriorityClass.

@@ -171,7 +171,7 @@ func workloadGPUs(wl *kueue.Workload) int64 {
 // A workload that was itself reclaimed for idling (AnnotationReclaims) waits in its
 // queue like any other but gets no idle workload reclaimed: idle GPUs go to work that
 // has not shown it leaves them idle, and idle workloads are never swapped.
-func waiting(wl *kueue.Workload, workloads []kueue.Workload, localQueues []kueue.LocalQueue, clusterQueues []kueue.ClusterQueue, now time.Time, minWait time.Duration, r room) *kueue.Workload {
+func waiting(wl *kueue.Workload, workloads []kueue.Workload, localQueues []kueue.LocalQueue, clusterQueues []kueue.ClusterQueue, now time.Time, minWait time.Duration, r chamberkueue.Room) *kueue.Workload {
 	if wl.Status.Admission == nil {
 		return nil
 	}
@@ -225,7 +225,7 @@ func newQueues(localQueues []kueue.LocalQueue, clusterQueues []kueue.ClusterQueu
 // firstWaiting is the oldest workload (other than self) waiting, as waiting says, in
 // own or in a ClusterQueue of own's cohort with quota of one of flavors, that fits
 // on r.
-func (q queueIndex) firstWaiting(self types.UID, own kueue.ClusterQueueReference, flavors []kueue.ResourceFlavorReference, workloads []kueue.Workload, now time.Time, minWait time.Duration, r room) *kueue.Workload {
+func (q queueIndex) firstWaiting(self types.UID, own kueue.ClusterQueueReference, flavors []kueue.ResourceFlavorReference, workloads []kueue.Workload, now time.Time, minWait time.Duration, r chamberkueue.Room) *kueue.Workload {
 	var cohort kueue.CohortReference
 	if cq := q.cqs[own]; cq != nil {
 		cohort = cq.Spec.CohortName
@@ -248,7 +248,7 @@ func (q queueIndex) firstWaiting(self types.UID, own kueue.ClusterQueueReference
 		if target != own && (cohort == "" || cq.Spec.CohortName != cohort || !offersGPUFlavor(cq, flavors)) {
 			continue
 		}
-		if (found == nil || older(p, found)) && r.fits(p) {
+		if (found == nil || older(p, found)) && fits(r, p) {
 			found = p
 		}
 	}

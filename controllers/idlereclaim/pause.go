@@ -164,7 +164,7 @@ func (c *Controller) reconcileHold(ctx context.Context, wl *kueue.Workload) (don
 				"paused (deactivated, its Job kept) at its team's interactive idle time limit: resume it with %s", resumeCommand(wl))
 			return true, reconcile.Result{}, nil
 		}
-		if interactive(wl, nil) {
+		if chamberkueue.Interactive(wl, nil) {
 			c.recorder.Eventf(wl, nil, corev1.EventTypeNormal, ReasonHeld, "Pause",
 				"paused (deactivated, its Job kept) after its idle GPUs were reclaimed for %s: it resumes by itself once no workload waits for GPUs it could use, or when its user resumes it with %s",
 				waiter, resumeCommand(wl))
@@ -206,7 +206,7 @@ func (c *Controller) reconcileHold(ctx context.Context, wl *kueue.Workload) (don
 	if err != nil {
 		return true, reconcile.Result{}, err
 	}
-	if waits != nil && interactive(wl, nil) {
+	if waits != nil && chamberkueue.Interactive(wl, nil) {
 		// A notebook has no pause limit: brought back while its user is still away it
 		// would sit idle through another window while others wait. Its user resumes
 		// it on coming back.

@@ -29,7 +29,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/flowcontrol"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -478,7 +477,7 @@ func (c *Controller) reconcileIsolated(ctx context.Context, node *corev1.Node, p
 // start.
 func (c *Controller) patchIsolated(ctx context.Context, node *corev1.Node, rep report, level chamber.IsolationLevel, now time.Time) error {
 	primary := rep.primary()
-	return c.updateNode(ctx, node.Name, func(n *corev1.Node) {
+	return chamberkueue.UpdateNode(ctx, c.client, node.Name, func(n *corev1.Node) {
 		if n.Annotations == nil {
 			n.Annotations = map[string]string{}
 		}
@@ -515,7 +514,7 @@ func (c *Controller) release(ctx context.Context, node *corev1.Node, pool *chamb
 	if err := c.setCondition(ctx, node, corev1.ConditionFalse, reason, msg, ""); err != nil {
 		return err
 	}
-	err := c.updateNode(ctx, node.Name, func(n *corev1.Node) {
+	err := chamberkueue.UpdateNode(ctx, c.client, node.Name, func(n *corev1.Node) {
 		if n.Annotations[AnnotationTainted] == "true" {
 			n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == chamber.TaintGPUUnhealthy })
 		}
@@ -538,24 +537,6 @@ func (c *Controller) release(ctx context.Context, node *corev1.Node, pool *chamb
 	}
 	recoveries.WithLabelValues(pool.Name, reason).Inc()
 	c.recorder.Eventf(node, nil, corev1.EventTypeNormal, reason, "Release", "back in service: %s", msg)
-	return nil
-}
-
-// updateNode applies change to the node and writes it with optimistic locking, so a
-// concurrent change by someone else is never overwritten.
-func (c *Controller) updateNode(ctx context.Context, name string, change func(*corev1.Node)) error {
-	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
-		var n corev1.Node
-		if err := c.client.Get(ctx, client.ObjectKey{Name: name}, &n); err != nil {
-			return err
-		}
-		orig := n.DeepCopy()
-		change(&n)
-		return c.client.Patch(ctx, &n, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
-	})
-	if err != nil {
-		return fmt.Errorf("update node %s: %w", name, err)
-	}
 	return nil
 }
 

@@ -1,0 +1,143 @@
+package room
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+
+	chamber "chamber.dev/chamber/api/v1alpha1"
+	chamberkueue "chamber.dev/chamber/integrations/kueue"
+)
+
+// Why the room is held: the moved workloads' pods end one at a time, as each writes its
+// checkpoint, and Kueue places whatever waits and fits on each GPU as it frees, a
+// 1-GPU job first, long before the eight are free together (seen in the simulator:
+// six jobs moved, and the 8-GPU job still waited). So the node carries TaintRoom until
+// the room is whole; then Kueue, whose topology-aware scheduling retries its waiting
+// workloads on a node's change, places the workload there, while smaller ones still
+// go to the fullest nodes that fit them.
+
+// holdRoom taints the node for the waiting workload.
+func (c *Controller) holdRoom(ctx context.Context, node string, wl *kueue.Workload, gpus int64, now time.Time) error {
+	return chamberkueue.UpdateNode(ctx, c.client, node, func(n *corev1.Node) {
+		if n.Annotations == nil {
+			n.Annotations = map[string]string{}
+		}
+		n.Annotations[chamber.AnnotationRoomFor] = wl.Namespace + "/" + wl.Name
+		n.Annotations[chamber.AnnotationRoomGPUs] = strconv.FormatInt(gpus, 10)
+		n.Annotations[chamber.AnnotationRoomMadeAt] = now.UTC().Format(time.RFC3339)
+		n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, isRoomTaint)
+		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: chamber.TaintRoom, Value: string(wl.UID),
+			Effect: corev1.TaintEffectNoSchedule, TimeAdded: &metav1.Time{Time: now}})
+	})
+}
+
+func isRoomTaint(t corev1.Taint) bool { return t.Key == chamber.TaintRoom }
+
+// holds reconciles the nodes room is held on, on their changes and their pods'.
+type holds struct{ *Controller }
+
+func registerHolds(mgr ctrl.Manager, c *Controller) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("room-holds").
+		For(&corev1.Node{}).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
+			if n := obj.(*corev1.Pod).Spec.NodeName; n != "" {
+				return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: n}}}
+			}
+			return nil
+		})).
+		Complete(reconcile.AsReconciler(mgr.GetClient(), holds{c}))
+}
+
+// Reconcile takes the room's taint off the node once the room is whole (its free GPUs
+// reach the waiting workload's pod), once the workload no longer waits for a node, or
+// once the settle time has passed since the room was made.
+func (h holds) Reconcile(ctx context.Context, n *corev1.Node) (reconcile.Result, error) {
+	i := slices.IndexFunc(n.Spec.Taints, isRoomTaint)
+	if i < 0 {
+		return reconcile.Result{}, nil
+	}
+	now := h.opts.Clock.Now()
+	why, err := h.release(ctx, n, n.Spec.Taints[i].Value, now)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if why == "" {
+		madeAt, _ := time.Parse(time.RFC3339, n.Annotations[chamber.AnnotationRoomMadeAt])
+		return reconcile.Result{RequeueAfter: min(h.opts.Interval, max(madeAt.Add(h.opts.Settle).Sub(now), time.Second))}, nil
+	}
+	err = chamberkueue.UpdateNode(ctx, h.client, n.Name, func(n *corev1.Node) {
+		n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, isRoomTaint)
+		delete(n.Annotations, chamber.AnnotationRoomFor)
+		delete(n.Annotations, chamber.AnnotationRoomGPUs)
+		delete(n.Annotations, chamber.AnnotationRoomMadeAt)
+	})
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	log.FromContext(ctx).Info("room released", "node", n.Name, "for", n.Annotations[chamber.AnnotationRoomFor], "why", why)
+	return reconcile.Result{}, nil
+}
+
+// release says why the room on the node should go ("" while it stays).
+func (h holds) release(ctx context.Context, n *corev1.Node, uid string, now time.Time) (string, error) {
+	madeAt, err := time.Parse(time.RFC3339, n.Annotations[chamber.AnnotationRoomMadeAt])
+	if err != nil || !now.Before(madeAt.Add(h.opts.Settle)) {
+		return "settle time passed", nil
+	}
+	key, ok := splitKey(n.Annotations[chamber.AnnotationRoomFor])
+	if !ok {
+		return "no workload named", nil
+	}
+	var wl kueue.Workload
+	if err := h.client.Get(ctx, key, &wl); apierrors.IsNotFound(err) {
+		return "workload gone", nil
+	} else if err != nil {
+		return "", fmt.Errorf("get workload %s: %w", key, err)
+	}
+	if string(wl.UID) != uid {
+		return "workload gone", nil
+	}
+	if _, waits := waitsForNode(&wl); !waits {
+		return "workload no longer waits for a node", nil
+	}
+	gpus, err := strconv.ParseInt(n.Annotations[chamber.AnnotationRoomGPUs], 10, 64)
+	if err != nil {
+		return "no GPU count", nil
+	}
+	pods, err := chamberkueue.PodsOnNode(ctx, h.client, n.Name)
+	if err != nil {
+		return "", err
+	}
+	alloc := n.Status.Allocatable[chamberkueue.ResourceGPU]
+	free := alloc.Value()
+	for i := range pods {
+		if chamberkueue.Live(&pods[i]) {
+			free -= chamberkueue.PodGPUs(&pods[i].Spec)
+		}
+	}
+	if free >= gpus {
+		return "room whole", nil
+	}
+	return "", nil
+}
+
+func splitKey(s string) (types.NamespacedName, bool) {
+	ns, name, ok := strings.Cut(s, "/")
+	return types.NamespacedName{Namespace: ns, Name: name}, ok && ns != "" && name != ""
+}

@@ -1,0 +1,171 @@
+package room_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+	testingjob "sigs.k8s.io/kueue/pkg/util/testingjobs/job"
+
+	chamber "chamber.dev/chamber/api/v1alpha1"
+	"chamber.dev/chamber/controllers"
+	"chamber.dev/chamber/controllers/controllertest"
+	"chamber.dev/chamber/controllers/room"
+	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/test/controlplane"
+)
+
+const h100 = "NVIDIA-H100-80GB-HBM3"
+
+var k8s client.Client
+
+// TestMain runs one control plane (Kueue, kube-scheduler, kwok) and Chamber's
+// controllers in-process: room is made after 2 s of waiting, and the moved
+// workloads' pods get 1 s to checkpoint.
+func TestMain(m *testing.M) {
+	cfg := controllers.DefaultConfig()
+	cfg.Room.MinWait = 2 * time.Second
+	cfg.Room.Interval = time.Second
+	cfg.Admission.GracePeriod = time.Second
+	os.Exit(controllertest.Main(m, cfg, &k8s))
+}
+
+func create(t *testing.T, obj client.Object) {
+	t.Helper()
+	if err := k8s.Create(context.Background(), obj); err != nil {
+		t.Fatalf("create %T %s: %v", obj, obj.GetName(), err)
+	}
+}
+
+// team creates a namespace and a team of the pool with that name and quota.
+func team(t *testing.T, g *gomega.WithT, name, pool string, gpus int32) {
+	t.Helper()
+	create(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	create(t, &chamber.Team{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: chamber.TeamSpec{Pool: pool, Namespaces: []string{name}, Quotas: []chamber.TeamQuota{{Model: h100, GPUs: gpus}}}})
+	g.Eventually(func(g gomega.Gomega) {
+		var tm chamber.Team
+		g.Expect(k8s.Get(context.Background(), client.ObjectKey{Name: name}, &tm)).To(gomega.Succeed())
+		g.Expect(apimeta.IsStatusConditionTrue(tm.Status.Conditions, chamber.ConditionReady)).To(gomega.BeTrue())
+	}).Should(gomega.Succeed())
+}
+
+// run submits a Job of one pod holding gpus GPUs for d in the tier and waits until
+// Kueue admits it; it returns the node its pod runs on.
+func run(t *testing.T, g *gomega.WithT, ns, name string, gpus int, d time.Duration, tier string) string {
+	t.Helper()
+	create(t, testingjob.MakeJob(name, ns).Queue("default").Suspend(false).WorkloadPriorityClass(tier).
+		RequestAndLimit(chamberkueue.ResourceGPU, fmt.Sprint(gpus)).
+		PodAnnotation("pod-complete.stage.kwok.x-k8s.io/delay", d.String()).
+		PodAnnotation("pod-complete.stage.kwok.x-k8s.io/jitter-delay", d.String()).Obj())
+	var node string
+	g.Eventually(func(g gomega.Gomega) string { node = runningOn(g, ns, name); return node }).ShouldNot(gomega.BeEmpty())
+	return node
+}
+
+// runningOn is the node of the Job's running pod; "" when none runs.
+func runningOn(g gomega.Gomega, ns, job string) string {
+	var pods corev1.PodList
+	g.Expect(k8s.List(context.Background(), &pods, client.InNamespace(ns), client.MatchingLabels{"batch.kubernetes.io/job-name": job})).To(gomega.Succeed())
+	for _, p := range pods.Items {
+		if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+			return p.Spec.NodeName
+		}
+	}
+	return ""
+}
+
+func evicted(wl *kueue.Workload) bool {
+	return apimeta.FindStatusCondition(wl.Status.Conditions, kueue.WorkloadEvicted) != nil
+}
+
+// A production job of 8 GPUs waits while 12 GPUs are free, 6 on each of two nodes
+// that each run a 2-GPU preemptible job for ten minutes: its team has the quota, no
+// node has the room, and Kueue alone would keep it waiting until one of those jobs
+// ends. Chamber moves one of them (with notice) onto the other node's free GPUs, the
+// production job runs where it was, the moved job runs again, and the other is left
+// alone.
+func TestRoomForBigJob(t *testing.T) {
+	g := gomega.NewWithT(t)
+	g.SetDefaultEventuallyTimeout(2 * time.Minute)
+	g.SetDefaultEventuallyPollingInterval(250 * time.Millisecond)
+	ctx := context.Background()
+	pool := &chamber.GPUPool{ObjectMeta: metav1.ObjectMeta{Name: "room"},
+		Spec: chamber.GPUPoolSpec{NodeLabels: map[string]string{"chamber.dev/test-pool": "room"}}}
+	create(t, pool)
+	if err := controlplane.CreateGPUNodes(ctx, k8s,
+		controlplane.GPUNode{Name: "room-1", GPUs: 8, Product: h100, Labels: pool.Spec.NodeLabels},
+		controlplane.GPUNode{Name: "room-2", GPUs: 8, Product: h100, Labels: pool.Spec.NodeLabels}); err != nil {
+		t.Fatal(err)
+	}
+	team(t, g, "room-batch", "room", 16)
+	team(t, g, "room-prod", "room", 8)
+
+	// Two 6-GPU jobs take one node each for a while; two 2-GPU jobs then get the
+	// last 2 GPUs of each node, whatever order Kueue's placement prefers.
+	first := run(t, g, "room-batch", "short-1", 6, 20*time.Second, "preemptible")
+	second := run(t, g, "room-batch", "short-2", 6, 20*time.Second, "preemptible")
+	g.Expect(second).NotTo(gomega.Equal(first))
+	long1 := run(t, g, "room-batch", "long-1", 2, 10*time.Minute, "preemptible")
+	long2 := run(t, g, "room-batch", "long-2", 2, 10*time.Minute, "preemptible")
+	g.Expect(long2).NotTo(gomega.Equal(long1))
+	g.Eventually(func(g gomega.Gomega) {
+		g.Expect(runningOn(g, "room-batch", "short-1")).To(gomega.BeEmpty())
+		g.Expect(runningOn(g, "room-batch", "short-2")).To(gomega.BeEmpty())
+	}).Should(gomega.Succeed())
+
+	create(t, testingjob.MakeJob("train", "room-prod").Queue("default").Suspend(false).WorkloadPriorityClass("production").
+		RequestAndLimit(chamberkueue.ResourceGPU, "8").
+		PodAnnotation("pod-complete.stage.kwok.x-k8s.io/delay", "10m").Obj())
+	// Kueue's own verdict first: quota yes, node no.
+	g.Eventually(func(g gomega.Gomega) {
+		wl := controllertest.WorkloadOf(g, k8s, "room-prod", "train")
+		cond := apimeta.FindStatusCondition(wl.Status.Conditions, kueue.WorkloadQuotaReserved)
+		g.Expect(cond).NotTo(gomega.BeNil())
+		g.Expect(cond.Message).To(gomega.ContainSubstring("doesn't allow to fit"))
+	}).Should(gomega.Succeed())
+
+	var trainNode string
+	g.Eventually(func(g gomega.Gomega) string { trainNode = runningOn(g, "room-prod", "train"); return trainNode }).ShouldNot(gomega.BeEmpty())
+
+	moved, stayed := "long-1", "long-2"
+	if trainNode == long2 {
+		moved, stayed = stayed, moved
+	}
+	train := controllertest.WorkloadOf(g, k8s, "room-prod", "train")
+	movedWl := controllertest.WorkloadOf(g, k8s, "room-batch", moved)
+	g.Expect(train.Annotations[chamber.AnnotationRoomMoved]).To(gomega.Equal(string(movedWl.UID)), "the moves recorded on the waiter")
+	g.Expect(evicted(controllertest.WorkloadOf(g, k8s, "room-batch", stayed))).To(gomega.BeFalse(), "the job on the other node was moved too")
+	// The moved job runs again, beside the one that stayed.
+	g.Eventually(func(g gomega.Gomega) {
+		g.Expect(runningOn(g, "room-batch", moved)).To(gomega.Equal(map[string]string{long1: long2, long2: long1}[trainNode]))
+	}).Should(gomega.Succeed())
+	// The room's taint is gone once the room was whole.
+	g.Eventually(func(g gomega.Gomega) {
+		var n corev1.Node
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Name: trainNode}, &n)).To(gomega.Succeed())
+		g.Expect(n.Spec.Taints).NotTo(gomega.ContainElement(gomega.HaveField("Key", chamber.TaintRoom)))
+		g.Expect(n.Annotations).NotTo(gomega.HaveKey(chamber.AnnotationRoomFor))
+	}).Should(gomega.Succeed())
+	g.Eventually(func(g gomega.Gomega) {
+		var events eventsv1.EventList
+		g.Expect(k8s.List(ctx, &events, client.InNamespace("room-prod"))).To(gomega.Succeed())
+		var notes []string
+		for _, e := range events.Items {
+			if e.Reason == room.ReasonRoomForBigJob && e.Regarding.Name == train.Name {
+				notes = append(notes, e.Note)
+			}
+		}
+		g.Expect(strings.Join(notes, "\n")).To(gomega.ContainSubstring(moved))
+	}).Should(gomega.Succeed())
+}

@@ -1,0 +1,176 @@
+package kueue
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+
+	chamber "chamber.dev/chamber/api/v1alpha1"
+)
+
+// Room is the GPUs each node has free, by node name: what idle reclaim frees for a
+// waiter and what room for big jobs rearranges.
+type Room map[string]int64
+
+// RoomOn is the room on the schedulable nodes of the flavors, the pods of the UIDs in
+// gone counted as gone: each node's allocatable GPUs less those of the other pods on it
+// that have not ended and are not being deleted (a GPU Chamber holds for a fault is
+// such a pod). Nil when a flavor is not known (not compiled by Chamber, or not in the
+// cache yet). c is a cache with SetupIndexes' indexes.
+func RoomOn(ctx context.Context, c client.Reader, flavors []kueue.ResourceFlavorReference, gone map[types.UID]bool) (Room, error) {
+	r := Room{}
+	for _, name := range flavors {
+		var flavor kueue.ResourceFlavor
+		if err := c.Get(ctx, client.ObjectKey{Name: string(name)}, &flavor); apierrors.IsNotFound(err) {
+			return nil, nil
+		} else if err != nil {
+			return nil, fmt.Errorf("get resource flavor %s: %w", name, err)
+		}
+		var nodes corev1.NodeList
+		if err := c.List(ctx, &nodes, client.MatchingLabels(flavor.Spec.NodeLabels), client.UnsafeDisableDeepCopy); err != nil {
+			return nil, fmt.Errorf("list nodes of flavor %s: %w", name, err)
+		}
+		for i := range nodes.Items {
+			n := &nodes.Items[i]
+			if _, done := r[n.Name]; done || !Schedulable(n) {
+				continue
+			}
+			on, err := PodsOnNode(ctx, c, n.Name)
+			if err != nil {
+				return nil, err
+			}
+			alloc := n.Status.Allocatable[ResourceGPU]
+			free := alloc.Value()
+			for j := range on {
+				p := &on[j]
+				if gone[p.UID] || !Live(p) {
+					continue
+				}
+				free -= PodGPUs(&p.Spec)
+			}
+			r[n.Name] = max(free, 0)
+		}
+	}
+	return r, nil
+}
+
+// HoldsGPUs: the workload is admitted, not finished, not evicted and not being deleted.
+func HoldsGPUs(wl *kueue.Workload) bool {
+	conds := wl.Status.Conditions
+	return wl.DeletionTimestamp == nil && wl.Status.Admission != nil &&
+		apimeta.IsStatusConditionTrue(conds, kueue.WorkloadAdmitted) &&
+		!apimeta.IsStatusConditionTrue(conds, kueue.WorkloadFinished) &&
+		!apimeta.IsStatusConditionTrue(conds, kueue.WorkloadEvicted)
+}
+
+// UpdateNode changes the node as read from c and writes the change as a merge patch
+// that fails on a stale read, retried on conflicts.
+func UpdateNode(ctx context.Context, c client.Client, name string, change func(*corev1.Node)) error {
+	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		var n corev1.Node
+		if err := c.Get(ctx, client.ObjectKey{Name: name}, &n); err != nil {
+			return err
+		}
+		orig := n.DeepCopy()
+		change(&n)
+		return c.Patch(ctx, &n, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+	})
+	if err != nil {
+		return fmt.Errorf("update node %s: %w", name, err)
+	}
+	return nil
+}
+
+// Live: the pod has not ended and is not being deleted; its GPUs are taken.
+func Live(p *corev1.Pod) bool {
+	return p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed
+}
+
+// Fits says whether pods asking for want GPUs each (largest first) all find a node
+// with as many free GPUs, each GPU given once: each pod on the node with the fewest
+// free GPUs that still has enough (best fit), ties to the first name. A nil room fits
+// everything.
+func (r Room) Fits(want []int64) bool {
+	if r == nil {
+		return true
+	}
+	free := make(Room, len(r))
+	for n, f := range r {
+		free[n] = f
+	}
+	want = slices.Clone(want)
+	slices.SortFunc(want, func(a, b int64) int { return int(b - a) })
+	for _, w := range want {
+		best := free.BestFit(w)
+		if best == "" {
+			return false
+		}
+		free[best] -= w
+	}
+	return true
+}
+
+// BestFit is the node with the fewest free GPUs that still has k, ties to the first
+// name; "" when none has.
+func (r Room) BestFit(k int64) string {
+	best := ""
+	for n, f := range r {
+		if f >= k && (best == "" || f < r[best] || (f == r[best] && n < best)) {
+			best = n
+		}
+	}
+	return best
+}
+
+// WorkloadPodGPUs are the GPUs each pod of the workload asks for, one entry per pod
+// that asks for any.
+func WorkloadPodGPUs(wl *kueue.Workload) []int64 {
+	var want []int64
+	for i := range wl.Spec.PodSets {
+		ps := &wl.Spec.PodSets[i]
+		if gpus := PodGPUs(&ps.Template.Spec); gpus > 0 {
+			for range ps.Count {
+				want = append(want, gpus)
+			}
+		}
+	}
+	return want
+}
+
+// Interactive: the workload, its pod template or one of its pods is marked interactive
+// (chamber.LabelInteractive as a label or an annotation). The template speaks for a
+// workload without pods.
+func Interactive(wl *kueue.Workload, pods []corev1.Pod) bool {
+	marked := func(o metav1.Object) bool {
+		for _, m := range []map[string]string{o.GetLabels(), o.GetAnnotations()} {
+			if on, err := strconv.ParseBool(m[chamber.LabelInteractive]); err == nil && on {
+				return true
+			}
+		}
+		return false
+	}
+	if marked(wl) {
+		return true
+	}
+	for i := range wl.Spec.PodSets {
+		if marked(&wl.Spec.PodSets[i].Template) {
+			return true
+		}
+	}
+	for i := range pods {
+		if marked(&pods[i]) {
+			return true
+		}
+	}
+	return false
+}
