@@ -401,6 +401,14 @@ func (r *recorder) pod(o any, deleted bool) {
 		if run.Job.Running == 0 {
 			run.Job.noticed = time.Time{}
 			run.Job.completing, run.Job.checkpointed = false, false
+		} else if run.Job.Running >= run.Job.Pods {
+			// Its Job controller had started the replacement before this pod was
+			// gone (a terminating pod counts for no completion): the job goes on
+			// from what the stop left it, on the pods that run. Without this, its
+			// progress stood still while its new pod held GPUs (a 1-GPU job ran 5
+			// simulated hours at its utilization in one sweep, until a reboot killed
+			// the pod).
+			run.Job.Progress.Start(t)
 		}
 	}
 	r.mu.Unlock()

@@ -370,12 +370,7 @@ func startChamber(ctx context.Context, cp *controlplane.ControlPlane, sc *Scenar
 	// placement timeout, floored at what the control plane itself takes to act.
 	cfg.Admission.Recheck = max(simToWall(admission.DefaultRecheck, sc.Speedup), 200*time.Millisecond)
 	cfg.Admission.PlacementTimeout = max(simToWall(admission.DefaultPlacementTimeout, sc.Speedup), 3*time.Second)
-	// Room for big jobs: its wait before moving anyone and its look-again interval in
-	// simulated time; the settling of its moves (eviction with notice, Kueue's requeue
-	// of both sides) floored at what the control plane takes for them.
-	cfg.Room.MinWait = max(simToWall(room.DefaultMinWait, sc.Speedup), 3*time.Second)
-	cfg.Room.Interval = max(simToWall(room.DefaultInterval, sc.Speedup), time.Second)
-	cfg.Room.Settle = max(simToWall(room.DefaultSettle, sc.Speedup), 5*time.Second)
+	cfg.Room = roomOptions(sc.Speedup)
 	// Fault isolation's drain of a node that needs a reboot, in simulated time.
 	cfg.Isolation.DrainTimeout = max(simToWall(isolation.DefaultDrainTimeout, sc.Speedup), time.Second)
 	if name, err := controllers.Setup(mgr, cfg); err != nil {
@@ -720,4 +715,16 @@ func wallToSim(d time.Duration, speedup float64) time.Duration {
 func hours(d time.Duration) string {
 	m := int(math.Round(d.Minutes()))
 	return fmt.Sprintf("%dh%02dm", m/60, m%60)
+}
+
+// roomOptions are room for big jobs' timers at the speed-up: its wait before moving
+// anyone and its look-again interval in simulated time, the settling of its moves
+// (eviction with notice, Kueue's requeue of both sides) floored at what the control
+// plane takes for them.
+func roomOptions(speedup float64) room.Options {
+	return room.Options{
+		MinWait:  max(simToWall(room.DefaultMinWait, speedup), 3*time.Second),
+		Interval: max(simToWall(room.DefaultInterval, speedup), time.Second),
+		Settle:   max(simToWall(room.DefaultSettle, speedup), 5*time.Second),
+	}
 }

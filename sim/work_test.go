@@ -9,6 +9,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"chamber.dev/chamber/healthcheck"
 )
 
 const minute = time.Minute
@@ -340,5 +342,37 @@ func TestSampleLeavesPausedSessionsOut(t *testing.T) {
 	j.resumed = time.Now()
 	if s := r.sample(5); s.Waiting != 1 || s.Queued != 1 || s.FreeWhileFits != 8 || s.TeamDemand["team-a"] != 1 {
 		t.Errorf("user back: waiting %d, queued %d, free while fits %d, demand %d; want 1, 1, 8, 1", s.Waiting, s.Queued, s.FreeWhileFits, s.TeamDemand["team-a"])
+	}
+}
+
+// A pod that ends while its Job's replacement already runs (the Job controller starts
+// one for a terminating pod): the job loses what the stop costs it, then goes on, on
+// the pod that runs.
+func TestReplacementBeforeTheEnd(t *testing.T) {
+	fake, err := healthcheck.NewFake("dgxh100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	w := Work{Kind: KindTraining, Work: time.Hour, CheckpointEvery: 30 * minute, CheckpointWrite: time.Minute}
+	j := &JobRecord{Job: &Job{Name: "j", Team: "team-a", GPUs: 1, Work: w}, Pods: 1, Progress: NewProgress(w)}
+	r := &recorder{speedup: 60, start: start, nodes: map[string]*simNode{"n1": {name: "n1", gpus: fake, slots: make([]gpuSlot, 8)}},
+		pods: map[string]*PodRun{}, jobs: map[string]*JobRecord{"team-a/j": j}, faulted: map[string]bool{}, created: map[string]time.Time{}}
+	pod := func(name string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: name, Labels: map[string]string{labelJobName: "j"}},
+			Spec: corev1.PodSpec{NodeName: "n1"}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+	}
+	r.pod(pod("j-a"), false)
+	if !j.Progress.Running {
+		t.Fatal("the job's one pod runs, its progress does not")
+	}
+	r.pod(pod("j-b"), false) // the replacement, while j-a is still there
+	r.markFaulted("team-a/j-a")
+	r.pod(pod("j-a"), true)
+	if j.Running != 1 || !j.Progress.Running {
+		t.Errorf("after the old pod ended: %d pods running, progress running %v; want 1 and true", j.Running, j.Progress.Running)
+	}
+	if j.FaultKills != 1 {
+		t.Errorf("fault kills %d, want 1", j.FaultKills)
 	}
 }
