@@ -43,7 +43,7 @@ import (
 // simulated time (Chamber's defaults), scaled to the clock by the speed-up.
 const (
 	IdleReclaimWindow = idlereclaim.DefaultWindow
-	EvictionGrace     = 2 * time.Minute
+	EvictionGrace     = admission.DefaultGracePeriod
 )
 
 // InteractiveIdleLimit is the interactive idle time limit the bench's teams opt in to

@@ -227,7 +227,7 @@ func TestGracePeriod(t *testing.T) {
 		"a pool's tier entry beats the team's general": {tier: "production", policies: []*chamber.EvictionPolicy{team, pool}, want: 30 * time.Minute},
 		"the team's general":                           {tier: "standard", policies: []*chamber.EvictionPolicy{team, pool}, want: 10 * time.Minute},
 		"the pool's general when the team has none":    {tier: "standard", policies: []*chamber.EvictionPolicy{nil, pool}, want: 5 * time.Minute},
-		"the default":                                  {tier: "standard", policies: []*chamber.EvictionPolicy{nil, nil}, want: 2 * time.Minute},
+		"the default":                                  {tier: "standard", policies: []*chamber.EvictionPolicy{nil, nil}, want: DefaultGracePeriod},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

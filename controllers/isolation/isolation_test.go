@@ -698,7 +698,7 @@ func TestXID79DrainsTheNodeThenGivesNotice(t *testing.T) {
 		isolated(g, "grace79-1", "XID79")
 	}, drainTimeout/3, 250*time.Millisecond).Should(gomega.Succeed())
 
-	// The drain times out: big has notice, with the default grace period (2 minutes).
+	// The drain times out: big has notice, with the default grace period.
 	g.Eventually(func(g gomega.Gomega) {
 		pod := runningPod(g, "grace79", "big")
 		deadline, err := time.Parse(time.RFC3339, pod.Annotations[chamber.AnnotationEvictionDeadline])

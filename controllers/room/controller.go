@@ -47,8 +47,8 @@ const (
 	// end; a move costs the moved job a checkpoint and a restart.
 	DefaultMinWait = 2 * time.Minute
 	// DefaultSettle covers the moved workloads' eviction grace (the admission check's
-	// default, 2 minutes) and Kueue's requeue of both sides.
-	DefaultSettle = 5 * time.Minute
+	// default, 5 minutes) and Kueue's requeue of both sides.
+	DefaultSettle = 8 * time.Minute
 	// DefaultInterval is how often a waiting workload is looked at again when nothing
 	// about it changed.
 	DefaultInterval = 30 * time.Second

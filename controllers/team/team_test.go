@@ -50,6 +50,9 @@ func run(m *testing.M) int {
 	cfg := controllers.DefaultConfig()
 	cfg.AccountingInterval = time.Second
 	cfg.Clock = clock
+	// kwok's pods do not exit on SIGTERM: a preempted one holds its GPUs to its grace's
+	// end, as a hung job would. The preemption tests keep that short.
+	cfg.Admission.GracePeriod = 30 * time.Second
 	return controllertest.Main(m, cfg, &k8s)
 }
 
