@@ -3,9 +3,12 @@ package sim
 import (
 	"encoding/csv"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -27,7 +30,7 @@ func writeData(dir string, sc *Scenario, recs []*Recording) error {
 	}
 	jobs := [][]string{{"policy", "team", "job", "trace_job_id", "tier", "gpus", "duration_h", "utilization_pct",
 		"submitted_h", "first_running_h", "finished_h", "outcome", "pods_killed_by_faults", "pods_evicted",
-		"kind", "work_h", "lost_to_evictions_gpu_h", "lost_to_faults_gpu_h"}}
+		"kind", "work_h", "lost_to_evictions_gpu_h", "lost_to_faults_gpu_h", "evictions_by_cause"}}
 	samples := [][]string{{"policy", "t_h", "gpus_allocated", "gpus_used", "gpus_idle", "jobs_waiting", "jobs_queued", "jobs_running", "gpus_free_while_fit"}}
 	for _, rec := range recs {
 		for _, j := range rec.Jobs {
@@ -46,7 +49,8 @@ func writeData(dir string, sc *Scenario, recs []*Recording) error {
 			jobs = append(jobs, []string{string(rec.Policy), j.Job.Team, j.Job.Name, j.Job.TraceID, j.Job.Tier,
 				strconv.Itoa(j.Job.GPUs), strconv.FormatFloat(j.Job.Duration.Hours(), 'f', 4, 64), strconv.Itoa(int(j.Job.Util.GPUPercent)),
 				at(rec, j.Submitted), at(rec, j.FirstRun), at(rec, j.Finished), outcome, strconv.Itoa(j.FaultKills), strconv.Itoa(j.Evictions),
-				string(j.Job.Work.Kind), strconv.FormatFloat(j.Job.Work.Work.Hours(), 'f', 4, 64), lostEvictions, lostFaults})
+				string(j.Job.Work.Kind), strconv.FormatFloat(j.Job.Work.Work.Hours(), 'f', 4, 64), lostEvictions, lostFaults,
+				evictionsByCause(j)})
 		}
 		for _, s := range rec.Samples {
 			samples = append(samples, []string{string(rec.Policy), at(rec, s.At), strconv.Itoa(s.Allocated),
@@ -73,4 +77,14 @@ func writeCSV(path string, rows [][]string) error {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return f.Close()
+}
+
+// evictionsByCause is a job's evictions as "cause:pods:GPU-hours lost" entries
+// separated by ";", in the order of the causes' names.
+func evictionsByCause(j *JobRecord) string {
+	var parts []string
+	for _, c := range slices.Sorted(maps.Keys(j.EvictionsBy)) {
+		parts = append(parts, fmt.Sprintf("%s:%d:%.4f", c, j.EvictionsBy[c], j.LostBy[c]))
+	}
+	return strings.Join(parts, ";")
 }

@@ -40,6 +40,10 @@ type JobRecord struct {
 	// FaultKills counts its pods killed by a GPU fault; Evictions its pods deleted by
 	// something else while running (Kueue preemption or eviction).
 	FaultKills, Evictions int
+	// EvictionsBy splits Evictions by cause (EvictionCause) and LostBy the GPU-hours
+	// of progress they threw away.
+	EvictionsBy map[string]int
+	LostBy      map[string]float64
 	// APICreated is the Job's creationTimestamp, whole seconds: a cross-check.
 	APICreated time.Time
 	// Progress is its work done, saved and lost, in simulated time.
@@ -49,8 +53,9 @@ type JobRecord struct {
 	// lastEnd is when its last pod run ended.
 	lastEnd time.Time
 	// noticed is when Chamber's eviction request on its Workload was first seen;
-	// zero when none is pending.
-	noticed time.Time
+	// zero when none is pending. noticeReason is the request's reason.
+	noticed      time.Time
+	noticeReason string
 	// completing is set once the simulator has ended its pods as succeeded;
 	// checkpointed once it has told Chamber (on its pods) that its checkpoint is
 	// written after a notice.
@@ -72,6 +77,22 @@ type JobRecord struct {
 	paused   string
 	pausedAt time.Duration
 	resumed  time.Time
+}
+
+// EvictionByKueue is the cause of an eviction Chamber gave no notice of: Kueue's
+// preemption, or its eviction of a workload for its own reasons. Chamber's evictions
+// are counted by their request's reason (IdleReclaim, IdleTimeLimit, GPUFault, RoomForBigJob).
+const EvictionByKueue = "Kueue"
+
+// evicted counts one of the job's pods evicted for cause, which threw away lost
+// GPU-hours of its progress.
+func (j *JobRecord) evicted(cause string, lost float64) {
+	if j.EvictionsBy == nil {
+		j.EvictionsBy, j.LostBy = map[string]int{}, map[string]float64{}
+	}
+	j.Evictions++
+	j.EvictionsBy[cause]++
+	j.LostBy[cause] += lost
 }
 
 // waitingSince is when the job last started waiting: its submission or its last pod's end.
@@ -212,7 +233,7 @@ func (r *recorder) workload(o any) {
 	if ref == nil || ref.Kind != "Job" {
 		return
 	}
-	_, requested := chamberkueue.RequestedEviction(wl)
+	e, requested := chamberkueue.RequestedEviction(wl)
 	paused := idlereclaim.Paused(wl)
 	now := time.Now()
 	r.mu.Lock()
@@ -223,7 +244,7 @@ func (r *recorder) workload(o any) {
 	}
 	switch {
 	case requested && job.noticed.IsZero() && job.Running > 0:
-		job.noticed = now
+		job.noticed, job.noticeReason = now, e.Reason
 	case !requested:
 		job.noticed = time.Time{}
 	}
@@ -388,15 +409,19 @@ func (r *recorder) pod(o any, deleted bool) {
 			delete(r.faulted, key)
 			run.Job.Progress.Stop(t, 0, true)
 		default:
-			run.Job.Evictions++
 			notice := r.sigtermOf(pod)
 			if run.terminating {
 				notice = run.notice
 			}
+			cause := EvictionByKueue
 			if !run.Job.noticed.IsZero() {
 				notice = max(notice, wallToSim(now.Sub(run.Job.noticed), r.speedup))
+				cause = run.Job.noticeReason
 			}
+			_, before := run.Job.Progress.Lost(run.Job.Job.GPUs)
 			run.Job.Progress.Stop(t, notice, false)
+			_, after := run.Job.Progress.Lost(run.Job.Job.GPUs)
+			run.Job.evicted(cause, after-before)
 		}
 		if run.Job.Running == 0 {
 			run.Job.noticed = time.Time{}

@@ -3,6 +3,7 @@ package sim
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -114,6 +115,7 @@ func renderReport(sc *Scenario, recs []*Recording, results []Result) string {
 		return fmt.Sprintf("%d / %d / %d / %d", r.Faults, r.FaultKills, r.Restarted, r.Lost)
 	})
 	line("pods evicted or preempted", func(r Result) string { return fmt.Sprint(r.Evictions) })
+	line("of which by cause: pods (GPU-hours of work lost)", evictionCauses)
 	line("notebooks paused by idle reclaim / ended while paused / users' resume wait p50 / p99", func(r Result) string {
 		if r.IdlePauses == 0 {
 			return "-"
@@ -370,4 +372,22 @@ func num(f float64, decimals int) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.*f", decimals, f)
+}
+
+// evictionCauses lists a policy's evictions by cause, the most first: Kueue's own
+// (preemption, with the pod's SIGTERM grace as notice), then Chamber's by its
+// request's reason.
+func evictionCauses(r Result) string {
+	if len(r.EvictionsBy) == 0 {
+		return "-"
+	}
+	causes := slices.Collect(maps.Keys(r.EvictionsBy))
+	slices.SortFunc(causes, func(a, b string) int {
+		return cmp.Or(cmp.Compare(r.EvictionsBy[b], r.EvictionsBy[a]), strings.Compare(a, b))
+	})
+	parts := make([]string, len(causes))
+	for i, c := range causes {
+		parts[i] = fmt.Sprintf("%s %d (%s)", c, r.EvictionsBy[c], num(r.LostBy[c], 1))
+	}
+	return strings.Join(parts, ", ")
 }

@@ -44,6 +44,10 @@ type Result struct {
 	// broken GPU); Restarted jobs completed after such a kill; Evictions pods deleted
 	// while running by Kueue (preemption, eviction).
 	Faults, FaultKills, Restarted, Evictions int
+	// EvictionsBy splits Evictions by cause (EvictionByKueue, or the reason of
+	// Chamber's request) and LostBy the GPU-hours of progress each cause threw away.
+	EvictionsBy map[string]int
+	LostBy      map[string]float64
 	// Cost and IdleCost of the allocated and idle GPU-hours.
 	Cost, IdleCost float64
 	// UsefulWork is the GPU-hours of progress the training and stuck jobs need;
@@ -69,7 +73,7 @@ type Result struct {
 // Analyze computes a policy's figures from its recording.
 func Analyze(sc *Scenario, rec *Recording) Result {
 	res := Result{Policy: rec.Policy, Jobs: len(rec.Jobs), Waits: map[string][]float64{}, TeamShare: map[string]float64{},
-		IdleByKind: map[Kind]float64{}}
+		IdleByKind: map[Kind]float64{}, EvictionsBy: map[string]int{}, LostBy: map[string]float64{}}
 	toSim := func(t time.Time) time.Duration { return wallToSim(t.Sub(rec.Start), sc.Speedup) }
 	end := rec.Start
 	for _, j := range rec.Jobs {
@@ -99,6 +103,10 @@ func Analyze(sc *Scenario, rec *Recording) Result {
 		}
 		res.FaultKills += j.FaultKills
 		res.Evictions += j.Evictions
+		for cause, n := range j.EvictionsBy {
+			res.EvictionsBy[cause] += n
+			res.LostBy[cause] += j.LostBy[cause]
+		}
 		res.IdlePauses += j.Pauses
 		if j.Ended {
 			res.SessionsEnded++

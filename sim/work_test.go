@@ -1,7 +1,10 @@
 package sim
 
 import (
+	"maps"
+	"math"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -9,7 +12,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
+	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/healthcheck"
 )
 
@@ -374,5 +379,60 @@ func TestReplacementBeforeTheEnd(t *testing.T) {
 	}
 	if j.FaultKills != 1 {
 		t.Errorf("fault kills %d, want 1", j.FaultKills)
+	}
+}
+
+// Each eviction is counted by its cause: the reason of Chamber's request when the job
+// had notice of it, Kueue otherwise; the work each cause threw away adds up to the
+// job's work lost to evictions.
+func TestEvictionCauses(t *testing.T) {
+	fake, err := healthcheck.NewFake("dgxh100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	w := Work{Kind: KindTraining, Work: 10 * time.Hour, CheckpointEvery: 8 * time.Hour, CheckpointWrite: 3 * time.Minute}
+	j := &JobRecord{Job: &Job{Name: "j", Team: "team-a", GPUs: 2, Work: w}, Pods: 1, Progress: NewProgress(w)}
+	r := &recorder{speedup: 60, start: start, nodes: map[string]*simNode{"n1": {name: "n1", gpus: fake, slots: make([]gpuSlot, 8)}},
+		pods: map[string]*PodRun{}, jobs: map[string]*JobRecord{"team-a/j": j}, faulted: map[string]bool{}, created: map[string]time.Time{}}
+	pod := func(name string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: name, Labels: map[string]string{labelJobName: "j"}},
+			Spec: corev1.PodSpec{NodeName: "n1"}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+	}
+	workload := func(reason string) *kueue.Workload {
+		wl := &kueue.Workload{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "job-j",
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "j", UID: "j", Controller: ptr.To(true)}}}}
+		if reason != "" {
+			wl.Annotations = map[string]string{chamber.AnnotationEvictionReason: reason,
+				chamber.AnnotationEvictionRequestedAt: time.Now().UTC().Format(time.RFC3339)}
+		}
+		return wl
+	}
+
+	// Chamber asks for the eviction; the pod goes before its checkpoint is written.
+	r.pod(pod("j-a"), false)
+	r.workload(workload("IdleReclaim"))
+	r.pod(pod("j-a"), true)
+	r.workload(workload(""))
+	// Kueue preempts the next one without Chamber's notice, twice.
+	for _, name := range []string{"j-b", "j-c"} {
+		r.pod(pod(name), false)
+		time.Sleep(10 * time.Millisecond) // some progress to lose
+		r.pod(pod(name), true)
+	}
+
+	if want := map[string]int{"IdleReclaim": 1, EvictionByKueue: 2}; !maps.Equal(j.EvictionsBy, want) || j.Evictions != 3 {
+		t.Errorf("evictions %d by cause %v, want 3 by %v", j.Evictions, j.EvictionsBy, want)
+	}
+	_, lost := j.Progress.Lost(j.Job.GPUs)
+	var sum float64
+	for _, l := range j.LostBy {
+		sum += l
+	}
+	if lost == 0 || math.Abs(sum-lost) > 1e-9 {
+		t.Errorf("work lost by cause %v (sum %g), want the job's work lost to evictions, %g, and more than none", j.LostBy, sum, lost)
+	}
+	if got := evictionsByCause(j); !strings.HasPrefix(got, "IdleReclaim:1:") || !strings.Contains(got, ";Kueue:2:") {
+		t.Errorf("jobs.csv's evictions_by_cause %q, want IdleReclaim:1:<lost>;Kueue:2:<lost>", got)
 	}
 }
