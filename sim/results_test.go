@@ -58,7 +58,7 @@ func TestAnalyze(t *testing.T) {
 		Faults: 1, FaultKills: 1, Restarted: 1,
 		Cost: 12, IdleCost: 3,
 	}
-	if diff := cmp.Diff(want, Analyze(sc, rec), cmpopts.EquateApprox(0, 1e-9)); diff != "" {
+	if diff := cmp.Diff(want, Analyze(sc, rec), cmpopts.EquateApprox(0, 1e-9), cmpopts.EquateEmpty()); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
 }
