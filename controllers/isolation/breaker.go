@@ -51,8 +51,8 @@ func (c *Controller) isolatedInWindow(ctx context.Context, pool *chamber.GPUPool
 		}
 		total++
 		at := c.isolated[pool.Name][n.Name]
-		if t, err := time.Parse(time.RFC3339, n.Annotations[AnnotationIsolatedAt]); err == nil && t.After(at) {
-			at = t
+		if rec, _ := readRecord(n); rec.At.After(at) {
+			at = rec.At
 		}
 		if !at.IsZero() && !at.Before(since) {
 			count++

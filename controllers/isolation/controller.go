@@ -17,8 +17,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -35,6 +33,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -275,12 +274,15 @@ func (c *Controller) Reconcile(ctx context.Context, node *corev1.Node) (reconcil
 func (c *Controller) reconcileReport(ctx context.Context, node *corev1.Node, pool *chamber.GPUPool, rep report, now time.Time) (reconcile.Result, error) {
 	c.setUnknown(node.Name, pool.Name, rep.health == chamber.GPUUnknown && rep.hasAgent)
 	policy := policyOf(pool)
+	rec, err := readRecord(node)
+	if err != nil {
+		c.malformed(ctx, node, err)
+	}
 	var res reconcile.Result
-	var err error
 	switch {
-	case node.Annotations[AnnotationIsolatedAt] != "":
-		res, err = c.reconcileIsolated(ctx, node, pool, policy, rep, now)
-	case rep.health == chamber.GPUUnhealthy && clearedSince(node, rep):
+	case rec.Isolated:
+		res, err = c.reconcileIsolated(ctx, node, pool, policy, rec, rep, now)
+	case rep.health == chamber.GPUUnhealthy && clearedSince(rec, rep):
 		// The operator cleared the isolation after this report: wait for the agent's
 		// next one (its write brings the node back here).
 		res.RequeueAfter = rep.interval
@@ -311,9 +313,16 @@ func (c *Controller) reconcileReport(ctx context.Context, node *corev1.Node, poo
 
 // clearedSince: an operator cleared the node's isolation after Chamber heard rep (the
 // repair may not be in the agent's report yet).
-func clearedSince(node *corev1.Node, rep report) bool {
-	at, err := time.Parse(time.RFC3339Nano, node.Annotations[AnnotationClearedAt])
-	return err == nil && !rep.heardAt.IsZero() && !rep.heardAt.After(at)
+func clearedSince(rec record, rep report) bool {
+	return !rec.ClearedAt.IsZero() && !rep.heardAt.IsZero() && !rep.heardAt.After(rec.ClearedAt)
+}
+
+// malformed says, in the log and in an Event on the node, which of Chamber's
+// annotations it cannot read; the isolation goes on with the rest.
+func (c *Controller) malformed(ctx context.Context, node *corev1.Node, err error) {
+	log.FromContext(ctx).Error(err, "unreadable isolation annotations", "node", node.Name)
+	c.recorder.Eventf(node, nil, corev1.EventTypeWarning, "MalformedAnnotation", "Observe",
+		"Chamber cannot read its isolation record: %v. Fix or remove the annotation; Chamber writes it again as it acts", err)
 }
 
 // returned: the node's condition says it came back from an isolation.
@@ -367,7 +376,8 @@ func (c *Controller) isolate(ctx context.Context, node *corev1.Node, pool *chamb
 		return reconcile.Result{RequeueAfter: time.Duration(float64(time.Second) / c.opts.RateLimit)}, nil
 	}
 
-	if err := c.patchIsolated(ctx, node, rep, level, now); err != nil {
+	rec, err := c.patchIsolated(ctx, node, rep, level, now)
+	if err != nil {
 		return reconcile.Result{}, err
 	}
 	c.remember(pool.Name, node.Name, now)
@@ -382,7 +392,7 @@ func (c *Controller) isolate(ctx context.Context, node *corev1.Node, pool *chamb
 			return reconcile.Result{}, err
 		}
 	}
-	return c.evict(ctx, node, pool, rep, now)
+	return c.evict(ctx, node, pool, rec, rep, now)
 }
 
 // escalate isolates at Node level a node isolated at GPU level, once a fault there
@@ -391,7 +401,8 @@ func (c *Controller) isolate(ctx context.Context, node *corev1.Node, pool *chamb
 // neither the breaker, the rate limit nor chamber_isolations_total counts it again.
 func (c *Controller) escalate(ctx context.Context, node *corev1.Node, pool *chamber.GPUPool, rep report, why string, now time.Time) (reconcile.Result, error) {
 	level := chamber.IsolateNode
-	if err := c.patchIsolated(ctx, node, rep, level, now); err != nil {
+	rec, err := c.patchIsolated(ctx, node, rep, level, now)
+	if err != nil {
 		return reconcile.Result{}, err
 	}
 	if err := c.releaseGPUs(ctx, node.Name); err != nil {
@@ -403,7 +414,7 @@ func (c *Controller) escalate(ctx context.Context, node *corev1.Node, pool *cham
 	if err := c.setCondition(ctx, node, corev1.ConditionTrue, primary.reason, isolatedMessage(rep, level, why), ""); err != nil {
 		return reconcile.Result{}, err
 	}
-	return c.evict(ctx, node, pool, rep, now)
+	return c.evict(ctx, node, pool, rec, rep, now)
 }
 
 // withhold records that a node would have been isolated but the breaker is open.
@@ -420,12 +431,11 @@ func (c *Controller) withhold(ctx context.Context, node *corev1.Node, pool *cham
 
 // reconcileIsolated handles a node Chamber isolated: an operator's clear, recovery
 // from a transient fault, workloads still on it.
-func (c *Controller) reconcileIsolated(ctx context.Context, node *corev1.Node, pool *chamber.GPUPool, policy chamber.IsolationPolicy, rep report, now time.Time) (reconcile.Result, error) {
+func (c *Controller) reconcileIsolated(ctx context.Context, node *corev1.Node, pool *chamber.GPUPool, policy chamber.IsolationPolicy, rec record, rep report, now time.Time) (reconcile.Result, error) {
 	if node.Annotations[chamber.AnnotationIsolationClear] == "true" {
 		return reconcile.Result{}, c.release(ctx, node, pool, ReasonCleared, "an operator cleared the isolation ("+chamber.AnnotationIsolationClear+")")
 	}
-	persistent := node.Annotations[AnnotationPersistent] == "true"
-	level := chamber.IsolationLevel(node.Annotations[AnnotationLevel])
+	level := rec.Level
 	switch rep.health {
 	case chamber.GPUUnhealthy:
 		// Still failing: a fault that takes the node turns a GPU-level isolation into a
@@ -434,77 +444,74 @@ func (c *Controller) reconcileIsolated(ctx context.Context, node *corev1.Node, p
 		if want, why := rep.level(policy.Level); level == chamber.IsolateGPU && want == chamber.IsolateNode {
 			return c.escalate(ctx, node, pool, rep, why, now)
 		}
-		want := map[string]any{AnnotationHealthyReports: nil}
-		if rep.persistent() && !persistent {
-			want[AnnotationPersistent] = "true"
-			want[AnnotationReason] = rep.describe()
+		next := rec
+		next.Healthy, next.HealthyAt = 0, time.Time{}
+		if rep.persistent() && !rec.Persistent {
+			next.Persistent, next.Reason = true, rep.describe()
 		}
 		if level == chamber.IsolateGPU {
-			gpus := rep.failingGPUs()
-			want[AnnotationGPUs] = joinInts(gpus)
-			if err := c.holdGPUs(ctx, node, gpus); err != nil {
+			next.GPUs = rep.failingGPUs()
+			if err := c.holdGPUs(ctx, node, next.GPUs); err != nil {
 				return reconcile.Result{}, err
 			}
 		}
-		if err := c.annotate(ctx, node, want); err != nil {
+		if err := c.annotate(ctx, node, changes(rec, next)); err != nil {
 			return reconcile.Result{}, err
 		}
-		return c.evict(ctx, node, pool, rep, now)
+		return c.evict(ctx, node, pool, next, rep, now)
 	case chamber.GPUUnknown:
 		// Silence neither isolates nor recovers.
 		return reconcile.Result{}, nil
 	}
-	if persistent {
+	if rec.Persistent {
 		return reconcile.Result{}, nil
 	}
 	// A transient fault: count the agent's healthy reports, each heartbeat once.
-	n, last := parseHealthyReports(node.Annotations[AnnotationHealthyReports])
-	if !rep.heartbeat.After(last) {
+	if !rep.heartbeat.After(rec.HealthyAt) {
 		return reconcile.Result{}, nil
 	}
-	n++
-	if n >= recoveryReports(policy) {
+	next := rec
+	next.Healthy, next.HealthyAt = rec.Healthy+1, rep.heartbeat
+	if next.Healthy >= recoveryReports(policy) {
 		return reconcile.Result{}, c.release(ctx, node, pool, ReasonRecovered,
-			fmt.Sprintf("the transient fault cleared: %d healthy reports in a row", n))
+			fmt.Sprintf("the transient fault cleared: %d healthy reports in a row", next.Healthy))
 	}
-	return reconcile.Result{}, c.annotate(ctx, node, map[string]any{
-		AnnotationHealthyReports: strconv.Itoa(n) + "@" + rep.heartbeat.UTC().Format(time.RFC3339Nano),
-	})
+	return reconcile.Result{}, c.annotate(ctx, node, changes(rec, next))
 }
 
 // patchIsolated taints and cordons the node (Node level) and records the isolation
 // in its annotations, in one write. An isolation that began at GPU level keeps its
 // start.
-func (c *Controller) patchIsolated(ctx context.Context, node *corev1.Node, rep report, level chamber.IsolationLevel, now time.Time) error {
+func (c *Controller) patchIsolated(ctx context.Context, node *corev1.Node, rep report, level chamber.IsolationLevel, now time.Time) (record, error) {
 	primary := rep.primary()
-	return chamberkueue.UpdateNode(ctx, c.client, node.Name, func(n *corev1.Node) {
-		if n.Annotations == nil {
-			n.Annotations = map[string]string{}
+	var wrote record
+	err := chamberkueue.UpdateNode(ctx, c.client, node.Name, func(n *corev1.Node) {
+		rec, _ := readRecord(n) // what cannot be read is written anew
+		if !rec.Isolated || rec.At.IsZero() {
+			rec.Isolated, rec.At = true, now
 		}
-		if n.Annotations[AnnotationIsolatedAt] == "" {
-			n.Annotations[AnnotationIsolatedAt] = now.UTC().Format(time.RFC3339)
-		}
-		n.Annotations[AnnotationReason] = rep.describe()
+		rec.Reason = rep.describe()
 		// A GPU-level isolation that turns node-level stays a hardware fault's.
-		persistent := rep.persistent() || n.Annotations[AnnotationPersistent] == "true"
-		n.Annotations[AnnotationPersistent] = strconv.FormatBool(persistent)
-		n.Annotations[AnnotationLevel] = string(level)
-		n.Annotations[AnnotationGPUs] = joinInts(rep.failingGPUs())
-		delete(n.Annotations, AnnotationHealthyReports)
+		rec.Persistent = rep.persistent() || rec.Persistent
+		rec.Level = level
+		rec.GPUs = rep.failingGPUs()
+		rec.Healthy, rec.HealthyAt = 0, time.Time{}
+		if level == chamber.IsolateNode {
+			if !slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == chamber.TaintGPUUnhealthy }) {
+				n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: chamber.TaintGPUUnhealthy, Value: primary.reason, Effect: corev1.TaintEffectNoSchedule,
+					TimeAdded: &metav1.Time{Time: now}})
+				rec.Tainted = true
+			}
+			if !n.Spec.Unschedulable {
+				n.Spec.Unschedulable = true
+				rec.Cordoned = true
+			}
+		}
+		rec.write(n)
 		delete(n.Annotations, chamber.AnnotationIsolationClear)
-		if level != chamber.IsolateNode {
-			return
-		}
-		if !slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == chamber.TaintGPUUnhealthy }) {
-			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: chamber.TaintGPUUnhealthy, Value: primary.reason, Effect: corev1.TaintEffectNoSchedule,
-				TimeAdded: &metav1.Time{Time: now}})
-			n.Annotations[AnnotationTainted] = "true"
-		}
-		if !n.Spec.Unschedulable {
-			n.Spec.Unschedulable = true
-			n.Annotations[AnnotationCordoned] = "true"
-		}
+		wrote = rec
 	})
+	return wrote, err
 }
 
 // release ends an isolation: it takes off only the taint and cordon Chamber set.
@@ -515,16 +522,15 @@ func (c *Controller) release(ctx context.Context, node *corev1.Node, pool *chamb
 		return err
 	}
 	err := chamberkueue.UpdateNode(ctx, c.client, node.Name, func(n *corev1.Node) {
-		if n.Annotations[AnnotationTainted] == "true" {
+		rec, _ := readRecord(n)
+		if rec.Tainted {
 			n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == chamber.TaintGPUUnhealthy })
 		}
-		if n.Annotations[AnnotationCordoned] == "true" {
+		if rec.Cordoned {
 			n.Spec.Unschedulable = false
 		}
-		for _, k := range []string{AnnotationIsolatedAt, AnnotationReason, AnnotationPersistent, AnnotationLevel, AnnotationGPUs,
-			AnnotationTainted, AnnotationCordoned, AnnotationHealthyReports, chamber.AnnotationIsolationClear} {
-			delete(n.Annotations, k)
-		}
+		(record{}).write(n)
+		delete(n.Annotations, chamber.AnnotationIsolationClear)
 		if reason == ReasonCleared {
 			n.Annotations[AnnotationClearedAt] = c.opts.Clock.Now().UTC().Format(time.RFC3339Nano)
 		}
@@ -648,30 +654,6 @@ func isolatedMessage(rep report, level chamber.IsolationLevel, why string) strin
 		clears = fmt.Sprintf("a hardware fault: it stays isolated until an operator sets %s=true", chamber.AnnotationIsolationClear)
 	}
 	return fmt.Sprintf("%s (%s level: %s); %s", rep.describe(), level, why, clears)
-}
-
-func joinInts(xs []int) string {
-	s := make([]string, len(xs))
-	for i, x := range xs {
-		s[i] = strconv.Itoa(x)
-	}
-	return strings.Join(s, ",")
-}
-
-func parseHealthyReports(s string) (int, time.Time) {
-	count, at, ok := strings.Cut(s, "@")
-	if !ok {
-		return 0, time.Time{}
-	}
-	n, err := strconv.Atoi(count)
-	if err != nil {
-		return 0, time.Time{}
-	}
-	t, err := time.Parse(time.RFC3339Nano, at)
-	if err != nil {
-		return 0, time.Time{}
-	}
-	return n, t
 }
 
 // Policy values, with defaults.

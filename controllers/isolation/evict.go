@@ -29,7 +29,7 @@ import (
 // the others, on healthy GPUs of the node, get their team's grace period to
 // checkpoint before they leave it. Where the agent does not say which pod holds which
 // GPU, every workload counts as on a failing GPU.
-func (c *Controller) evict(ctx context.Context, node *corev1.Node, pool *chamber.GPUPool, rep report, now time.Time) (reconcile.Result, error) {
+func (c *Controller) evict(ctx context.Context, node *corev1.Node, pool *chamber.GPUPool, rec record, rep report, now time.Time) (reconcile.Result, error) {
 	// The workloads on the failing GPUs go at once, at every level. The node's healthy
 	// GPUs keep theirs, which run on while the isolated node takes no new pods (it
 	// drains), until the drain timeout of a node-level isolation: then they get their
@@ -37,11 +37,11 @@ func (c *Controller) evict(ctx context.Context, node *corev1.Node, pool *chamber
 	// Without the agent's map of pods to GPUs, every workload on the node at once.
 	failing := rep.podsOnFailingGPUs()
 	only, res := failing, reconcile.Result{}
-	isolatedAt, err := time.Parse(time.RFC3339, node.Annotations[AnnotationIsolatedAt])
-	if err != nil {
-		isolatedAt = now // just isolated: the annotation is being written
+	isolatedAt := rec.At
+	if isolatedAt.IsZero() {
+		isolatedAt = now // unreadable: the drain and the lost workloads count from now
 	}
-	if node.Annotations[AnnotationLevel] == string(chamber.IsolateNode) && c.opts.DrainTimeout >= 0 && failing != nil {
+	if rec.Level == chamber.IsolateNode && c.opts.DrainTimeout >= 0 && failing != nil {
 		if deadline := isolatedAt.Add(c.opts.DrainTimeout); now.Before(deadline) {
 			res.RequeueAfter = deadline.Sub(now)
 		} else {
