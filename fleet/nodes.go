@@ -198,17 +198,12 @@ func (m *Model) resolveNode(n *node) {
 	}
 }
 
-// poolOf is the pool whose node labels the node has. When several match (a parent
-// pool selecting every GPU node, a child selecting a rack), the most specific wins,
-// then the first by name.
+// poolOf is the pool a node with these labels belongs to (chamber.PoolOf's rule).
 func (m *Model) poolOf(labels map[string]string) *pool {
 	var best *pool
 	for _, p := range m.pools {
-		if !p.matches(labels) {
-			continue
-		}
-		if best == nil || len(p.nodeLabels) > len(best.nodeLabels) ||
-			(len(p.nodeLabels) == len(best.nodeLabels) && p.name < best.name) {
+		if chamber.Selects(p.nodeLabels, labels) &&
+			(best == nil || chamber.TakesOver(p.name, p.nodeLabels, best.name, best.nodeLabels)) {
 			best = p
 		}
 	}

@@ -17,15 +17,6 @@ type pool struct {
 	flavors      map[string]string  // ResourceFlavor -> model
 }
 
-func (p *pool) matches(labels map[string]string) bool {
-	for k, v := range p.nodeLabels {
-		if val, ok := labels[k]; !ok || val != v {
-			return false
-		}
-	}
-	return true
-}
-
 // SetPool records a GPUPool: which nodes it selects, their model label, and its
 // prices. Counters up to now are kept at the old prices.
 func (m *Model) SetPool(obj *chamber.GPUPool) {

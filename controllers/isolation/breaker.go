@@ -29,6 +29,10 @@ func (c *Controller) isolatedInWindow(ctx context.Context, pool *chamber.GPUPool
 	if err := c.client.List(ctx, &nodes, client.MatchingLabels(pool.Spec.NodeLabels)); err != nil {
 		return 0, 0, fmt.Errorf("list nodes of pool %s: %w", pool.Name, err)
 	}
+	var pools chamber.GPUPoolList
+	if err := c.client.List(ctx, &pools); err != nil {
+		return 0, 0, fmt.Errorf("list GPUPools: %w", err)
+	}
 	since := now.Add(-breakerWindow(policy))
 	if cond := apimeta.FindStatusCondition(pool.Status.Conditions, ConditionIsolationHalted); cond != nil &&
 		cond.Status == metav1.ConditionFalse && cond.LastTransitionTime.After(since) {
@@ -46,7 +50,7 @@ func (c *Controller) isolatedInWindow(ctx context.Context, pool *chamber.GPUPool
 		if gpuCapacity(n) == 0 {
 			continue
 		}
-		if p, err := c.poolOf(ctx, n); err != nil || p == nil || p.Name != pool.Name {
+		if p := chamber.PoolOf(n.Labels, pools.Items); p == nil || p.Name != pool.Name {
 			continue
 		}
 		total++

@@ -23,7 +23,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/flowcontrol"
@@ -619,25 +618,13 @@ func (c *Controller) setConditionChanged(ctx context.Context, node *corev1.Node,
 	return true, nil
 }
 
-// poolOf is the pool whose node labels the node has; the most specific wins, then
-// the first by name (as in the fleet inventory).
+// poolOf is the pool the node belongs to (chamber.PoolOf), or nil.
 func (c *Controller) poolOf(ctx context.Context, node *corev1.Node) (*chamber.GPUPool, error) {
 	var pools chamber.GPUPoolList
 	if err := c.client.List(ctx, &pools); err != nil {
 		return nil, fmt.Errorf("list GPUPools: %w", err)
 	}
-	var best *chamber.GPUPool
-	for i := range pools.Items {
-		p := &pools.Items[i]
-		if !labels.SelectorFromSet(p.Spec.NodeLabels).Matches(labels.Set(node.Labels)) {
-			continue
-		}
-		if best == nil || len(p.Spec.NodeLabels) > len(best.Spec.NodeLabels) ||
-			(len(p.Spec.NodeLabels) == len(best.Spec.NodeLabels) && p.Name < best.Name) {
-			best = p
-		}
-	}
-	return best, nil
+	return chamber.PoolOf(node.Labels, pools.Items), nil
 }
 
 // levelAction says what an isolation level does, for Events.

@@ -17,7 +17,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -62,6 +61,13 @@ func Register(mgr ctrl.Manager) error {
 			},
 		})).
 		Watches(&chamber.Team{}, handler.EnqueueRequestsFromMapFunc(teamPool)).
+		// A pool created, deleted or given other node labels can take nodes from
+		// another pool or give them back (chamber.PoolOf).
+		Watches(&chamber.GPUPool{}, allPools, builder.WithPredicates(predicate.Funcs{
+			UpdateFunc: func(e event.UpdateEvent) bool {
+				return !maps.Equal(e.ObjectOld.(*chamber.GPUPool).Spec.NodeLabels, e.ObjectNew.(*chamber.GPUPool).Spec.NodeLabels)
+			},
+		})).
 		Complete(reconcile.AsReconciler(mgr.GetClient(), c))
 }
 
@@ -87,6 +93,10 @@ func (c *Controller) Reconcile(ctx context.Context, pool *chamber.GPUPool) (reco
 	if err := c.client.List(ctx, &nodes, client.MatchingLabels(pool.Spec.NodeLabels)); err != nil {
 		return reconcile.Result{}, fmt.Errorf("list nodes of pool %s: %w", pool.Name, err)
 	}
+	var pools chamber.GPUPoolList
+	if err := c.client.List(ctx, &pools); err != nil {
+		return reconcile.Result{}, fmt.Errorf("list GPUPools: %w", err)
+	}
 	var agents chamber.GPUNodeList
 	if err := c.client.List(ctx, &agents); err != nil {
 		return reconcile.Result{}, fmt.Errorf("list GPUNodes: %w", err)
@@ -95,7 +105,7 @@ func (c *Controller) Reconcile(ctx context.Context, pool *chamber.GPUPool) (reco
 	for i := range agents.Items {
 		unhealthy[agents.Items[i].Name] = unhealthyGPUs(&agents.Items[i])
 	}
-	models := CountModels(pool, nodes.Items, unhealthy)
+	models := CountModels(pool, Members(pool, pools.Items, nodes.Items), unhealthy)
 
 	var problems []string
 	if err := c.apply(ctx, pool, chamberkueue.Cohort(pool)); err != nil {
@@ -206,19 +216,30 @@ func levelNames(t *kueue.Topology) []string {
 	return names
 }
 
-// CountModels groups the pool's GPU nodes by model. unhealthy counts the GPUs the
-// node agent reports Unhealthy, by node.
+// Members are the nodes, of nodes, that belong to the pool (chamber.PoolOf): those it
+// selects that no more specific pool of pools takes.
+func Members(pool *chamber.GPUPool, pools []chamber.GPUPool, nodes []corev1.Node) []corev1.Node {
+	var out []corev1.Node
+	for _, n := range nodes {
+		if p := chamber.PoolOf(n.Labels, pools); p != nil && p.Name == pool.Name {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// CountModels groups the pool's GPU nodes (Members) by model. unhealthy counts the
+// GPUs the node agent reports Unhealthy, by node.
 func CountModels(pool *chamber.GPUPool, nodes []corev1.Node, unhealthy map[string]int64) []chamber.PoolModel {
 	productLabel := pool.Spec.ProductLabel
 	if productLabel == "" {
 		productLabel = chamber.DefaultProductLabel
 	}
-	selector := labels.SelectorFromSet(pool.Spec.NodeLabels)
 	byModel := map[string]*chamber.PoolModel{}
 	for _, n := range nodes {
 		model := n.Labels[productLabel]
 		capacity := n.Status.Capacity[chamberkueue.ResourceGPU]
-		if model == "" || capacity.Value() == 0 || !selector.Matches(labels.Set(n.Labels)) {
+		if model == "" || capacity.Value() == 0 {
 			continue
 		}
 		m := byModel[model]

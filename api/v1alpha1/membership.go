@@ -1,0 +1,42 @@
+package v1alpha1
+
+// Which pool a node belongs to, decided once for every reader (the pool controller's
+// capacity, fault isolation's policy and circuit breaker, the fleet's metrics): a node
+// belongs to one pool at most. Of the pools whose nodeLabels it has all of, the most
+// specific wins (the most labels: a child pool selecting a rack over its parent
+// selecting every GPU node), then the first by name. So no GPU counts in two pools'
+// capacity, and a fault on a rack's node is handled by the rack's policy.
+
+// Selects reports whether a pool with these nodeLabels selects a node with these
+// labels: the node has every one of them. Empty nodeLabels select every node.
+func Selects(poolLabels, nodeLabels map[string]string) bool {
+	for k, v := range poolLabels {
+		if got, ok := nodeLabels[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
+// TakesOver reports whether pool a (its name and nodeLabels) takes a node that pool b
+// selects too: it has more labels, or as many and comes first by name.
+func TakesOver(aName string, aLabels map[string]string, bName string, bLabels map[string]string) bool {
+	if len(aLabels) != len(bLabels) {
+		return len(aLabels) > len(bLabels)
+	}
+	return aName < bName
+}
+
+// PoolOf is the pool, of pools, that a node with these labels belongs to; nil when no
+// pool selects it.
+func PoolOf(nodeLabels map[string]string, pools []GPUPool) *GPUPool {
+	var best *GPUPool
+	for i := range pools {
+		p := &pools[i]
+		if Selects(p.Spec.NodeLabels, nodeLabels) &&
+			(best == nil || TakesOver(p.Name, p.Spec.NodeLabels, best.Name, best.Spec.NodeLabels)) {
+			best = p
+		}
+	}
+	return best
+}

@@ -1,0 +1,49 @@
+package v1alpha1_test
+
+import (
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	chamber "chamber.dev/chamber/api/v1alpha1"
+)
+
+func gpuPool(name string, nodeLabels map[string]string) chamber.GPUPool {
+	return chamber.GPUPool{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: chamber.GPUPoolSpec{NodeLabels: nodeLabels}}
+}
+
+// TestPoolOf: a node belongs to one pool at most. The pool controller used to count a
+// node in every pool that selected it (a rack's GPUs in the rack's pool and in its
+// parent's), while the fleet and isolation took the most specific: the most specific
+// won, so no GPU counts twice.
+func TestPoolOf(t *testing.T) {
+	pools := []chamber.GPUPool{
+		gpuPool("all", map[string]string{"gpu": "true"}),
+		gpuPool("rack-a", map[string]string{"gpu": "true", "rack": "a"}),
+		gpuPool("b-team", map[string]string{"gpu": "true", "rack": "b"}),
+		gpuPool("a-team", map[string]string{"gpu": "true", "rack": "b"}),
+	}
+	for _, tc := range []struct {
+		name   string
+		labels map[string]string
+		pools  []chamber.GPUPool
+		want   string
+	}{
+		{name: "a rack's node is the rack's pool's, not its parent's", labels: map[string]string{"gpu": "true", "rack": "a", "zone": "z"}, pools: pools, want: "rack-a"},
+		{name: "a node in no rack pool is the parent's", labels: map[string]string{"gpu": "true", "rack": "c"}, pools: pools, want: "all"},
+		{name: "as specific: the first by name", labels: map[string]string{"gpu": "true", "rack": "b"}, pools: pools, want: "a-team"},
+		{name: "a label's value must match", labels: map[string]string{"gpu": "false", "rack": "a"}, pools: pools, want: ""},
+		{name: "no labels: no pool", labels: nil, pools: pools, want: ""},
+		{name: "a pool without node labels selects every node", labels: map[string]string{"x": "y"}, pools: []chamber.GPUPool{gpuPool("main", nil)}, want: "main"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := ""
+			if p := chamber.PoolOf(tc.labels, tc.pools); p != nil {
+				got = p.Name
+			}
+			if got != tc.want {
+				t.Errorf("PoolOf(%v) = %q, want %q", tc.labels, got, tc.want)
+			}
+		})
+	}
+}
