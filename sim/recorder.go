@@ -8,6 +8,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -222,6 +223,13 @@ func (r *recorder) watch(ctx context.Context, c cache.Cache, withWorkloads bool)
 	return err
 }
 
+// evicting reports whether Kueue is taking the workload's quota back: it is evicted,
+// or no longer holds its quota.
+func evicting(wl *kueue.Workload) bool {
+	return apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadEvicted) ||
+		!apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadQuotaReserved)
+}
+
 // workload notes when Chamber first asks for a job's eviction: the notice its pods
 // get before Kueue evicts them.
 func (r *recorder) workload(o any) {
@@ -245,7 +253,10 @@ func (r *recorder) workload(o any) {
 	switch {
 	case requested && job.noticed.IsZero() && job.Running > 0:
 		job.noticed, job.noticeReason = now, e.Reason
-	case !requested:
+	case !requested && !evicting(wl):
+		// Chamber withdrew its request (the job became busy, the room was no longer
+		// needed). Once Kueue evicts the workload, the request is cleared before its
+		// pods are gone: their end is still that eviction's.
 		job.noticed = time.Time{}
 	}
 	switch {

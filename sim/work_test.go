@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
@@ -409,11 +410,31 @@ func TestEvictionCauses(t *testing.T) {
 		return wl
 	}
 
+	admitted := func(wl *kueue.Workload, evicted bool) *kueue.Workload {
+		apimeta.SetStatusCondition(&wl.Status.Conditions, metav1.Condition{Type: kueue.WorkloadQuotaReserved, Status: metav1.ConditionTrue, Reason: "QuotaReserved"})
+		if evicted {
+			apimeta.SetStatusCondition(&wl.Status.Conditions, metav1.Condition{Type: kueue.WorkloadEvicted, Status: metav1.ConditionTrue, Reason: "AdmissionCheck"})
+		}
+		return wl
+	}
+
 	// Chamber asks for the eviction; the pod goes before its checkpoint is written.
 	r.pod(pod("j-a"), false)
-	r.workload(workload("IdleReclaim"))
+	r.workload(admitted(workload("IdleReclaim"), false))
 	r.pod(pod("j-a"), true)
 	r.workload(workload(""))
+	// Chamber asks again; Kueue evicts the workload and Chamber clears its request
+	// before the pod is gone, as on a cluster: the eviction is still Chamber's.
+	r.pod(pod("j-d"), false)
+	r.workload(admitted(workload("GPUFault"), false))
+	r.workload(admitted(workload(""), true))
+	r.pod(pod("j-d"), true)
+	// Chamber asks, then withdraws while the workload keeps its quota.
+	r.pod(pod("j-e"), false)
+	r.workload(admitted(workload("IdleReclaim"), false))
+	r.workload(admitted(workload(""), false))
+	time.Sleep(10 * time.Millisecond)
+	r.pod(pod("j-e"), true) // then Kueue preempts it: Kueue's
 	// Kueue preempts the next one without Chamber's notice, twice.
 	for _, name := range []string{"j-b", "j-c"} {
 		r.pod(pod(name), false)
@@ -421,8 +442,8 @@ func TestEvictionCauses(t *testing.T) {
 		r.pod(pod(name), true)
 	}
 
-	if want := map[string]int{"IdleReclaim": 1, EvictionByKueue: 2}; !maps.Equal(j.EvictionsBy, want) || j.Evictions != 3 {
-		t.Errorf("evictions %d by cause %v, want 3 by %v", j.Evictions, j.EvictionsBy, want)
+	if want := map[string]int{"IdleReclaim": 1, "GPUFault": 1, EvictionByKueue: 3}; !maps.Equal(j.EvictionsBy, want) || j.Evictions != 5 {
+		t.Errorf("evictions %d by cause %v, want 5 by %v", j.Evictions, j.EvictionsBy, want)
 	}
 	_, lost := j.Progress.Lost(j.Job.GPUs)
 	var sum float64
@@ -432,7 +453,7 @@ func TestEvictionCauses(t *testing.T) {
 	if lost == 0 || math.Abs(sum-lost) > 1e-9 {
 		t.Errorf("work lost by cause %v (sum %g), want the job's work lost to evictions, %g, and more than none", j.LostBy, sum, lost)
 	}
-	if got := evictionsByCause(j); !strings.HasPrefix(got, "IdleReclaim:1:") || !strings.Contains(got, ";Kueue:2:") {
-		t.Errorf("jobs.csv's evictions_by_cause %q, want IdleReclaim:1:<lost>;Kueue:2:<lost>", got)
+	if got := evictionsByCause(j); !strings.HasPrefix(got, "GPUFault:1:") || !strings.Contains(got, ";IdleReclaim:1:") || !strings.Contains(got, ";Kueue:3:") {
+		t.Errorf("jobs.csv's evictions_by_cause %q, want GPUFault:1:<lost>;IdleReclaim:1:<lost>;Kueue:3:<lost>", got)
 	}
 }
