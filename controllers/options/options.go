@@ -1,0 +1,136 @@
+// Package options holds chamber-controller's flags in one place: each flag's name,
+// default and help, and the check of its value. A bad value stops the controller at
+// start-up with an error that names the flag and what it must be (every bad flag at
+// once), before anything is written to the cluster.
+package options
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+	"time"
+
+	chamber "chamber.dev/chamber/api/v1alpha1"
+	"chamber.dev/chamber/controllers"
+	"chamber.dev/chamber/controllers/isolation"
+	chamberkueue "chamber.dev/chamber/integrations/kueue"
+)
+
+// Options are chamber-controller's settings.
+type Options struct {
+	// MetricsAddr serves /metrics ("0": off); ProbeAddr /healthz and /readyz.
+	MetricsAddr, ProbeAddr string
+	// LeaderElect elects a leader among replicas, its Lease in LeaderElectionNamespace
+	// (default: the pod's own).
+	LeaderElect             bool
+	LeaderElectionNamespace string
+	// APIQPS and APIBurst limit the controller's requests to the API server.
+	APIQPS   float64
+	APIBurst int
+	// Controllers is what the controllers are given; Parse fills it in.
+	Controllers controllers.Config
+
+	priorityTiers string
+}
+
+// New is the options with their defaults.
+func New() *Options {
+	cfg := controllers.DefaultConfig()
+	cfg.Isolation = isolation.DefaultOptions()
+	cfg.Isolation.HoldNamespace = isolation.DefaultHoldNamespace
+	cfg.SilentAfterHeartbeats = chamber.SilentAfterHeartbeats
+	return &Options{
+		MetricsAddr: ":8080", ProbeAddr: ":8081",
+		// Kueue's own default: the check's round trips are on Kueue's admission path.
+		APIQPS: 300, APIBurst: 500,
+		Controllers:   cfg,
+		priorityTiers: formatTiers(cfg.PriorityTiers),
+	}
+}
+
+// AddFlags binds the options to fs.
+func (o *Options) AddFlags(fs *flag.FlagSet) {
+	c := &o.Controllers
+	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", o.MetricsAddr, "address of the Prometheus metrics endpoint; 0 turns it off")
+	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", o.ProbeAddr, "address of /healthz and /readyz")
+	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "elect a leader, for more than one replica")
+	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", o.LeaderElectionNamespace, "namespace of the leader election Lease (default: the pod's own; required out of cluster)")
+	fs.Float64Var(&o.APIQPS, "kube-api-qps", o.APIQPS, "queries per second to the API server (Kueue's own default: its check round trips are on Kueue's admission path)")
+	fs.IntVar(&o.APIBurst, "kube-api-burst", o.APIBurst, "burst of queries to the API server")
+	fs.StringVar(&o.priorityTiers, "priority-tiers", o.priorityTiers, "Kueue WorkloadPriorityClasses to create, name=value,...")
+	fs.DurationVar(&c.AccountingInterval, "accounting-interval", c.AccountingInterval, "how often team spend is added up when nothing changes")
+	fs.Float64Var(&c.Inventory.Fleet.IdleThresholdPercent, "idle-utilization-threshold", c.Inventory.Fleet.IdleThresholdPercent, "GPU utilization (percent, mean over the node agent's window) below which a held GPU counts as idle")
+	fs.DurationVar(&c.Inventory.Fleet.IdleWindow, "idle-window", c.Inventory.Fleet.IdleWindow, "how long a held GPU's utilization must stay below the threshold to count as idle")
+	fs.BoolVar(&c.Inventory.PerGPUMetrics, "per-gpu-metrics", c.Inventory.PerGPUMetrics, "export chamber_gpu_state, one series per GPU (the node agent already exports per-GPU metrics)")
+	fs.DurationVar(&c.IdleReclaim.Interval, "idle-reclaim-interval", c.IdleReclaim.Interval, "how often idle reclaim looks again at each workload holding GPUs (the policies are on pools and teams)")
+	fs.DurationVar(&c.IdleReclaim.MinWait, "idle-reclaim-min-wait", c.IdleReclaim.MinWait, "how long a workload must have been without quota before idle reclaim counts it as waiting for GPUs (a requeued workload Kueue readmits at once is not)")
+	fs.DurationVar(&c.IdleReclaim.MaxHold, "idle-reclaim-max-hold", c.IdleReclaim.MaxHold, "the longest a workload reclaimed for idling stays paused while others wait for its GPUs, at its first reclaim; doubles with each further one (up to 8x)")
+	fs.BoolVar(&c.RoomForBigJobs, "room-for-big-jobs", c.RoomForBigJobs, "move lower-tier workloads off a node (with notice, only when they fit on other nodes' free GPUs) for a workload whose ClusterQueue has the quota but that finds no node with room (needs --admission-check)")
+	fs.DurationVar(&c.Room.MinWait, "room-min-wait", c.Room.MinWait, "how long a workload must have waited for a node before room is made for it")
+	fs.BoolVar(&c.AdmissionCheck, "admission-check", c.AdmissionCheck, "attach Chamber's admission check (placement on healthy GPUs, evictions) to every team's ClusterQueue")
+	fs.DurationVar(&c.Admission.PlacementTimeout, "placement-timeout", c.Admission.PlacementTimeout, "how long a workload with reserved quota waits for healthy GPUs before its quota goes back to the queue")
+	fs.DurationVar(&c.Admission.GracePeriod, "eviction-grace-period", c.Admission.GracePeriod, "how long the pods of a workload Chamber evicts have to checkpoint, unless its pool or team says otherwise")
+	fs.BoolVar(&c.PodGracePeriods, "pod-grace-from-eviction-policy", c.PodGracePeriods, "give pods created in a team's namespaces at least the team's eviction grace period as terminationGracePeriodSeconds (a MutatingAdmissionPolicy per team), so that Kueue's preemptions leave them time to checkpoint")
+	fs.Float64Var(&c.Isolation.RateLimit, "isolation-rate-limit", c.Isolation.RateLimit, "how many nodes per second fault isolation may isolate, fleet-wide, once its burst is spent")
+	fs.IntVar(&c.Isolation.RateBurst, "isolation-rate-burst", c.Isolation.RateBurst, "how many nodes fault isolation may isolate at once before the rate limit applies")
+	fs.IntVar(&c.SilentAfterHeartbeats, "silent-after-heartbeats", c.SilentAfterHeartbeats, "missed node agent heartbeats (counted on the controller's clock) after which every controller takes the agent for silent: its GPUs' health is Unknown (never a reason to isolate) and their utilization unread (never a reason to reclaim)")
+	fs.DurationVar(&c.Isolation.EvictionGracePeriod, "isolation-eviction-grace-period", c.Isolation.EvictionGracePeriod, "checkpoint grace period of workloads on failed GPUs (0: at once; a failed GPU cannot checkpoint); workloads on the healthy GPUs of an isolated node keep their team's")
+	fs.DurationVar(&c.Isolation.DrainTimeout, "isolation-drain-timeout", c.Isolation.DrainTimeout, "how long workloads on the healthy GPUs of a node isolated at node level run on (the node drains) before they are evicted with their team's grace, so the node can be rebooted for its repair; negative: never")
+	fs.StringVar(&c.Isolation.HoldNamespace, "isolation-hold-namespace", c.Isolation.HoldNamespace, "namespace of the pods that hold failing GPUs under GPU-level isolation")
+}
+
+// Parse parses args into the options and checks them: the error names every flag
+// whose value cannot be used, and what it must be.
+func (o *Options) Parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	return o.validate()
+}
+
+func (o *Options) validate() error {
+	c := &o.Controllers
+	var errs []error
+	must := func(ok bool, format string, args ...any) {
+		if !ok {
+			errs = append(errs, fmt.Errorf(format, args...))
+		}
+	}
+	atLeastSecond := func(name string, d time.Duration) {
+		must(d >= time.Second, "--%s must be at least 1s, got %s", name, d)
+	}
+	notNegative := func(name string, d time.Duration) {
+		must(d >= 0, "--%s must not be negative, got %s", name, d)
+	}
+
+	tiers, err := chamberkueue.ParsePriorityTiers(o.priorityTiers)
+	must(err == nil, "--priority-tiers: %v", err)
+	c.PriorityTiers = tiers
+	must(o.APIQPS > 0, "--kube-api-qps must be positive, got %v", o.APIQPS)
+	must(o.APIBurst >= 1, "--kube-api-burst must be at least 1, got %d", o.APIBurst)
+	atLeastSecond("accounting-interval", c.AccountingInterval)
+	must(c.Inventory.Fleet.IdleThresholdPercent > 0 && c.Inventory.Fleet.IdleThresholdPercent <= 100,
+		"--idle-utilization-threshold must be above 0 and at most 100 (percent), got %v", c.Inventory.Fleet.IdleThresholdPercent)
+	atLeastSecond("idle-window", c.Inventory.Fleet.IdleWindow)
+	atLeastSecond("idle-reclaim-interval", c.IdleReclaim.Interval)
+	notNegative("idle-reclaim-min-wait", c.IdleReclaim.MinWait)
+	atLeastSecond("idle-reclaim-max-hold", c.IdleReclaim.MaxHold)
+	notNegative("room-min-wait", c.Room.MinWait)
+	atLeastSecond("placement-timeout", c.Admission.PlacementTimeout)
+	notNegative("eviction-grace-period", c.Admission.GracePeriod)
+	must(c.Isolation.RateLimit > 0, "--isolation-rate-limit must be positive, got %v", c.Isolation.RateLimit)
+	must(c.Isolation.RateBurst >= 1, "--isolation-rate-burst must be at least 1, got %d", c.Isolation.RateBurst)
+	must(c.SilentAfterHeartbeats >= 1, "--silent-after-heartbeats must be at least 1, got %d", c.SilentAfterHeartbeats)
+	notNegative("isolation-eviction-grace-period", c.Isolation.EvictionGracePeriod)
+	must(c.Isolation.HoldNamespace != "", "--isolation-hold-namespace must name a namespace")
+	return errors.Join(errs...)
+}
+
+func formatTiers(tiers []chamberkueue.PriorityTier) string {
+	parts := make([]string, len(tiers))
+	for i, t := range tiers {
+		parts[i] = fmt.Sprintf("%s=%d", t.Name, t.Value)
+	}
+	return strings.Join(parts, ",")
+}

@@ -1,0 +1,83 @@
+package options_test
+
+import (
+	"flag"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"chamber.dev/chamber/controllers"
+	"chamber.dev/chamber/controllers/options"
+	chamberkueue "chamber.dev/chamber/integrations/kueue"
+)
+
+func parse(args ...string) (*options.Options, error) {
+	o := options.New()
+	fs := flag.NewFlagSet("chamber-controller", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	o.AddFlags(fs)
+	return o, o.Parse(fs, args)
+}
+
+// TestDefaults: no flags give the controllers their own defaults and the shipped tiers.
+func TestDefaults(t *testing.T) {
+	o, err := parse()
+	if err != nil {
+		t.Fatalf("the defaults do not pass their own checks: %v", err)
+	}
+	want := controllers.DefaultConfig()
+	got := o.Controllers
+	if diff := cmp.Diff(chamberkueue.DefaultPriorityTiers, got.PriorityTiers); diff != "" {
+		t.Errorf("priority tiers (-want +got):\n%s", diff)
+	}
+	if got.Admission != want.Admission || got.IdleReclaim != want.IdleReclaim || got.Room != want.Room ||
+		got.AccountingInterval != want.AccountingInterval || got.AdmissionCheck != want.AdmissionCheck ||
+		got.RoomForBigJobs != want.RoomForBigJobs || got.PodGracePeriods != want.PodGracePeriods {
+		t.Errorf("the flags' defaults differ from controllers.DefaultConfig:\n got %+v\nwant %+v", got, want)
+	}
+}
+
+// TestFlagsSetTheConfig: a flag lands in the field the controller reads.
+func TestFlagsSetTheConfig(t *testing.T) {
+	o, err := parse("--eviction-grace-period=10m", "--isolation-rate-limit=2.5", "--priority-tiers=gold=10,tin=1",
+		"--admission-check=false", "--idle-window=90s", "--silent-after-heartbeats=5", "--kube-api-qps=50")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := o.Controllers
+	if c.Admission.GracePeriod != 10*time.Minute || c.Isolation.RateLimit != 2.5 || c.AdmissionCheck ||
+		c.Inventory.Fleet.IdleWindow != 90*time.Second || c.SilentAfterHeartbeats != 5 || o.APIQPS != 50 {
+		t.Errorf("flags not applied: %+v (qps %v)", c, o.APIQPS)
+	}
+	if want := []chamberkueue.PriorityTier{{Name: "gold", Value: 10}, {Name: "tin", Value: 1}}; !cmp.Equal(want, c.PriorityTiers) {
+		t.Errorf("priority tiers %v, want %v", c.PriorityTiers, want)
+	}
+}
+
+// TestBadFlags: every bad value is named at once, with what it must be.
+func TestBadFlags(t *testing.T) {
+	_, err := parse("--idle-utilization-threshold=150", "--eviction-grace-period=-1s", "--placement-timeout=10ms",
+		"--isolation-rate-burst=0", "--priority-tiers=production", "--kube-api-burst=0", "--isolation-hold-namespace=")
+	if err == nil {
+		t.Fatal("bad flags accepted")
+	}
+	for _, want := range []string{
+		"--idle-utilization-threshold must be above 0 and at most 100 (percent), got 150",
+		"--eviction-grace-period must not be negative, got -1s",
+		"--placement-timeout must be at least 1s, got 10ms",
+		"--isolation-rate-burst must be at least 1, got 0",
+		"--priority-tiers:",
+		"--kube-api-burst must be at least 1, got 0",
+		"--isolation-hold-namespace must name a namespace",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	if n := strings.Count(err.Error(), "\n") + 1; n != 7 {
+		t.Errorf("%d problems reported, want 7:\n%s", n, err)
+	}
+}
