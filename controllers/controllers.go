@@ -41,8 +41,9 @@ type Config struct {
 	AccountingInterval time.Duration
 	// Inventory configures the fleet inventory and its metrics; its clock is Clock.
 	Inventory inventory.Options
-	// Admission configures Chamber's admission check (placement on healthy GPUs,
-	// evictions). AdmissionCheck off leaves Kueue's ClusterQueues without it.
+	// Admission configures Chamber's evictions and its admission check (placement on
+	// healthy GPUs). AdmissionCheck off leaves Kueue's ClusterQueues without the
+	// check; Chamber still evicts.
 	Admission      admission.Options
 	AdmissionCheck bool
 	// Isolation configures fault isolation (zero fields take their defaults); its
@@ -52,8 +53,8 @@ type Config struct {
 	// clock is Clock.
 	IdleReclaim idlereclaim.Options
 	// Room configures room for big jobs (moving lower-tier workloads off a node for a
-	// workload that waits for one); RoomForBigJobs off, or AdmissionCheck off (its
-	// evictions go through the check), leaves it out. Its clock is Clock.
+	// workload that waits for one); RoomForBigJobs off leaves it out. Its clock is
+	// Clock.
 	Room           room.Options
 	RoomForBigJobs bool
 	// PodGracePeriods: Kueue's preemptions give a team's pods its eviction grace
@@ -92,11 +93,8 @@ var controllerList = []struct {
 		return team.Register(mgr, opts)
 	}},
 	{"admission", func(mgr ctrl.Manager, cfg Config) error {
-		if !cfg.AdmissionCheck {
-			return nil
-		}
 		opts := cfg.Admission
-		opts.Clock, opts.Heartbeats = cfg.Clock, cfg.heartbeats
+		opts.Check, opts.Clock, opts.Heartbeats = cfg.AdmissionCheck, cfg.Clock, cfg.heartbeats
 		return admission.Register(mgr, opts)
 	}},
 	{"inventory", func(mgr ctrl.Manager, cfg Config) error {
@@ -116,7 +114,7 @@ var controllerList = []struct {
 		return idlereclaim.Register(mgr, opts)
 	}},
 	{"room", func(mgr ctrl.Manager, cfg Config) error {
-		if !cfg.RoomForBigJobs || !cfg.AdmissionCheck {
+		if !cfg.RoomForBigJobs {
 			return nil
 		}
 		opts := cfg.Room

@@ -429,6 +429,62 @@ func TestEvictionRequestWithoutTimeKeepsItsGrace(t *testing.T) {
 	}
 }
 
+// A ClusterQueue without Chamber's admission check (one a Kueue user had before
+// Chamber, or --admission-check=false) does not keep Chamber from evicting: the
+// workload's pods get their notice and grace, Chamber evicts it as Kueue's preemption
+// does, and Kueue requeues it and runs it again.
+func TestEvictionWithoutTheCheck(t *testing.T) {
+	t.Parallel()
+	g := newG(t)
+	ctx := context.Background()
+	const ns, grace = "nocheck", 4 * time.Second
+	labels := map[string]string{"chamber.dev/test-pool": ns}
+	create(t, &chamber.GPUPool{ObjectMeta: metav1.ObjectMeta{Name: ns}, Spec: chamber.GPUPoolSpec{NodeLabels: labels}})
+	gpuNodes(t, 8, labels, "nocheck-1")
+	create(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	flavor := chamberkueue.FlavorName(ns, h100)
+	g.Eventually(func(g gomega.Gomega) {
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Name: flavor}, &kueue.ResourceFlavor{})).To(gomega.Succeed())
+	}).Should(gomega.Succeed())
+	create(t, &kueue.ClusterQueue{ObjectMeta: metav1.ObjectMeta{Name: ns}, Spec: kueue.ClusterQueueSpec{
+		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: ns}},
+		ResourceGroups: []kueue.ResourceGroup{{CoveredResources: []corev1.ResourceName{chamberkueue.ResourceGPU}, Flavors: []kueue.FlavorQuotas{{
+			Name: kueue.ResourceFlavorReference(flavor), Resources: []kueue.ResourceQuota{{Name: chamberkueue.ResourceGPU, NominalQuota: resource.MustParse("8")}},
+		}}}},
+	}})
+	create(t, &kueue.LocalQueue{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: ns}, Spec: kueue.LocalQueueSpec{ClusterQueue: ns}})
+	create(t, job(ns, "j", 4, "").Obj())
+	g.Eventually(func(g gomega.Gomega) { runningOn(g, ns, "j") }).Should(gomega.Succeed())
+	wl := workload(g, ns, "j")
+	g.Expect(wl.Status.AdmissionChecks).To(gomega.BeEmpty())
+	firstPod := podsOf(g, ns, "j")[0].UID
+
+	requested := time.Now()
+	g.Expect(chamberkueue.RequestEviction(ctx, k8s, wl, chamberkueue.Eviction{Reason: "TestEviction", Message: "the test asks",
+		RequestedAt: requested, GracePeriod: ptr.To(grace)})).To(gomega.Succeed())
+	g.Eventually(func(g gomega.Gomega) {
+		pods := podsOf(g, ns, "j")
+		g.Expect(pods).To(gomega.HaveLen(1))
+		g.Expect(pods[0].Annotations).To(gomega.HaveKeyWithValue(chamber.AnnotationEvictionReason, "TestEviction"))
+	}).Should(gomega.Succeed())
+	g.Eventually(func(g gomega.Gomega) { g.Expect(evictedAt(g, ns, "j")).NotTo(gomega.BeZero()) }).Should(gomega.Succeed())
+	g.Expect(evictedAt(g, ns, "j")).To(gomega.BeTemporally(">=", requested.Truncate(time.Second).Add(grace)))
+
+	// Kueue stopped the job and runs it again, on a new pod; the request is cleared.
+	g.Eventually(func(g gomega.Gomega) {
+		wl := workload(g, ns, "j")
+		g.Expect(controllertest.EvictedByChamber(wl, "TestEviction")).To(gomega.BeTrue())
+		g.Expect(isTrue(wl, kueue.WorkloadAdmitted)).To(gomega.BeTrue())
+		g.Expect(wl.Annotations).NotTo(gomega.HaveKey(chamber.AnnotationEvictionReason))
+		runningOn(g, ns, "j")
+		for _, p := range podsOf(g, ns, "j") {
+			if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
+				g.Expect(p.UID).NotTo(gomega.Equal(firstPod))
+			}
+		}
+	}).Should(gomega.Succeed())
+}
+
 // evictedAt is when Chamber evicted the job's workload (its Event), or zero.
 func evictedAt(g gomega.Gomega, ns, job string) time.Time {
 	wl := workload(g, ns, job)
@@ -463,8 +519,7 @@ func TestHalfStoppedJobRunsAgain(t *testing.T) {
 	}
 	g.Eventually(func(g gomega.Gomega) {
 		wl := workload(g, "halfstop", "j")
-		g.Expect(wl.Status.SchedulingStats).NotTo(gomega.BeNil())
-		g.Expect(wl.Status.SchedulingStats.Evictions).To(gomega.ContainElement(gomega.HaveField("Reason", kueue.WorkloadEvictedByAdmissionCheck)))
+		g.Expect(controllertest.EvictedByChamber(wl, "HalfStoppedJob")).To(gomega.BeTrue())
 		g.Expect(isTrue(wl, kueue.WorkloadAdmitted)).To(gomega.BeTrue())
 		runningOn(g, "halfstop", "j")
 		var job batchv1.Job

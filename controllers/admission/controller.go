@@ -31,8 +31,11 @@ import (
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
-// Options configure the admission check.
+// Options configure the admission check and Chamber's evictions.
 type Options struct {
+	// Check runs Chamber's admission check (placement on healthy GPUs) on the
+	// workloads of ClusterQueues that name it. Off, the controller only evicts.
+	Check bool
 	// PlacementTimeout is how long a workload with reserved quota waits for healthy
 	// GPUs before the check gives its quota back to the queue (Retry): no workload
 	// holds quota it cannot use.
@@ -66,12 +69,13 @@ const (
 
 // DefaultOptions are the check's options unless flags say otherwise.
 func DefaultOptions() Options {
-	return Options{PlacementTimeout: DefaultPlacementTimeout, GracePeriod: DefaultGracePeriod, Recheck: DefaultRecheck}
+	return Options{Check: true, PlacementTimeout: DefaultPlacementTimeout, GracePeriod: DefaultGracePeriod, Recheck: DefaultRecheck}
 }
 
 const eventsComponent = "chamber-admission"
 
-// Controller is the Workload side of the check: placement verdicts and evictions.
+// Controller is the Workload side of the check (placement verdicts), and Chamber's
+// evictions: the notice, the grace period, then Kueue's eviction.
 type Controller struct {
 	client   client.Client
 	recorder events.EventRecorder
@@ -81,8 +85,8 @@ type Controller struct {
 	halfStopped halfStoppedJobs
 }
 
-// Register adds the check's controllers (Workloads, and the AdmissionCheck's Active
-// condition) to the manager, and creates the AdmissionCheck at start-up.
+// Register adds the Workload controller to the manager and, with opts.Check, the
+// check's own (the AdmissionCheck created at start-up and kept Active).
 func Register(mgr ctrl.Manager, opts Options) error {
 	def := DefaultOptions()
 	if opts.PlacementTimeout <= 0 {
@@ -105,14 +109,16 @@ func Register(mgr ctrl.Manager, opts Options) error {
 		return err
 	}
 	c := &Controller{client: mgr.GetClient(), recorder: mgr.GetEventRecorder(eventsComponent), opts: opts, metrics: m}
-	if err := mgr.Add(checkCreator{client: mgr.GetClient()}); err != nil {
-		return err
-	}
-	if err := ctrl.NewControllerManagedBy(mgr).
-		Named("admissioncheck").
-		For(&kueue.AdmissionCheck{}).
-		Complete(reconcile.AsReconciler(mgr.GetClient(), &checkReconciler{client: mgr.GetClient()})); err != nil {
-		return err
+	if opts.Check {
+		if err := mgr.Add(checkCreator{client: mgr.GetClient()}); err != nil {
+			return err
+		}
+		if err := ctrl.NewControllerManagedBy(mgr).
+			Named("admissioncheck").
+			For(&kueue.AdmissionCheck{}).
+			Complete(reconcile.AsReconciler(mgr.GetClient(), &checkReconciler{client: mgr.GetClient()})); err != nil {
+			return err
+		}
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("admission").
@@ -124,12 +130,13 @@ func Register(mgr ctrl.Manager, opts Options) error {
 		// at once, 4.8 writes per workload (Kueue alone 3.2), wall time 1.55x Kueue
 		// alone; 32 at once, 4.2 writes, 1.32x.
 		WithOptions(controller.Options{MaxConcurrentReconciles: 32}).
-		// Only workloads of ClusterQueues with the check, or with an eviction asked,
-		// and new ones waiting in a queue (Kueue may not have added the check yet).
+		// Only workloads with an eviction asked, those of ClusterQueues with the
+		// check, and new ones waiting in a queue (Kueue may not have added the check
+		// yet).
 		For(&kueue.Workload{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
 			wl := o.(*kueue.Workload)
 			_, asked := chamberkueue.RequestedEviction(wl)
-			return asked || chamberkueue.HasCheck(wl) || (len(wl.Status.AdmissionChecks) == 0 && waiting(wl))
+			return asked || (opts.Check && (chamberkueue.HasCheck(wl) || (len(wl.Status.AdmissionChecks) == 0 && waiting(wl))))
 		}))).
 		// A job answering the eviction notice early.
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(c.workloadOfPod), builder.WithPredicates(predicate.Funcs{
@@ -175,18 +182,22 @@ func (c *Controller) workloadsOfOwner(ctx context.Context, ns string, uid types.
 	return reqs
 }
 
-// Reconcile decides the check's state for one workload.
+// Reconcile carries out an eviction asked for the workload, and decides the check's
+// state.
 func (c *Controller) Reconcile(ctx context.Context, wl *kueue.Workload) (reconcile.Result, error) {
 	check := chamberkueue.CheckState(wl)
+	if !c.opts.Check {
+		check = nil // a check left on the workload from before is Kueue's to remove
+	}
 	eviction, evictionAsked := chamberkueue.RequestedEviction(wl)
-	active := check != nil && conditionTrue(wl, kueue.WorkloadQuotaReserved) &&
+	reserved := conditionTrue(wl, kueue.WorkloadQuotaReserved) &&
 		!conditionTrue(wl, kueue.WorkloadFinished) && !conditionTrue(wl, kueue.WorkloadEvicted)
-	if !active {
+	if !reserved {
 		// Evicted, finished or back in the queue: an eviction asked for is done.
 		if evictionAsked {
 			return reconcile.Result{}, c.clearEviction(ctx, wl)
 		}
-		if (check == nil || check.State != kueue.CheckStateReady) && waiting(wl) {
+		if c.opts.Check && (check == nil || check.State != kueue.CheckStateReady) && waiting(wl) {
 			return reconcile.Result{}, c.preApprove(ctx, wl, check)
 		}
 		return reconcile.Result{}, nil
@@ -194,17 +205,20 @@ func (c *Controller) Reconcile(ctx context.Context, wl *kueue.Workload) (reconci
 	if chamberkueue.ReplacingNodes(wl) {
 		return c.whileReplacingNodes(ctx, wl, eviction, evictionAsked)
 	}
-	switch check.State {
-	case kueue.CheckStatePending:
-		if evictionAsked {
-			// Nothing runs yet: no notice to give.
+	if evictionAsked {
+		if !conditionTrue(wl, kueue.WorkloadAdmitted) {
+			// Quota reserved, checks not all Ready: nothing runs yet, no notice to give.
 			return reconcile.Result{}, c.evict(ctx, wl, eviction)
 		}
+		return c.evictCooperatively(ctx, wl, eviction)
+	}
+	if check == nil {
+		return reconcile.Result{}, nil
+	}
+	switch check.State {
+	case kueue.CheckStatePending:
 		return c.checkPlacement(ctx, wl, check)
 	case kueue.CheckStateReady:
-		if evictionAsked {
-			return c.evictCooperatively(ctx, wl, eviction)
-		}
 		if res, halfStopped, err := c.repairHalfStopped(ctx, wl); halfStopped || err != nil {
 			return res, err
 		}
@@ -410,10 +424,10 @@ func (c *Controller) stampRequestedAt(ctx context.Context, wl *kueue.Workload, a
 	return nil
 }
 
-// evict sets the check to Retry: Kueue evicts the workload and requeues it.
+// evict evicts the workload (chamberkueue.Evict): Kueue stops its job and requeues it.
 func (c *Controller) evict(ctx context.Context, wl *kueue.Workload, e chamberkueue.Eviction) error {
 	msg := fmt.Sprintf("Evicted by Chamber (%s): %s", e.Reason, e.Message)
-	if written, err := c.writeCheck(ctx, wl, kueue.CheckStateRetry, msg); err != nil || !written {
+	if evicted, err := chamberkueue.Evict(ctx, c.client, wl, e.Reason, msg, c.opts.Clock.Now()); err != nil || !evicted {
 		return err
 	}
 	c.metrics.evictions.WithLabelValues(e.Reason).Inc()

@@ -18,11 +18,11 @@ func newMetrics() (*metrics, error) {
 	m := &metrics{
 		verdicts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chamber_admission_check_verdicts_total",
-			Help: "Placement verdicts of Chamber's admission check: preapproved (Ready while waiting in the queue), ready (healthy GPUs), pending (waiting for them), retry (quota given back after the placement timeout, GPUs failed between pre-approval and reservation, or a job Kueue left half-stopped).",
+			Help: "Placement verdicts of Chamber's admission check: preapproved (Ready while waiting in the queue), ready (healthy GPUs), pending (waiting for them), retry (quota given back after the placement timeout, or GPUs failed between pre-approval and reservation).",
 		}, []string{"verdict"}),
 		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chamber_evictions_total",
-			Help: "Workloads Chamber evicted through its admission check, by reason (IdleReclaim, GPUFault, ...); Kueue requeues them.",
+			Help: "Workloads Chamber evicted (Kueue's Evicted condition, reason Preempted), by Chamber's reason (IdleReclaim, GPUFault, RoomForBigJob, HalfStoppedJob, ...); Kueue requeues them.",
 		}, []string{"reason"}),
 	}
 	for _, c := range []**prometheus.CounterVec{&m.verdicts, &m.evictions} {

@@ -93,8 +93,8 @@ func (h *halfStoppedJobs) forget(uid types.UID) {
 // admitted for two rechecks on end, unchanged, while its Job still carries the
 // stopping annotation is one whose eviction was overwritten (a race in Kueue, which
 // whileReplacingNodes keeps Chamber out of): Kueue's Job reconciler takes such a Job
-// for running and never resumes it. A Retry makes Kueue evict the workload again,
-// finish the stop, and admit it afresh. halfStopped: the workload's Job is in that
+// for running and never resumes it. Evicting the workload again makes Kueue finish
+// the stop, and admit it afresh. halfStopped: the workload's Job is in that
 // state (res says when to look again).
 func (c *Controller) repairHalfStopped(ctx context.Context, wl *kueue.Workload) (res reconcile.Result, halfStopped bool, err error) {
 	if !conditionTrue(wl, kueue.WorkloadAdmitted) {
@@ -115,9 +115,12 @@ func (c *Controller) repairHalfStopped(ctx context.Context, wl *kueue.Workload) 
 	c.halfStopped.forget(wl.UID)
 	msg := "Kueue admitted the workload while its job was still being stopped (annotation " + stoppingAnnotation +
 		"), so the job would never resume; sent back to the queue to be admitted afresh"
-	c.metrics.verdicts.WithLabelValues("retry").Inc()
-	c.recorder.Eventf(wl, nil, corev1.EventTypeWarning, "HalfStoppedJob", "Requeue", "%s", msg)
-	return reconcile.Result{}, true, c.setCheck(ctx, wl, kueue.CheckStateRetry, msg)
+	evicted, err := chamberkueue.Evict(ctx, c.client, wl, "HalfStoppedJob", msg, now)
+	if evicted {
+		c.metrics.evictions.WithLabelValues("HalfStoppedJob").Inc()
+		c.recorder.Eventf(wl, nil, corev1.EventTypeWarning, "HalfStoppedJob", "Evict", "%s", msg)
+	}
+	return reconcile.Result{}, true, err
 }
 
 // ownerAnnotated reports whether one of the workload's owners (its job) that only

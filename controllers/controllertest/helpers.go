@@ -32,6 +32,21 @@ func WorkloadOf(g gomega.Gomega, c client.Client, ns, job string) *kueue.Workloa
 	return nil
 }
 
+// EvictedByChamber reports whether Chamber evicted the workload for cause (its
+// eviction request's reason) at least once: Kueue's scheduling statistics count an
+// eviction by preemption with that underlying cause.
+func EvictedByChamber(wl *kueue.Workload, cause string) bool {
+	if wl.Status.SchedulingStats == nil {
+		return false
+	}
+	for _, e := range wl.Status.SchedulingStats.Evictions {
+		if e.Reason == kueue.WorkloadEvictedByPreemption && string(e.UnderlyingCause) == cause && e.Count > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // RunAgent runs the real node agent of node on go-nvml fake GPUs until stop is called
 // or the test ends. It writes as the chart's agent ServiceAccount from a pod on node
 // (Main must have run), so the chart's RBAC and its own-node policy apply to it. tune

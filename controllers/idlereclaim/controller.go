@@ -2,7 +2,7 @@
 // workloads wait for them. A workload is warned (an IdleGPUs Event) when it is idle
 // while another waits that would fit on its GPUs once freed (room.go), and once it
 // has been idle for its pool's window (doubling with each earlier reclaim of it) with
-// someone still waiting, Chamber asks for its eviction through the admission check
+// someone still waiting, Chamber asks for its eviction
 // (chamberkueue.RequestEviction): its pods get a notice and a grace period to
 // checkpoint, then Kueue evicts it; Chamber pauses it (deactivated, its Job kept)
 // while anyone waits for GPUs it could use, for at most a hold that doubles with each
@@ -194,9 +194,7 @@ func (c *Controller) reconcile(ctx context.Context, wl *kueue.Workload) (reconci
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	// Without Chamber's check (an adopted ClusterQueue, --admission-check=false) an
-	// eviction request would go unanswered: neither warned nor reclaimed.
-	if !policy.Enabled || policy.exempt(tierOf(wl)) || optedOut(wl) || !chamberkueue.HasCheck(wl) {
+	if !policy.Enabled || policy.exempt(tierOf(wl)) || optedOut(wl) {
 		c.forget(key)
 		return again, nil
 	}

@@ -275,8 +275,9 @@ func TestReclaim(t *testing.T) {
 				w.wl.Annotations = map[string]string{chamber.AnnotationEvictionReason: "GPUFault"}
 			},
 		},
-		"without Chamber's admission check": {
-			change: func(w *world) { w.wl.Status.AdmissionChecks = nil },
+		"without Chamber's admission check: reclaimed all the same": {
+			change:     func(w *world) { w.wl.Status.AdmissionChecks = nil },
+			wantWarned: true, wantEvicted: true,
 		},
 		"not admitted": {
 			change: func(w *world) { w.wl.Status.Conditions = w.wl.Status.Conditions[:1] },

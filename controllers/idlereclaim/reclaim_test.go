@@ -220,17 +220,9 @@ func admitted(g gomega.Gomega, ns, job string) bool {
 	return apimeta.IsStatusConditionTrue(workload(g, ns, job).Status.Conditions, kueue.WorkloadAdmitted)
 }
 
-// evictedByCheck: Kueue evicted the workload at least once because an admission check
-// (Chamber's) turned Retry.
+// evictedByCheck: Chamber evicted the workload for idleness at least once.
 func evictedByCheck(wl *kueue.Workload) bool {
-	if s := wl.Status.SchedulingStats; s != nil {
-		for _, e := range s.Evictions {
-			if e.Reason == kueue.WorkloadEvictedByAdmissionCheck && e.Count > 0 {
-				return true
-			}
-		}
-	}
-	return false
+	return controllertest.EvictedByChamber(wl, idlereclaim.ReasonIdleReclaim)
 }
 
 // podPhase is the phase of the job's one live pod.

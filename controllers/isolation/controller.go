@@ -3,7 +3,7 @@
 // reset clears every fault (by NVIDIA's XID catalog: XID 48, double-bit ECC), the
 // whole node, tainted and cordoned, when a fault needs a reboot or a replacement (XID
 // 79) or the pool forces Node level. It names the fault in a Node condition and an
-// Event, and asks Chamber's admission check to evict the Kueue workloads on what it
+// Event, and asks Chamber's admission controller to evict the Kueue workloads on what it
 // took out, so that Kueue requeues them onto healthy hardware. A circuit breaker per
 // pool and a rate limit bound what it does; transient faults return the node after a
 // run of healthy reports, hardware faults stay until an operator clears them. Silence

@@ -23,7 +23,7 @@ import (
 // The eviction of what runs on isolated hardware: which workloads run there, and the
 // request to Chamber's admission check (chamberkueue.RequestEviction) for each.
 
-// evict asks Chamber's admission check to evict every admitted workload with pods on
+// evict asks Chamber's admission controller to evict every admitted workload with pods on
 // the node (at GPU level, only those on the failing GPUs where the agent says which).
 // A workload on a failing GPU is evicted at once (EvictionGracePeriod); at node level
 // the others, on healthy GPUs of the node, get their team's grace period to

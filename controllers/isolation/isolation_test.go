@@ -265,12 +265,10 @@ func value(g gomega.Gomega, name string, labels ...string) float64 {
 	return 0
 }
 
-// evictedByCheck: Kueue evicted the job's workload through Chamber's admission check
-// at least once.
+// evictedByCheck: Chamber evicted the job's workload for a GPU fault at least once.
 func evictedByCheck(g gomega.Gomega, ns, job string) {
 	wl := controllertest.WorkloadOf(g, k8s, ns, job)
-	g.Expect(wl.Status.SchedulingStats).NotTo(gomega.BeNil())
-	g.Expect(wl.Status.SchedulingStats.Evictions).To(gomega.ContainElement(gomega.HaveField("Reason", kueue.WorkloadEvictedByAdmissionCheck)))
+	g.Expect(controllertest.EvictedByChamber(wl, chamberkueue.ReasonGPUFault)).To(gomega.BeTrue(), "scheduling stats %+v", wl.Status.SchedulingStats)
 }
 
 // undisturbed: the job's one workload has no eviction request and its pod runs.
@@ -845,7 +843,7 @@ func TestKilledPodIsMovedByKueueAlone(t *testing.T) {
 	g.Expect(wls).To(gomega.HaveLen(1))
 	g.Expect(wls[0].UID).To(gomega.Equal(uid))
 	g.Expect(wls[0].Status.UnhealthyNodes).To(gomega.BeEmpty())
-	g.Expect(wls[0].Status.SchedulingStats.Evictions).NotTo(gomega.ContainElement(gomega.HaveField("Reason", kueue.WorkloadEvictedByAdmissionCheck)))
+	g.Expect(controllertest.EvictedByChamber(&wls[0], chamberkueue.ReasonGPUFault)).To(gomega.BeFalse())
 	_, asked := chamberkueue.RequestedEviction(&wls[0])
 	g.Expect(asked).To(gomega.BeFalse())
 	var job batchv1.Job

@@ -6,7 +6,7 @@
 // moves the fewest lower-tier workloads off one node (then the fewest GPUs) so that it
 // fits, and only when the moved workloads fit on the other nodes' free GPUs: a move
 // costs them a checkpoint and a restart, never their place (each is evicted with
-// notice through the admission check and Kueue requeues it at once, as KAI's
+// notice, chamberkueue.RequestEviction, and Kueue requeues it at once, as KAI's
 // consolidation does). A workload is never moved twice for the same waiter
 // (chamber.AnnotationRoomMoved), interactive workloads are never moved, and no more room
 // is made for a waiter until Settle has passed since the last moves.
@@ -276,10 +276,9 @@ func (c *Controller) nodeState(ctx context.Context, n *corev1.Node, below int32,
 	return s, nil
 }
 
-// movable: a running workload of a lower priority that Chamber's check can evict, not
-// interactive, not being evicted or moved by Kueue, not moved for this waiter before.
+// movable: a running workload of a lower priority, not interactive, not being evicted or moved by Kueue, not moved for this waiter before.
 func movable(wl *kueue.Workload, below int32, moved map[types.UID]bool) bool {
-	if priority(wl) >= below || moved[wl.UID] || !chamberkueue.HasCheck(wl) || chamberkueue.ReplacingNodes(wl) || chamberkueue.Interactive(wl, nil) {
+	if priority(wl) >= below || moved[wl.UID] || chamberkueue.ReplacingNodes(wl) || chamberkueue.Interactive(wl, nil) {
 		return false
 	}
 	_, evicting := chamberkueue.RequestedEviction(wl)

@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
@@ -13,8 +16,8 @@ import (
 	chamber "chamber.dev/chamber/api/v1alpha1"
 )
 
-// Names of Chamber's admission check, the one way Chamber evicts: set to Retry on an
-// admitted workload, Kueue evicts and requeues it.
+// Names of Chamber's admission check: placement on healthy GPUs (Kueue admits a
+// workload once it is Ready). Evictions do not go through it (Evict).
 const (
 	// CheckControllerName is the AdmissionCheck's spec.controllerName.
 	CheckControllerName = "chamber.dev/fleet"
@@ -34,8 +37,7 @@ func CheckState(wl *kueue.Workload) *kueue.AdmissionCheckState {
 	return nil
 }
 
-// HasCheck reports whether the workload carries Chamber's admission check: without it
-// an eviction request goes unanswered.
+// HasCheck reports whether the workload carries Chamber's admission check.
 func HasCheck(wl *kueue.Workload) bool { return CheckState(wl) != nil }
 
 // ReasonGPUFault is the reason of the evictions fault isolation asks for: the
@@ -48,11 +50,11 @@ const ReasonGPUFault = "GPUFault"
 // of the workload's pods still running there). Kueue's scheduler then re-applies
 // the workload's whole admission from the copy it queued, check states and
 // conditions included, with server-side apply and forced ownership (v0.19:
-// scheduler.admit, patching.PatchAdmissionStatus). A Retry Chamber writes meanwhile,
-// and Kueue's eviction on it, are overwritten when the replacement lands: the
-// Workload reads Admitted while its Job stays half-stopped (suspended, with Kueue's
-// kueue.x-k8s.io/stopping annotation) and never runs again. So no eviction goes
-// through Chamber's check while Kueue replaces a workload's nodes.
+// scheduler.admit, patching.PatchAdmissionStatus). An eviction Chamber writes
+// meanwhile is overwritten when the replacement lands: the Workload reads Admitted
+// while its Job stays half-stopped (suspended, with Kueue's kueue.x-k8s.io/stopping
+// annotation) and never runs again. So Chamber evicts no workload while Kueue
+// replaces its nodes.
 func ReplacingNodes(wl *kueue.Workload) bool { return len(wl.Status.UnhealthyNodes) > 0 }
 
 // Eviction is a request to evict a workload: Kueue requeues it and it runs again
@@ -69,8 +71,8 @@ type Eviction struct {
 }
 
 // RequestEviction asks for wl to be evicted. Chamber's admission controller notifies the
-// pods, waits out the grace period (or the job's checkpoint), then sets Chamber's
-// admission check to Retry so that Kueue evicts and requeues the workload. A request
+// pods, waits out the grace period (or the job's checkpoint), then evicts it (Evict)
+// and Kueue requeues it. A request
 // already there stays, unless this one would evict sooner.
 func RequestEviction(ctx context.Context, c client.Client, wl *kueue.Workload, e Eviction) error {
 	if e.Reason == "" {
@@ -130,4 +132,61 @@ func evictsSooner(e, have Eviction) bool {
 		return true
 	}
 	return e.RequestedAt.Add(*e.GracePeriod).Before(have.RequestedAt.Add(*have.GracePeriod))
+}
+
+// Evict evicts an admitted workload the way Kueue's own preemption does: it sets the
+// workload's Evicted condition (reason Preempted, the message saying why), and Kueue
+// stops the job, gives the quota back and requeues the workload at once. It is the one
+// way Chamber evicts, on any ClusterQueue, with or without Chamber's admission check:
+// a check needs a write on every admission to say Ready, an eviction only this one.
+// As Kueue does when it evicts, the workload's admission checks go back to Pending
+// (each is asked again when the workload is next admitted), and the eviction is
+// counted in status.schedulingStats, with Chamber's reason as its underlying cause.
+// The write is a merge patch on the workload as read: it lands only if nobody wrote
+// the workload meanwhile. evicted: the workload is now evicted (false on a conflict,
+// or when it is gone; the change that caused it brings the workload back).
+func Evict(ctx context.Context, c client.Client, wl *kueue.Workload, cause, message string, now time.Time) (evicted bool, err error) {
+	if apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadEvicted) {
+		return true, nil
+	}
+	const maxMessage = 32 * 1024 // the API's limit on a condition message
+	if len(message) > maxMessage {
+		message = message[:maxMessage-3] + "..."
+	}
+	out := wl.DeepCopy()
+	apimeta.SetStatusCondition(&out.Status.Conditions, metav1.Condition{
+		Type: kueue.WorkloadEvicted, Status: metav1.ConditionTrue, Reason: kueue.WorkloadEvictedByPreemption,
+		Message: message, ObservedGeneration: wl.Generation, LastTransitionTime: metav1.NewTime(now),
+	})
+	for i := range out.Status.AdmissionChecks {
+		check := &out.Status.AdmissionChecks[i]
+		if check.State != kueue.CheckStatePending {
+			*check = kueue.AdmissionCheckState{Name: check.Name, State: kueue.CheckStatePending,
+				Message: "Reset to Pending after eviction. Previously: " + string(check.State), LastTransitionTime: metav1.NewTime(now)}
+		}
+	}
+	countEviction(out, kueue.EvictionUnderlyingCause(cause))
+	if err := c.Status().Patch(ctx, out, client.MergeFromWithOptions(wl, client.MergeFromWithOptimisticLock{})); err != nil {
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("evict workload %s/%s: %w", wl.Namespace, wl.Name, err)
+	}
+	return true, nil
+}
+
+// countEviction adds one eviction by preemption for cause to the workload's scheduling
+// statistics, as Kueue counts its own.
+func countEviction(wl *kueue.Workload, cause kueue.EvictionUnderlyingCause) {
+	if wl.Status.SchedulingStats == nil {
+		wl.Status.SchedulingStats = &kueue.SchedulingStats{}
+	}
+	stats := wl.Status.SchedulingStats
+	for i := range stats.Evictions {
+		if e := &stats.Evictions[i]; e.Reason == kueue.WorkloadEvictedByPreemption && e.UnderlyingCause == cause {
+			e.Count++
+			return
+		}
+	}
+	stats.Evictions = append(stats.Evictions, kueue.WorkloadSchedulingStatsEviction{Reason: kueue.WorkloadEvictedByPreemption, UnderlyingCause: cause, Count: 1})
 }
