@@ -163,11 +163,11 @@ func (c *Controller) workloadsOwnedBy(ctx context.Context, obj client.Object) []
 }
 
 func (c *Controller) workloadOfPod(ctx context.Context, obj client.Object) []reconcile.Request {
-	var reqs []reconcile.Request
-	for _, ref := range obj.GetOwnerReferences() {
-		reqs = append(reqs, c.workloadsOfOwner(ctx, obj.GetNamespace(), ref.UID)...)
+	wl, err := chamberkueue.WorkloadOfPod(ctx, c.client, c.client, obj.(*corev1.Pod))
+	if err != nil || wl == nil {
+		return nil
 	}
-	return reqs
+	return []reconcile.Request{{NamespacedName: client.ObjectKeyFromObject(wl)}}
 }
 
 func (c *Controller) workloadsOfOwner(ctx context.Context, ns string, uid types.UID) []reconcile.Request {

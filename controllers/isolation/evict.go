@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -157,7 +156,7 @@ func (c *Controller) boundWorkloads(ctx context.Context, node *corev1.Node) (map
 		if pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodFailed {
 			continue
 		}
-		wl, err := c.workloadOf(ctx, pod)
+		wl, err := chamberkueue.WorkloadOfPod(ctx, c.client, c.reader, pod)
 		if err != nil {
 			return nil, err
 		}
@@ -239,38 +238,6 @@ func hostname(node *corev1.Node) string {
 		return host
 	}
 	return node.Name
-}
-
-// workloadOf finds the pod's workload: Kueue's Workload is owned by the job object
-// (a Job), which owns the pod, or by the pod's owner's owner (a JobSet's Jobs), or
-// by the pod itself (plain pods).
-func (c *Controller) workloadOf(ctx context.Context, pod *corev1.Pod) (*kueue.Workload, error) {
-	owned := func(uid types.UID) (*kueue.Workload, error) {
-		wls, err := chamberkueue.WorkloadsOwnedBy(ctx, c.client, pod.Namespace, uid)
-		if err != nil || len(wls) == 0 {
-			return nil, err
-		}
-		return &wls[0], nil
-	}
-	if wl, err := owned(pod.UID); wl != nil || err != nil {
-		return wl, err
-	}
-	owner := metav1.GetControllerOf(pod)
-	if owner == nil {
-		return nil, nil
-	}
-	if wl, err := owned(owner.UID); wl != nil || err != nil {
-		return wl, err
-	}
-	meta := &metav1.PartialObjectMetadata{}
-	meta.SetGroupVersionKind(schemaGVK(owner))
-	if err := c.reader.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: owner.Name}, meta); err != nil {
-		return nil, nil
-	}
-	if up := metav1.GetControllerOf(meta); up != nil {
-		return owned(up.UID)
-	}
-	return nil, nil
 }
 
 // running: Kueue reserved quota for it and it has not finished.

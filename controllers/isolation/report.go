@@ -7,10 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/fleet"
@@ -178,8 +176,4 @@ func (r report) podsOnFailingGPUs() map[types.NamespacedName]bool {
 		}
 	}
 	return out
-}
-
-func schemaGVK(ref *metav1.OwnerReference) schema.GroupVersionKind {
-	return schema.FromAPIVersionAndKind(ref.APIVersion, ref.Kind)
 }

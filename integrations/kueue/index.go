@@ -6,7 +6,10 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
@@ -152,6 +155,61 @@ func WorkloadsOwnedBy(ctx context.Context, c client.Reader, namespace string, ow
 		return nil, fmt.Errorf("list workloads owned by %s in %s: %w", owner, namespace, err)
 	}
 	return wls.Items, nil
+}
+
+// WorkloadOfPod is the pod's Kueue Workload, by the one rule every controller uses:
+// the Workload Kueue's annotation names on the pod; else one owned by the pod itself
+// (Kueue's plain-pod integration); else one owned by the pod's controller (a Job);
+// else one owned by that controller's controller (a JobSet, whose Jobs own the
+// pods). The Workloads are read from c (a cache with SetupIndexes' indexes), the
+// controller's controller from owners (its metadata only). nil when the pod has no
+// Workload.
+func WorkloadOfPod(ctx context.Context, c, owners client.Reader, pod *corev1.Pod) (*kueue.Workload, error) {
+	if name := pod.Annotations[kueue.WorkloadAnnotation]; name != "" {
+		var wl kueue.Workload
+		err := c.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: name}, &wl)
+		if err == nil {
+			return &wl, nil
+		}
+		if !apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("get workload %s/%s of pod %s: %w", pod.Namespace, name, pod.Name, err)
+		}
+	}
+	ownedBy := func(uid types.UID) (*kueue.Workload, error) {
+		wls, err := WorkloadsOwnedBy(ctx, c, pod.Namespace, uid)
+		if err != nil || len(wls) == 0 {
+			return nil, err
+		}
+		return &wls[0], nil
+	}
+	if wl, err := ownedBy(pod.UID); wl != nil || err != nil {
+		return wl, err
+	}
+	owner := metav1.GetControllerOfNoCopy(pod)
+	if owner == nil {
+		return nil, nil
+	}
+	if wl, err := ownedBy(owner.UID); wl != nil || err != nil {
+		return wl, err
+	}
+	meta := &metav1.PartialObjectMetadata{}
+	meta.SetGroupVersionKind(schema.FromAPIVersionAndKind(owner.APIVersion, owner.Kind))
+	if err := owners.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: owner.Name}, meta); err != nil {
+		// Gone, or a kind this cluster does not serve: no Workload through it.
+		return nil, client.IgnoreNotFound(ignoreNoKind(err))
+	}
+	if up := metav1.GetControllerOfNoCopy(meta); up != nil {
+		return ownedBy(up.UID)
+	}
+	return nil, nil
+}
+
+// ignoreNoKind drops the error of a read of a kind the API server does not serve.
+func ignoreNoKind(err error) error {
+	if apimeta.IsNoMatchError(err) {
+		return nil
+	}
+	return err
 }
 
 // WorkloadsOnNode lists the workloads Kueue's topology-aware scheduling assigned pods
