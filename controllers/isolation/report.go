@@ -9,7 +9,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/fleet"
 	"chamber.dev/chamber/healthcheck"
