@@ -1,5 +1,7 @@
 package v1alpha1
 
+import "k8s.io/apimachinery/pkg/labels"
+
 // Which pool a node belongs to, decided once for every reader (the pool controller's
 // capacity, fault isolation's policy and circuit breaker, the fleet's metrics): a node
 // belongs to one pool at most. Of the pools whose nodeLabels it has all of, the most
@@ -10,12 +12,7 @@ package v1alpha1
 // Selects reports whether a pool with these nodeLabels selects a node with these
 // labels: the node has every one of them. Empty nodeLabels select every node.
 func Selects(poolLabels, nodeLabels map[string]string) bool {
-	for k, v := range poolLabels {
-		if got, ok := nodeLabels[k]; !ok || got != v {
-			return false
-		}
-	}
-	return true
+	return labels.SelectorFromSet(poolLabels).Matches(labels.Set(nodeLabels))
 }
 
 // TakesOver reports whether pool a (its name and nodeLabels) takes a node that pool b

@@ -77,7 +77,11 @@ const eventsComponent = "chamber-admission"
 // Controller is the Workload side of the check (placement verdicts), and Chamber's
 // evictions: the notice, the grace period, then Kueue's eviction.
 type Controller struct {
-	client   client.Client
+	client client.Client
+	// reader reads a pod's owner's owner (WorkloadOfPod) from the API server: through
+	// the cache, each kind of owner would start an informer the chart's RBAC may not
+	// allow, and the read would wait on it.
+	reader   client.Reader
 	recorder events.EventRecorder
 	opts     Options
 	metrics  *metrics
@@ -108,7 +112,7 @@ func Register(mgr ctrl.Manager, opts Options) error {
 	if err != nil {
 		return err
 	}
-	c := &Controller{client: mgr.GetClient(), recorder: mgr.GetEventRecorder(eventsComponent), opts: opts, metrics: m}
+	c := &Controller{client: mgr.GetClient(), reader: mgr.GetAPIReader(), recorder: mgr.GetEventRecorder(eventsComponent), opts: opts, metrics: m}
 	if opts.Check {
 		if err := mgr.Add(checkCreator{client: mgr.GetClient()}); err != nil {
 			return err
@@ -163,7 +167,7 @@ func (c *Controller) workloadsOwnedBy(ctx context.Context, obj client.Object) []
 }
 
 func (c *Controller) workloadOfPod(ctx context.Context, obj client.Object) []reconcile.Request {
-	wl, err := chamberkueue.WorkloadOfPod(ctx, c.client, c.client, obj.(*corev1.Pod))
+	wl, err := chamberkueue.WorkloadOfPod(ctx, c.client, c.reader, obj.(*corev1.Pod))
 	if err != nil || wl == nil {
 		return nil
 	}
@@ -531,10 +535,7 @@ func (c *Controller) setCheck(ctx context.Context, wl *kueue.Workload, state kue
 
 // writeCheck is setCheck, and says whether the check now has that state.
 func (c *Controller) writeCheck(ctx context.Context, wl *kueue.Workload, state kueue.CheckState, msg string) (bool, error) {
-	const maxMessage = 32 * 1024 // the API's limit on a check message
-	if len(msg) > maxMessage {
-		msg = msg[:maxMessage-3] + "..."
-	}
+	msg = chamberkueue.TruncateMessage(msg)
 	transition := metav1.NewTime(c.opts.Clock.Now())
 	if current := chamberkueue.CheckState(wl); current != nil {
 		if current.State == state && current.Message == msg && current.RequeueAfterSeconds == nil {

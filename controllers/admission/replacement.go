@@ -115,12 +115,7 @@ func (c *Controller) repairHalfStopped(ctx context.Context, wl *kueue.Workload) 
 	c.halfStopped.forget(wl.UID)
 	msg := "Kueue admitted the workload while its job was still being stopped (annotation " + stoppingAnnotation +
 		"), so the job would never resume; sent back to the queue to be admitted afresh"
-	evicted, err := chamberkueue.Evict(ctx, c.client, wl, "HalfStoppedJob", msg, now)
-	if evicted {
-		c.metrics.evictions.WithLabelValues("HalfStoppedJob").Inc()
-		c.recorder.Eventf(wl, nil, corev1.EventTypeWarning, "HalfStoppedJob", "Evict", "%s", msg)
-	}
-	return reconcile.Result{}, true, err
+	return reconcile.Result{}, true, c.evict(ctx, wl, chamberkueue.Eviction{Reason: "HalfStoppedJob", Message: msg})
 }
 
 // ownerAnnotated reports whether one of the workload's owners (its job) that only

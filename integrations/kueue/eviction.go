@@ -149,10 +149,7 @@ func Evict(ctx context.Context, c client.Client, wl *kueue.Workload, cause, mess
 	if apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadEvicted) {
 		return true, nil
 	}
-	const maxMessage = 32 * 1024 // the API's limit on a condition message
-	if len(message) > maxMessage {
-		message = message[:maxMessage-3] + "..."
-	}
+	message = TruncateMessage(message)
 	out := wl.DeepCopy()
 	apimeta.SetStatusCondition(&out.Status.Conditions, metav1.Condition{
 		Type: kueue.WorkloadEvicted, Status: metav1.ConditionTrue, Reason: kueue.WorkloadEvictedByPreemption,
@@ -173,6 +170,16 @@ func Evict(ctx context.Context, c client.Client, wl *kueue.Workload, cause, mess
 		return false, fmt.Errorf("evict workload %s/%s: %w", wl.Namespace, wl.Name, err)
 	}
 	return true, nil
+}
+
+// TruncateMessage cuts a condition's or admission check's message to the API's
+// limit of 32 KiB, marking the cut.
+func TruncateMessage(msg string) string {
+	const maxMessage = 32 * 1024
+	if len(msg) > maxMessage {
+		return msg[:maxMessage-3] + "..."
+	}
+	return msg
 }
 
 // countEviction adds one eviction by preemption for cause to the workload's scheduling

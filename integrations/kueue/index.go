@@ -195,21 +195,17 @@ func WorkloadOfPod(ctx context.Context, c, owners client.Reader, pod *corev1.Pod
 	meta := &metav1.PartialObjectMetadata{}
 	meta.SetGroupVersionKind(schema.FromAPIVersionAndKind(owner.APIVersion, owner.Kind))
 	if err := owners.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: owner.Name}, meta); err != nil {
-		// Gone, or a kind this cluster does not serve: no Workload through it.
-		return nil, client.IgnoreNotFound(ignoreNoKind(err))
+		// Gone, a kind this cluster does not serve, or one Chamber may not read (the
+		// chart grants Jobs and Kueue's kinds): no Workload through it.
+		if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) || apimeta.IsNoMatchError(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("get %s %s/%s, controller of pod %s: %w", owner.Kind, pod.Namespace, owner.Name, pod.Name, err)
 	}
 	if up := metav1.GetControllerOfNoCopy(meta); up != nil {
 		return ownedBy(up.UID)
 	}
 	return nil, nil
-}
-
-// ignoreNoKind drops the error of a read of a kind the API server does not serve.
-func ignoreNoKind(err error) error {
-	if apimeta.IsNoMatchError(err) {
-		return nil
-	}
-	return err
 }
 
 // WorkloadsOnNode lists the workloads Kueue's topology-aware scheduling assigned pods
