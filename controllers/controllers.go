@@ -42,8 +42,9 @@ type Config struct {
 	// Inventory configures the fleet inventory and its metrics; its clock is Clock.
 	Inventory inventory.Options
 	// Admission configures Chamber's evictions and its admission check (placement on
-	// healthy GPUs). AdmissionCheck off leaves Kueue's ClusterQueues without the
-	// check; Chamber still evicts.
+	// healthy GPUs). AdmissionCheck (off by default) attaches the check to every
+	// team's ClusterQueue, at one API write per admission; without it Chamber is off
+	// Kueue's admission path and evicts, isolates and reclaims all the same.
 	Admission      admission.Options
 	AdmissionCheck bool
 	// Isolation configures fault isolation (zero fields take their defaults); its
@@ -75,7 +76,7 @@ type Config struct {
 // DefaultConfig is the controllers' configuration unless flags say otherwise.
 func DefaultConfig() Config {
 	return Config{PriorityTiers: chamberkueue.DefaultPriorityTiers, AccountingInterval: team.DefaultAccountingInterval, Inventory: inventory.DefaultOptions(),
-		Admission: admission.DefaultOptions(), AdmissionCheck: true, IdleReclaim: idlereclaim.DefaultOptions(), Room: room.DefaultOptions(), RoomForBigJobs: true, PodGracePeriods: true}
+		Admission: admission.DefaultOptions(), AdmissionCheck: false, IdleReclaim: idlereclaim.DefaultOptions(), Room: room.DefaultOptions(), RoomForBigJobs: true, PodGracePeriods: true}
 }
 
 // controllerList is what runs, in start order.

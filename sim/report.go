@@ -242,8 +242,8 @@ func renderReport(sc *Scenario, recs []*Recording, results []Result) string {
 	if sc.InteractiveIdleLimit > 0 {
 		reclaim += fmt.Sprintf("; the teams opt in to an interactive idle time limit of %s simulated (notebooks carry chamber.dev/interactive)", hours(sc.InteractiveIdleLimit))
 	}
-	if sc.NoAdmissionCheck {
-		reclaim += "; Chamber's admission check off (--admission-check=false)"
+	if sc.AdmissionCheck {
+		reclaim += "; Chamber's admission check on every team's ClusterQueue (--admission-check)"
 	}
 	roomOpts := roomOptions(sc.Speedup)
 	t.row("Chamber under (c)", fmt.Sprintf("%s, eviction grace %s simulated, fault isolation at level %s, its circuit breaker's window %s simulated, room for big jobs after %s of waiting for a node (settle %s), its other settings at their defaults; the inventory's idle window 2 s of clock",

@@ -371,7 +371,7 @@ func startChamber(ctx context.Context, cp *controlplane.ControlPlane, sc *Scenar
 	cfg.Admission.Recheck = max(simToWall(admission.DefaultRecheck, sc.Speedup), 200*time.Millisecond)
 	cfg.Admission.PlacementTimeout = max(simToWall(admission.DefaultPlacementTimeout, sc.Speedup), 3*time.Second)
 	cfg.Room = roomOptions(sc.Speedup)
-	cfg.AdmissionCheck = !sc.NoAdmissionCheck
+	cfg.AdmissionCheck = sc.AdmissionCheck
 	// Fault isolation's drain of a node that needs a reboot, in simulated time.
 	cfg.Isolation.DrainTimeout = max(simToWall(isolation.DefaultDrainTimeout, sc.Speedup), time.Second)
 	if name, err := controllers.Setup(mgr, cfg); err != nil {

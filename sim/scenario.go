@@ -134,10 +134,11 @@ type Scenario struct {
 	// NoIdleReclaim leaves idle reclaim off under PolicyChamber, to tell what it does
 	// from what the rest of Chamber does.
 	NoIdleReclaim bool
-	// NoAdmissionCheck leaves Chamber's admission check off the teams' ClusterQueues
-	// under PolicyChamber (--admission-check=false): Chamber still evicts, isolates
-	// and reclaims, without a write on every admission.
-	NoAdmissionCheck bool
+	// AdmissionCheck puts Chamber's admission check on the teams' ClusterQueues under
+	// PolicyChamber (--admission-check; off by default, as in chamber-controller):
+	// without it Chamber evicts, isolates and reclaims all the same, without a write
+	// on every admission.
+	AdmissionCheck bool
 	// InteractiveIdleLimit is the interactive idle time limit the teams opt in to
 	// under PolicyChamber (simulated time): an interactive session idle this long is
 	// paused, waiters or not, until its user comes back. 0: no limit.

@@ -45,7 +45,7 @@ var simDefaults = simFlags{
 	nodes: "16xdgxh100", policies: "kubernetes,kueue,chamber",
 	metricsAddr: "127.0.0.1:8080", start: 78 * time.Hour, window: 4 * time.Hour, keep: 0.3,
 	maxDuration: 4 * time.Hour, speedup: 60, faultRate: 2, repair: 4 * time.Hour, price: 2.49,
-	seed: 1, timeout: 20 * time.Minute, idleReclaim: true, check: true, interactiveIdleLimit: sim.InteractiveIdleLimit,
+	seed: 1, timeout: 20 * time.Minute, idleReclaim: true, check: false, interactiveIdleLimit: sim.InteractiveIdleLimit,
 }
 
 // demoDefaults are `chamber demo`'s (make demo): the simulator on 32 GPUs and the
@@ -56,7 +56,7 @@ var demoDefaults = simFlags{
 	nodes: "4xdgxh100", policies: "kubernetes,kueue,chamber",
 	metricsAddr: "127.0.0.1:8080", start: 24 * time.Hour, window: 90 * time.Minute, keep: 0.25,
 	maxDuration: time.Hour, speedup: 120, faultRate: 30, repair: time.Hour, price: 2.49,
-	seed: 1, timeout: 5 * time.Minute, idleReclaim: true, check: true, interactiveIdleLimit: sim.InteractiveIdleLimit,
+	seed: 1, timeout: 5 * time.Minute, idleReclaim: true, check: false, interactiveIdleLimit: sim.InteractiveIdleLimit,
 }
 
 func (f *simFlags) register(fs *flag.FlagSet) {
@@ -79,7 +79,7 @@ func (f *simFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.metricsAddr, "metrics-bind-address", f.metricsAddr, `where Chamber's controller serves /metrics during policy chamber; "0" for none`)
 	fs.StringVar(&f.isolationLevel, "isolation-level", f.isolationLevel, "Chamber's fault isolation under policy chamber: Auto (each fault's catalog action decides: XID 48 holds the GPU, XID 79 takes the node; Chamber's default), Node (always taint and cordon the node) or GPU (always hold the failing GPU only)")
 	fs.BoolVar(&f.idleReclaim, "idle-reclaim", f.idleReclaim, "idle reclaim on under policy chamber (false: the rest of Chamber only, to tell them apart)")
-	fs.BoolVar(&f.check, "admission-check", f.check, "Chamber's admission check on the teams' ClusterQueues under policy chamber (false: Chamber evicts, isolates and reclaims without it, as chamber-controller --admission-check=false)")
+	fs.BoolVar(&f.check, "admission-check", f.check, "Chamber's admission check on the teams' ClusterQueues under policy chamber, as chamber-controller --admission-check (off by default there too: Chamber evicts, isolates and reclaims without it)")
 	fs.DurationVar(&f.interactiveIdleLimit, "interactive-idle-limit", f.interactiveIdleLimit, "under policy chamber, the interactive idle time limit the teams opt in to (simulated time): a notebook idle this long is paused until its user comes back; 0: none")
 	fs.StringVar(&f.seeds, "seeds", f.seeds, "a sweep: comma-separated seeds; with --starts, one replay per slice start and seed, each in a process of its own, and summary.md over them all (mean and spread, goals against Kueue alone)")
 	fs.StringVar(&f.starts, "starts", f.starts, "a sweep: comma-separated slice starts (trace time), e.g. 78h,30h,126h; empty: --start")
@@ -163,7 +163,7 @@ func (f *simFlags) scenario(progress io.Writer) (*sim.Scenario, error) {
 		Jobs: jobs, Work: wm, Nodes: nodes, Speedup: f.speedup, FaultsPer1000GPUHours: f.faultRate, RepairTime: f.repair,
 		PricePerGPUHour: f.price, IdleBelowPercent: 5, BackoffLimit: 3, SampleEvery: 500 * time.Millisecond,
 		Timeout: f.timeout, Policies: policies, OutDir: out, MetricsAddr: f.metricsAddr, Seed: f.seed,
-		IsolationLevel: chamber.IsolationLevel(f.isolationLevel), NoIdleReclaim: !f.idleReclaim, NoAdmissionCheck: !f.check,
+		IsolationLevel: chamber.IsolationLevel(f.isolationLevel), NoIdleReclaim: !f.idleReclaim, AdmissionCheck: f.check,
 		InteractiveIdleLimit: f.interactiveIdleLimit,
 		Progress:             progress, Log: io.Discard,
 		Describe: []sim.Param{

@@ -42,6 +42,8 @@ func TestMain(m *testing.M) {
 	// these tests keep Kubernetes' default grace (the team package tests the raise).
 	cfg.PodGracePeriods = false
 	cfg.Admission.PlacementTimeout = placementTimeout
+	// The check is off by default; these tests are its tests.
+	cfg.AdmissionCheck = true
 	os.Exit(controllertest.Main(m, cfg, &k8s))
 }
 

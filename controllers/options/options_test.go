@@ -43,12 +43,12 @@ func TestDefaults(t *testing.T) {
 // TestFlagsSetTheConfig: a flag lands in the field the controller reads.
 func TestFlagsSetTheConfig(t *testing.T) {
 	o, err := parse("--eviction-grace-period=10m", "--isolation-rate-limit=2.5", "--priority-tiers=gold=10,tin=1",
-		"--admission-check=false", "--idle-window=90s", "--silent-after-heartbeats=5", "--kube-api-qps=50")
+		"--admission-check=true", "--idle-window=90s", "--silent-after-heartbeats=5", "--kube-api-qps=50")
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := o.Controllers
-	if c.Admission.GracePeriod != 10*time.Minute || c.Isolation.RateLimit != 2.5 || c.AdmissionCheck ||
+	if c.Admission.GracePeriod != 10*time.Minute || c.Isolation.RateLimit != 2.5 || !c.AdmissionCheck ||
 		c.Inventory.Fleet.IdleWindow != 90*time.Second || c.SilentAfterHeartbeats != 5 || o.APIQPS != 50 {
 		t.Errorf("flags not applied: %+v (qps %v)", c, o.APIQPS)
 	}
