@@ -101,6 +101,10 @@ type TeamSpec struct {
 	Eviction *EvictionPolicy `json:"eviction,omitempty"`
 }
 
+// DefaultLocalQueueName is a Team's LocalQueue name unless spec.localQueueName says
+// otherwise.
+const DefaultLocalQueueName = "default"
+
 // TeamQuota is a team's GPUs of one model.
 // +kubebuilder:validation:XValidation:rule="!has(self.lendingLimit) || self.lendingLimit <= self.gpus",message="lendingLimit cannot exceed gpus: a team lends only GPUs of its own quota"
 type TeamQuota struct {

@@ -330,7 +330,7 @@ func AdmissionCheck(name, controllerName string) *kueue.AdmissionCheck {
 func LocalQueue(team *chamber.Team, namespace string) *kueue.LocalQueue {
 	name := team.Spec.LocalQueueName
 	if name == "" {
-		name = "default"
+		name = chamber.DefaultLocalQueueName
 	}
 	return &kueue.LocalQueue{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: labels(LabelTeam, team.Name)},
