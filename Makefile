@@ -51,6 +51,14 @@ bench-controllers: tools ## Admission check overhead on Kueue's own benchmark sh
 	CHAMBER_PERF_SCALE=$(CHAMBER_PERF_SCALE) $(GO) test -count=1 -timeout 60m -run '^$$' -bench SchedulerShape -benchtime 1x -v ./controllers/admission/
 	$(GO) test -count=1 -timeout 30m -run '^$$' -bench FaultIsolation -benchtime 1x ./controllers/isolation/
 
+# Chamber at fleet scale: the chamber-controller binary, every controller on, 1,000 kwok
+# nodes x 8 GPUs heartbeating, 30 teams, 10,000 workloads, a fault every 15 s; the table
+# over time and the figures in chamber-report-scale/report.md. About 20 minutes here;
+# CHAMBER_SCALE_NODES, _WORKLOADS, _RATE, _FAULTS and _CHECK change the run.
+.PHONY: bench-scale
+bench-scale: tools ## Chamber at 1,000 GPU nodes and 10,000 workloads: admission, reconcile times, memory, CPU, scrape, fault to taint.
+	$(GO) test -count=1 -timeout 90m -run '^$$' -bench Scale -benchtime 1x -v ./test/scale/
+
 # Kueue alone against Kueue + Chamber on three slices of the week (the demo's and two
 # others, chosen before any result was seen) with three seeds each, on the demo's 32
 # GPUs: summary.md (mean, spread, the goals) and each run's report in

@@ -13,22 +13,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/rest"
-	toolscache "k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/retry"
-	utilclock "k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
-	kueueworkload "sigs.k8s.io/kueue/pkg/workload"
-	workloadpatching "sigs.k8s.io/kueue/pkg/workload/patching"
 
 	"chamber.dev/chamber/controllers/controllertest"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
@@ -71,13 +61,7 @@ const (
 
 // shapeResult is what one run of the scenario measured.
 type shapeResult struct {
-	workloads     int
-	wall          time.Duration
-	meanAdmission time.Duration
-	p50, p99      time.Duration
-	// writesPerWorkload is the mean number of writes to a Workload that its watch
-	// saw, from creation until it finished: the API server's load per workload.
-	writesPerWorkload float64
+	controllertest.RunResult
 	// heapMB is the test process's live heap once every workload finished, before
 	// they are deleted: Chamber's caches (every Workload, Pod, Node) are most of it.
 	heapMB float64
@@ -143,11 +127,11 @@ func BenchmarkSchedulerShape(b *testing.B) {
 				res  shapeResult
 			}{{"Kueue alone", kueueOnly}, {"Kueue + Chamber's check", withCheck}} {
 				b.Logf("pair %d, %-24s %5d workloads: wall %6.1fs, time to admission mean %6.0f ms, p50 %6.0f ms, p99 %6.0f ms, %.1f writes per workload, live heap %.0f MiB",
-					p+1, r.name, r.res.workloads, r.res.wall.Seconds(), ms(r.res.meanAdmission), ms(r.res.p50), ms(r.res.p99), r.res.writesPerWorkload, r.res.heapMB)
+					p+1, r.name, r.res.Workloads, r.res.Wall.Seconds(), ms(r.res.MeanAdmission), ms(r.res.P50), ms(r.res.P99), r.res.WritesPerWorkload, r.res.heapMB)
 				heapMB = max(heapMB, r.res.heapMB)
 			}
-			wallRatios = append(wallRatios, withCheck.wall.Seconds()/kueueOnly.wall.Seconds())
-			p99Ratios = append(p99Ratios, ms(withCheck.p99)/math.Max(ms(kueueOnly.p99), 1e-3))
+			wallRatios = append(wallRatios, withCheck.Wall.Seconds()/kueueOnly.Wall.Seconds())
+			p99Ratios = append(p99Ratios, ms(withCheck.P99)/math.Max(ms(kueueOnly.P99), 1e-3))
 		}
 		slices.Sort(wallRatios)
 		slices.Sort(p99Ratios)
@@ -227,8 +211,10 @@ func runShape(b *testing.B, ns string, withCheck bool, scale float64) shapeResul
 		waitActive(b, ctx, name)
 	}
 
-	rec := newRecorder()
-	stop := watchWorkloads(b, ctx, ns, rec)
+	rec, err := controllertest.NewRunner(controllertest.Config)
+	must(err)
+	stop, err := rec.Watch(ctx, controllertest.Config, ns)
+	must(err)
 	defer stop()
 
 	total := 0
@@ -243,9 +229,8 @@ func runShape(b *testing.B, ns string, withCheck bool, scale float64) shapeResul
 					at := start.Add(time.Duration(i) * class.interval)
 					time.Sleep(time.Until(at))
 					wl := perfWorkload(ns, fmt.Sprintf("%s-%s-%d", q, class.name, i), q, class)
-					rec.created(types.NamespacedName{Namespace: ns, Name: wl.Name}, class.runtime)
-					if err := runner().Create(ctx, wl); err != nil {
-						b.Errorf("create workload %s: %v", wl.Name, err)
+					if err := rec.Create(ctx, wl, class.runtime); err != nil {
+						b.Error(err)
 						return
 					}
 				}
@@ -253,40 +238,38 @@ func runShape(b *testing.B, ns string, withCheck bool, scale float64) shapeResul
 		}
 	}
 	wg.Wait()
-	defer cleanShape(b, ns, queues)
-	done := rec.waitFinished(total)
+	defer cleanShape(b, rec.Client(), ns, queues)
+	done := rec.WaitFinished(total)
 	progress := time.NewTicker(10 * time.Second)
 	defer progress.Stop()
 	for {
 		select {
 		case <-done:
-			res := rec.result(start)
-			res.heapMB = liveHeapMB()
-			return res
+			return shapeResult{RunResult: rec.Result(start), heapMB: liveHeapMB()}
 		case <-progress.C:
-			fmt.Fprintf(os.Stderr, "%s: %d of %d workloads admitted, %d finished, %s\n", ns, rec.admittedCount(), total, rec.finishedCount(), time.Since(start).Round(time.Second))
+			fmt.Fprintf(os.Stderr, "%s: %d of %d workloads admitted, %d finished, %s\n", ns, rec.AdmittedCount(), total, rec.FinishedCount(), time.Since(start).Round(time.Second))
 		case <-ctx.Done():
-			b.Fatalf("%s: %d of %d workloads finished within %s", ns, rec.finishedCount(), total, perfRunTimeout)
+			b.Fatalf("%s: %d of %d workloads finished within %s", ns, rec.FinishedCount(), total, perfRunTimeout)
 		}
 	}
 }
 
 // cleanShape deletes a run's workloads, queues and namespace, and waits until the
 // workloads are gone, so that the next run starts from the same state.
-func cleanShape(b *testing.B, ns string, queues []string) {
+func cleanShape(b *testing.B, runner client.Client, ns string, queues []string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	if err := runner().DeleteAllOf(ctx, &kueue.Workload{}, client.InNamespace(ns)); err != nil {
+	if err := runner.DeleteAllOf(ctx, &kueue.Workload{}, client.InNamespace(ns)); err != nil {
 		b.Fatalf("delete the workloads of %s: %v", ns, err)
 	}
 	for _, q := range queues {
-		_ = runner().Delete(ctx, &kueue.LocalQueue{ObjectMeta: metav1.ObjectMeta{Name: q, Namespace: ns}})
-		_ = runner().Delete(ctx, &kueue.ClusterQueue{ObjectMeta: metav1.ObjectMeta{Name: q}})
+		_ = runner.Delete(ctx, &kueue.LocalQueue{ObjectMeta: metav1.ObjectMeta{Name: q, Namespace: ns}})
+		_ = runner.Delete(ctx, &kueue.ClusterQueue{ObjectMeta: metav1.ObjectMeta{Name: q}})
 	}
-	_ = runner().Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	_ = runner.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
 	for {
 		var left kueue.WorkloadList
-		if err := runner().List(ctx, &left, client.InNamespace(ns), client.Limit(1)); err == nil && len(left.Items) == 0 {
+		if err := runner.List(ctx, &left, client.InNamespace(ns), client.Limit(1)); err == nil && len(left.Items) == 0 {
 			return
 		}
 		select {
@@ -327,242 +310,4 @@ func perfWorkload(ns, name, queue string, class workloadClass) *kueue.Workload {
 			}}}},
 		},
 	}
-}
-
-// recorder keeps each workload's creation, admission and finish times.
-type recorder struct {
-	mu       sync.Mutex
-	runtime  map[types.NamespacedName]time.Duration
-	createAt map[types.NamespacedName]time.Time
-	admitAt  map[types.NamespacedName]time.Time
-	running  map[types.NamespacedName]bool
-	finished map[types.NamespacedName]time.Time
-	writes   map[types.NamespacedName]int
-	notify   chan struct{}
-}
-
-func newRecorder() *recorder {
-	return &recorder{runtime: map[types.NamespacedName]time.Duration{}, createAt: map[types.NamespacedName]time.Time{},
-		admitAt: map[types.NamespacedName]time.Time{}, running: map[types.NamespacedName]bool{}, finished: map[types.NamespacedName]time.Time{},
-		writes: map[types.NamespacedName]int{}, notify: make(chan struct{}, 1)}
-}
-
-func (r *recorder) created(key types.NamespacedName, runtime time.Duration) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.createAt[key], r.runtime[key] = time.Now(), runtime
-}
-
-// admitted records the first admission and returns the workload's runtime, or false
-// when it runs already.
-func (r *recorder) admitted(key types.NamespacedName) (time.Duration, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if _, seen := r.admitAt[key]; !seen {
-		r.admitAt[key] = time.Now()
-	}
-	if r.running[key] {
-		return 0, false
-	}
-	r.running[key] = true
-	return r.runtime[key], true
-}
-
-// stopped: the workload was evicted before its runtime was up; it runs again from
-// the start when Kueue admits it again.
-func (r *recorder) stopped(key types.NamespacedName) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.running[key] = false
-}
-
-func (r *recorder) finish(key types.NamespacedName) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if _, seen := r.finished[key]; !seen {
-		r.finished[key] = time.Now()
-		select {
-		case r.notify <- struct{}{}:
-		default:
-		}
-	}
-}
-
-// wrote counts a write to the workload (an update its watch saw).
-func (r *recorder) wrote(key types.NamespacedName) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.writes[key]++
-}
-
-func (r *recorder) admittedCount() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.admitAt)
-}
-
-func (r *recorder) finishedCount() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.finished)
-}
-
-func (r *recorder) waitFinished(total int) <-chan struct{} {
-	done := make(chan struct{})
-	go func() {
-		for range r.notify {
-			if r.finishedCount() >= total {
-				close(done)
-				return
-			}
-		}
-	}()
-	return done
-}
-
-func (r *recorder) result(start time.Time) shapeResult {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var waits []time.Duration
-	var sum time.Duration
-	for key, at := range r.admitAt {
-		w := at.Sub(r.createAt[key])
-		waits = append(waits, w)
-		sum += w
-	}
-	slices.Sort(waits)
-	var last time.Time
-	for _, at := range r.finished {
-		if at.After(last) {
-			last = at
-		}
-	}
-	res := shapeResult{workloads: len(r.finished), wall: last.Sub(start)}
-	if len(r.createAt) > 0 {
-		writes := 0
-		for _, n := range r.writes {
-			writes += n
-		}
-		// The creation is a write too.
-		res.writesPerWorkload = 1 + float64(writes)/float64(len(r.createAt))
-	}
-	if n := len(waits); n > 0 {
-		res.meanAdmission = sum / time.Duration(n)
-		res.p50, res.p99 = waits[n/2], waits[min(n-1, n*99/100)]
-	}
-	return res
-}
-
-// watchWorkloads plays Kueue's runner (test/performance/scheduler/runner/controller)
-// and the job integration it stands for: an evicted workload gives its quota back,
-// and an admitted one finishes after its runtime (the Finished condition).
-func watchWorkloads(b *testing.B, ctx context.Context, ns string, rec *recorder) (stop func()) {
-	c, err := cache.New(controllertest.Config, cache.Options{Scheme: controlplane.Scheme, DefaultNamespaces: map[string]cache.Config{ns: {}}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	inf, err := c.GetInformer(ctx, &kueue.Workload{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	handle := func(obj any) {
-		wl, ok := obj.(*kueue.Workload)
-		if !ok {
-			return
-		}
-		key := client.ObjectKeyFromObject(wl)
-		if apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadFinished) {
-			rec.finish(key)
-			return
-		}
-		if apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadEvicted) {
-			rec.stopped(key)
-			if apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadQuotaReserved) {
-				go finishEviction(ctx, key)
-			}
-			return
-		}
-		if !apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadAdmitted) {
-			return
-		}
-		if runtime, first := rec.admitted(key); first {
-			time.AfterFunc(runtime, func() {
-				if !finishWorkload(ctx, key) {
-					rec.stopped(key)
-				}
-			})
-		}
-	}
-	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc: handle,
-		UpdateFunc: func(old, obj any) {
-			o, okOld := old.(*kueue.Workload)
-			n, okNew := obj.(*kueue.Workload)
-			if okOld && okNew && o.ResourceVersion != n.ResourceVersion && !apimeta.IsStatusConditionTrue(o.Status.Conditions, kueue.WorkloadFinished) {
-				rec.wrote(client.ObjectKeyFromObject(n))
-			}
-			handle(obj)
-		},
-	}); err != nil {
-		b.Fatal(err)
-	}
-	runCtx, cancel := context.WithCancel(ctx)
-	go func() { _ = c.Start(runCtx) }()
-	if !c.WaitForCacheSync(ctx) {
-		b.Fatal("workload informer did not sync")
-	}
-	return cancel
-}
-
-var runnerBackoff = wait.Backoff{Duration: 10 * time.Millisecond, Factor: 2, Jitter: 0.5, Steps: 30, Cap: 2 * time.Second}
-
-// runner is the benchmark runner's client, not throttled on this side: its writes
-// stand for kubelets and job controllers across a cluster.
-var runner = sync.OnceValue(func() client.Client {
-	cfg := rest.CopyConfig(controllertest.Config)
-	cfg.QPS, cfg.Burst = -1, 0
-	c, err := client.New(cfg, client.Options{Scheme: controlplane.Scheme})
-	if err != nil {
-		panic(err)
-	}
-	return c
-})
-
-// finishEviction does what a job integration does once an evicted job stopped: the
-// workload gives its quota back and waits in the queue again.
-func finishEviction(ctx context.Context, key types.NamespacedName) {
-	_ = retry.OnError(runnerBackoff, func(err error) bool { return ctx.Err() == nil && !apierrors.IsNotFound(err) }, func() error {
-		var wl kueue.Workload
-		if err := runner().Get(ctx, key, &wl); err != nil {
-			return err
-		}
-		if !apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadEvicted) {
-			return nil
-		}
-		return workloadpatching.PatchAdmissionStatus(ctx, runner(), &wl, utilclock.RealClock{}, func(wl *kueue.Workload) (bool, error) {
-			return kueueworkload.UnsetQuotaReservationWithCondition(wl, "Pending", "Evicted; the benchmark's runner stopped it", time.Now()), nil
-		})
-	})
-}
-
-// finishWorkload sets the Finished condition of a workload still admitted, trying
-// again until it is written (Kueue updates the same workloads all the time). It
-// reports false when the workload was evicted meanwhile.
-func finishWorkload(ctx context.Context, key types.NamespacedName) bool {
-	finished := false
-	_ = retry.OnError(runnerBackoff, func(err error) bool { return ctx.Err() == nil && !apierrors.IsNotFound(err) }, func() error {
-		var wl kueue.Workload
-		if err := runner().Get(ctx, key, &wl); err != nil {
-			return err
-		}
-		if !apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadAdmitted) || apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadEvicted) {
-			return nil
-		}
-		finished = true
-		apimeta.SetStatusCondition(&wl.Status.Conditions, metav1.Condition{
-			Type: kueue.WorkloadFinished, Status: metav1.ConditionTrue, Reason: "Succeeded", Message: "finished by the benchmark's runner",
-		})
-		return runner().Status().Update(ctx, &wl)
-	})
-	return finished
 }
