@@ -495,11 +495,12 @@ func (c *Controller) waitingFor(ctx context.Context, wl *kueue.Workload, pods []
 	return waiting(wl, workloads, localQueues, clusterQueues, now, c.opts.MinWait, r), nil
 }
 
-// queueState lists the Workloads, LocalQueues and ClusterQueues from the cache.
+// queueState lists the pending Workloads (through their index: not every workload of
+// the cluster), the LocalQueues and the ClusterQueues from the cache.
 func (c *Controller) queueState(ctx context.Context) ([]kueue.Workload, []kueue.LocalQueue, []kueue.ClusterQueue, error) {
 	var workloads kueue.WorkloadList
-	if err := c.client.List(ctx, &workloads); err != nil {
-		return nil, nil, nil, fmt.Errorf("list workloads: %w", err)
+	if err := c.client.List(ctx, &workloads, client.MatchingFields{chamberkueue.IndexWorkloadPending: chamberkueue.PendingValue}); err != nil {
+		return nil, nil, nil, fmt.Errorf("list pending workloads: %w", err)
 	}
 	var localQueues kueue.LocalQueueList
 	if err := c.client.List(ctx, &localQueues); err != nil {

@@ -137,7 +137,8 @@ func (w *world) start(t *testing.T, funcs interceptor.Funcs) *run {
 	}
 	c := fake.NewClientBuilder().WithScheme(controlplane.Scheme).WithObjects(objs...).
 		WithIndex(&corev1.Pod{}, chamberkueue.IndexPodWorkload, chamberkueue.PodWorkloadKeys).
-		WithIndex(&corev1.Pod{}, chamberkueue.IndexPodNode, chamberkueue.PodNode).WithInterceptorFuncs(funcs).Build()
+		WithIndex(&corev1.Pod{}, chamberkueue.IndexPodNode, chamberkueue.PodNode).
+		WithIndex(&kueue.Workload{}, chamberkueue.IndexWorkloadPending, chamberkueue.PendingKeys).WithInterceptorFuncs(funcs).Build()
 	r := &run{t: t, client: c, clock: clocktesting.NewFakeClock(start), recorder: events.NewFakeRecorder(100)}
 	r.c = newController(c, c, r.recorder, Options{Interval: 30 * time.Second, Clock: r.clock})
 	return r

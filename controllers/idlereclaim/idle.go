@@ -233,7 +233,7 @@ func (q queueIndex) firstWaiting(self types.UID, own kueue.ClusterQueueReference
 	var found *kueue.Workload
 	for i := range workloads {
 		p := &workloads[i]
-		if p.UID == self || !pending(p) || (minWait > 0 && now.Sub(withoutQuotaSince(p)) < minWait) ||
+		if p.UID == self || !chamberkueue.Pending(p) || (minWait > 0 && now.Sub(withoutQuotaSince(p)) < minWait) ||
 			p.Annotations[AnnotationReclaims] != "" || workloadGPUs(p) == 0 {
 			continue
 		}
@@ -256,12 +256,6 @@ func (q queueIndex) firstWaiting(self types.UID, own kueue.ClusterQueueReference
 }
 
 // pending: waiting for quota, and allowed to get it.
-func pending(wl *kueue.Workload) bool {
-	conds := wl.Status.Conditions
-	return wl.DeletionTimestamp == nil && (wl.Spec.Active == nil || *wl.Spec.Active) &&
-		!apimeta.IsStatusConditionTrue(conds, kueue.WorkloadQuotaReserved) &&
-		!apimeta.IsStatusConditionTrue(conds, kueue.WorkloadFinished)
-}
 
 // withoutQuotaSince is when the workload last lost its quota reservation (or was
 // refused one), or its creation if Kueue has not said yet.

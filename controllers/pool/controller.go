@@ -60,7 +60,9 @@ func Register(mgr ctrl.Manager) error {
 				return unhealthyGPUs(e.ObjectOld.(*chamber.GPUNode)) != unhealthyGPUs(e.ObjectNew.(*chamber.GPUNode))
 			},
 		})).
-		Watches(&chamber.Team{}, handler.EnqueueRequestsFromMapFunc(teamPool)).
+		// A team joins or leaves a pool by its spec; its status (spend, written every
+		// accounting interval) changes nothing here.
+		Watches(&chamber.Team{}, handler.EnqueueRequestsFromMapFunc(teamPool), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		// A pool created, deleted or given other node labels can take nodes from
 		// another pool or give them back (chamber.PoolOf).
 		Watches(&chamber.GPUPool{}, allPools, builder.WithPredicates(predicate.Funcs{
@@ -87,18 +89,19 @@ func teamPool(_ context.Context, obj client.Object) []reconcile.Request {
 	return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: obj.(*chamber.Team).Spec.Pool}}}
 }
 
-// Reconcile brings the pool's Cohort and flavors in line with its nodes.
+// Reconcile brings the pool's Cohort and flavors in line with its nodes. The nodes,
+// pools and agents are read, never changed: they are listed without copies.
 func (c *Controller) Reconcile(ctx context.Context, pool *chamber.GPUPool) (reconcile.Result, error) {
 	var nodes corev1.NodeList
-	if err := c.client.List(ctx, &nodes, client.MatchingLabels(pool.Spec.NodeLabels)); err != nil {
+	if err := c.client.List(ctx, &nodes, client.MatchingLabels(pool.Spec.NodeLabels), client.UnsafeDisableDeepCopy); err != nil {
 		return reconcile.Result{}, fmt.Errorf("list nodes of pool %s: %w", pool.Name, err)
 	}
 	var pools chamber.GPUPoolList
-	if err := c.client.List(ctx, &pools); err != nil {
+	if err := c.client.List(ctx, &pools, client.UnsafeDisableDeepCopy); err != nil {
 		return reconcile.Result{}, fmt.Errorf("list GPUPools: %w", err)
 	}
 	var agents chamber.GPUNodeList
-	if err := c.client.List(ctx, &agents); err != nil {
+	if err := c.client.List(ctx, &agents, client.UnsafeDisableDeepCopy); err != nil {
 		return reconcile.Result{}, fmt.Errorf("list GPUNodes: %w", err)
 	}
 	unhealthy := map[string]int64{}

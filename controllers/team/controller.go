@@ -6,24 +6,28 @@ package team
 import (
 	"context"
 	"fmt"
-	admissionv1 "k8s.io/api/admissionregistration/v1"
 	"maps"
 	"slices"
 	"sort"
 	"strings"
 	"time"
 
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
@@ -43,12 +47,22 @@ type Options struct {
 	// grace where neither the team nor its pool says.
 	PodGracePeriods bool
 	EvictionGrace   time.Duration
+	// UsageRefresh is how often, at most, a ClusterQueue's usage changes reconcile
+	// its team (DefaultUsageRefresh when 0).
+	UsageRefresh time.Duration
 	// Clock is the time source (a fake one in tests).
 	Clock clock.Clock
 }
 
 // DefaultAccountingInterval is the default of Options.AccountingInterval.
 const DefaultAccountingInterval = 30 * time.Second
+
+// DefaultUsageRefresh is the default of Options.UsageRefresh. Kueue writes a
+// ClusterQueue's status on every admission and every finish, hundreds of times a
+// second on a busy cluster; the team's status (its usage, for kubectl get teams) and
+// its spend need not follow each write, and reconciling on each cost a Team status
+// write apiece (make bench-scale).
+const DefaultUsageRefresh = 5 * time.Second
 
 // Controller reconciles Teams.
 type Controller struct {
@@ -62,6 +76,9 @@ func Register(mgr ctrl.Manager, opts Options) error {
 	if opts.AccountingInterval <= 0 {
 		opts.AccountingInterval = DefaultAccountingInterval
 	}
+	if opts.UsageRefresh <= 0 {
+		opts.UsageRefresh = DefaultUsageRefresh
+	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
@@ -69,12 +86,32 @@ func Register(mgr ctrl.Manager, opts Options) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("team").
 		For(&chamber.Team{}).
-		Owns(&kueue.ClusterQueue{}).
+		// A ClusterQueue's spec changed by someone else is put back at once; its
+		// status is the usage, below.
+		Owns(&kueue.ClusterQueue{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Owns(&kueue.LocalQueue{}).
 		Owns(&admissionv1.MutatingAdmissionPolicy{}).
 		Watches(&chamber.GPUPool{}, handler.EnqueueRequestsFromMapFunc(c.teamsOfPool)).
-		// A Team's ClusterQueue status (usage) drives its spend, adopted ones too.
-		Watches(&kueue.ClusterQueue{}, handler.EnqueueRequestsFromMapFunc(c.teamsOfClusterQueue)).
+		// A Team's ClusterQueue status (usage) drives its spend, adopted ones too: a
+		// change reconciles the team UsageRefresh later, and the changes meanwhile
+		// with it (the workqueue keeps one wait per team).
+		Watches(&kueue.ClusterQueue{}, handler.Funcs{
+			CreateFunc: func(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+				for _, r := range c.teamsOfClusterQueue(ctx, e.Object) {
+					q.Add(r)
+				}
+			},
+			UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+				for _, r := range c.teamsOfClusterQueue(ctx, e.ObjectNew) {
+					q.AddAfter(r, c.opts.UsageRefresh)
+				}
+			},
+			DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+				for _, r := range c.teamsOfClusterQueue(ctx, e.Object) {
+					q.Add(r)
+				}
+			},
+		}).
 		Complete(reconcile.AsReconciler(mgr.GetClient(), c))
 }
 

@@ -33,6 +33,11 @@ const (
 	// IndexNodeHostname: nodes by their kubernetes.io/hostname label, the level
 	// topology assignments name them by.
 	IndexNodeHostname = "chamber.node.hostname"
+	// IndexWorkloadPending: workloads waiting in their queue (Pending), under
+	// PendingValue; the others are not in the index. Who waits is asked on every
+	// idle workload's reconcile, and most of a busy cluster's workloads do not.
+	IndexWorkloadPending = "chamber.workload.pending"
+	PendingValue         = "true"
 )
 
 // SetupIndexes registers the indexes with the manager's field indexer.
@@ -51,6 +56,26 @@ func SetupIndexes(ctx context.Context, idx client.FieldIndexer) error {
 	}
 	if err := idx.IndexField(ctx, &corev1.Node{}, IndexNodeHostname, NodeHostname); err != nil {
 		return fmt.Errorf("index nodes by hostname: %w", err)
+	}
+	if err := idx.IndexField(ctx, &kueue.Workload{}, IndexWorkloadPending, PendingKeys); err != nil {
+		return fmt.Errorf("index workloads waiting in their queue: %w", err)
+	}
+	return nil
+}
+
+// Pending: the workload waits in its queue: active, not being deleted, without a
+// quota reservation and not finished.
+func Pending(wl *kueue.Workload) bool {
+	conds := wl.Status.Conditions
+	return wl.DeletionTimestamp == nil && (wl.Spec.Active == nil || *wl.Spec.Active) &&
+		!apimeta.IsStatusConditionTrue(conds, kueue.WorkloadQuotaReserved) &&
+		!apimeta.IsStatusConditionTrue(conds, kueue.WorkloadFinished)
+}
+
+// PendingKeys are IndexWorkloadPending's keys: PendingValue for a Pending workload.
+func PendingKeys(obj client.Object) []string {
+	if Pending(obj.(*kueue.Workload)) {
+		return []string{PendingValue}
 	}
 	return nil
 }

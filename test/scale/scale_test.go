@@ -615,7 +615,8 @@ func (r report) markdown() string {
 	fmt.Fprintf(&w, "| parameter | value |\n| --- | --- |\n")
 	fmt.Fprintf(&w, "| fleet | %d kwok nodes x %d GPUs (%d GPUs) in one GPUPool; a GPUNode per node written every %s, as its agent would |\n", s.nodes, gpusPerNode, s.nodes*gpusPerNode, heartbeat)
 	fmt.Fprintf(&w, "| teams | %d Teams of %d GPUs each, one Cohort |\n", teams, s.nodes*gpusPerNode/teams)
-	fmt.Fprintf(&w, "| load | %d workloads without pods (7 in 12 of 1 GPU, 3 of 4, 1 of 8, 1 of 2 pods x 8), %.0f a second (all created in %s), each finished 30 to 90 s after admission |\n", s.workloads, s.rate, r.created.Round(time.Second))
+	fmt.Fprintf(&w, "| load | %d workloads without pods (7 in 12 of 1 GPU, 3 of 4, 1 of 8, 1 of 2 pods x 8), one after another at up to %.0f a second: all created in %s (%.1f a second; each create waits for the API server's answer), each finished 30 to 90 s after admission |\n",
+		s.workloads, s.rate, r.created.Round(time.Second), float64(s.workloads)/r.created.Seconds())
 	fmt.Fprintf(&w, "| faults | an XID 79 on one GPU of a different node every %s from the start of the load, %d in all |\n", s.faultEvery, s.faults)
 	fmt.Fprintf(&w, "| Chamber | the chamber-controller binary, every controller on, admission check %s |\n\n", map[bool]string{true: "on (`--admission-check`)", false: "off (the default)"}[s.check])
 
