@@ -85,7 +85,9 @@ func Register(mgr ctrl.Manager, opts Options) error {
 	c := &Controller{client: mgr.GetClient(), recorder: mgr.GetEventRecorder("chamber-team"), opts: opts}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("team").
-		For(&chamber.Team{}).
+		// The team's spec; its status is this controller's own (each write would
+		// reconcile it again, and read a usage Kueue changed meanwhile).
+		For(&chamber.Team{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		// A ClusterQueue's spec changed by someone else is put back at once; its
 		// status is the usage, below.
 		Owns(&kueue.ClusterQueue{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
