@@ -91,9 +91,18 @@ func Register(mgr ctrl.Manager, opts Options) error {
 		// A ClusterQueue's spec changed by someone else is put back at once; its
 		// status is the usage, below.
 		Owns(&kueue.ClusterQueue{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Owns(&kueue.LocalQueue{}).
+		// Kueue writes a LocalQueue's status on every admission too; only its spec is
+		// the team's.
+		Owns(&kueue.LocalQueue{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Owns(&admissionv1.MutatingAdmissionPolicy{}).
-		Watches(&chamber.GPUPool{}, handler.EnqueueRequestsFromMapFunc(c.teamsOfPool)).
+		// The team reads its pool's spec and the models on the pool's nodes, not the
+		// pool's GPU counts, which change with every node cordoned, tainted or back.
+		Watches(&chamber.GPUPool{}, handler.EnqueueRequestsFromMapFunc(c.teamsOfPool), builder.WithPredicates(predicate.Funcs{
+			UpdateFunc: func(e event.UpdateEvent) bool {
+				before, after := e.ObjectOld.(*chamber.GPUPool), e.ObjectNew.(*chamber.GPUPool)
+				return before.Generation != after.Generation || !slices.Equal(poolModels(before), poolModels(after))
+			},
+		})).
 		// A Team's ClusterQueue status (usage) drives its spend, adopted ones too: a
 		// change reconciles the team UsageRefresh later, and the changes meanwhile
 		// with it (the workqueue keeps one wait per team).
@@ -115,6 +124,15 @@ func Register(mgr ctrl.Manager, opts Options) error {
 			},
 		}).
 		Complete(reconcile.AsReconciler(mgr.GetClient(), c))
+}
+
+// poolModels are the models of the pool's nodes, the flavors of its teams' queues.
+func poolModels(pool *chamber.GPUPool) []string {
+	out := make([]string, 0, len(pool.Status.Models))
+	for _, m := range pool.Status.Models {
+		out = append(out, m.Model)
+	}
+	return out
 }
 
 func (c *Controller) teamsOfPool(ctx context.Context, obj client.Object) []reconcile.Request {
@@ -228,10 +246,7 @@ func (c *Controller) reconcileQueues(ctx context.Context, team *chamber.Team, po
 		return &cq, nil
 	}
 
-	models := make([]string, 0, len(pool.Status.Models))
-	for _, m := range pool.Status.Models {
-		models = append(models, m.Model)
-	}
+	models := poolModels(pool)
 	hold := exceeded && team.Spec.Budget != nil && team.Spec.Budget.OnExceeded == chamber.BudgetHold
 	want, err := chamberkueue.ClusterQueue(team, pool, models, chamberkueue.ClusterQueueOptions{
 		StopBorrowing: exceeded, Hold: hold, AdmissionChecks: c.opts.AdmissionChecks,
