@@ -488,12 +488,12 @@ func (c *controller) usage() (rssMiB float64, cpu time.Duration, err error) {
 
 // sample is one row of the table over time.
 type sample struct {
-	at                  time.Duration
-	admitted, finished  int
-	rssMiB, heapMiB     float64
-	cpuCores            float64
-	scrape              time.Duration
-	scrapeBytes, series int
+	at                 time.Duration
+	admitted, finished int
+	rssMiB, heapMiB    float64
+	cpuCores           float64
+	scrape             time.Duration
+	series             int
 }
 
 type sampler struct {
