@@ -255,8 +255,6 @@ func (q queueIndex) firstWaiting(self types.UID, own kueue.ClusterQueueReference
 	return found
 }
 
-// pending: waiting for quota, and allowed to get it.
-
 // withoutQuotaSince is when the workload last lost its quota reservation (or was
 // refused one), or its creation if Kueue has not said yet.
 func withoutQuotaSince(wl *kueue.Workload) time.Time {

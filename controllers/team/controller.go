@@ -108,22 +108,24 @@ func Register(mgr ctrl.Manager, opts Options) error {
 		// with it (the workqueue keeps one wait per team).
 		Watches(&kueue.ClusterQueue{}, handler.Funcs{
 			CreateFunc: func(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-				for _, r := range c.teamsOfClusterQueue(ctx, e.Object) {
-					q.Add(r)
-				}
+				c.enqueueTeamsOf(ctx, e.Object, q, 0)
 			},
 			UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-				for _, r := range c.teamsOfClusterQueue(ctx, e.ObjectNew) {
-					q.AddAfter(r, c.opts.UsageRefresh)
-				}
+				c.enqueueTeamsOf(ctx, e.ObjectNew, q, c.opts.UsageRefresh)
 			},
 			DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-				for _, r := range c.teamsOfClusterQueue(ctx, e.Object) {
-					q.Add(r)
-				}
+				c.enqueueTeamsOf(ctx, e.Object, q, 0)
 			},
 		}).
 		Complete(reconcile.AsReconciler(mgr.GetClient(), c))
+}
+
+// enqueueTeamsOf queues the teams of the ClusterQueue, after the delay (the
+// workqueue keeps the earliest of the waits for one team).
+func (c *Controller) enqueueTeamsOf(ctx context.Context, cq client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request], after time.Duration) {
+	for _, r := range c.teamsOfClusterQueue(ctx, cq) {
+		q.AddAfter(r, after)
+	}
 }
 
 // poolModels are the models of the pool's nodes, the flavors of its teams' queues.
