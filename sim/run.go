@@ -374,6 +374,8 @@ func startChamber(ctx context.Context, cp *controlplane.ControlPlane, sc *Scenar
 	cfg.AdmissionCheck = sc.AdmissionCheck
 	// Fault isolation's drain of a node that needs a reboot, in simulated time.
 	cfg.Isolation.DrainTimeout = max(simToWall(isolation.DefaultDrainTimeout, sc.Speedup), time.Second)
+	// Kueue's time to replace a tainted node itself, floored at what it takes here.
+	cfg.Isolation.KueueReplaces = max(simToWall(isolation.DefaultKueueReplaces, sc.Speedup), time.Second)
 	if name, err := controllers.Setup(mgr, cfg); err != nil {
 		return fmt.Errorf("set up Chamber's controller %s: %w (a second Chamber run in one process registers its metrics twice)", name, err)
 	}

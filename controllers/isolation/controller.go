@@ -95,6 +95,7 @@ const (
 	DefaultBreakerWindow      = 5 * time.Minute
 	DefaultRecoveryReports    = 3
 	DefaultDrainTimeout       = 30 * time.Minute
+	DefaultKueueReplaces      = 10 * time.Second
 )
 
 // Options configures fault isolation; the pool's IsolationPolicy says the rest.
@@ -114,6 +115,13 @@ type Options struct {
 	// with their team's grace, so that the node can be rebooted for its repair with
 	// nothing lost. 0 means DefaultDrainTimeout (30 minutes); negative: never.
 	DrainTimeout time.Duration
+	// KueueReplaces is how long a workload whose pod died on a node isolated at node
+	// level is left to Kueue before Chamber evicts it: Kueue's topology-aware
+	// scheduling sees the node's taint and replaces the node itself
+	// (TASReplaceNodeOnNodeTaints, on by default since Kueue v0.17), keeping the
+	// workload's quota; an eviction of Chamber's at the same time would race it.
+	// 0 means DefaultKueueReplaces (10 s); negative: no wait.
+	KueueReplaces time.Duration
 	// HoldNamespace is where GPU-level isolation's hold pods live. Default kube-system.
 	HoldNamespace string
 	// Clock is the time source; the real clock when nil.
@@ -125,7 +133,7 @@ type Options struct {
 
 // DefaultOptions are the options unless flags say otherwise.
 func DefaultOptions() Options {
-	return Options{RateLimit: DefaultRateLimit, RateBurst: DefaultRateBurst, DrainTimeout: DefaultDrainTimeout}
+	return Options{RateLimit: DefaultRateLimit, RateBurst: DefaultRateBurst, DrainTimeout: DefaultDrainTimeout, KueueReplaces: DefaultKueueReplaces}
 }
 
 func (o Options) withDefaults() Options {
@@ -138,6 +146,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.DrainTimeout == 0 {
 		o.DrainTimeout = d.DrainTimeout
+	}
+	if o.KueueReplaces == 0 {
+		o.KueueReplaces = d.KueueReplaces
 	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}

@@ -705,7 +705,18 @@ func TestPodLostWithTheGPU(t *testing.T) {
 			if err := e.client.Status().Update(context.Background(), &later); err != nil {
 				t.Fatal(err)
 			}
-			e.reconcile("n1")
+			after := e.reconcile("n1")
+			if level == chamber.IsolateNode {
+				// A tainted node: Kueue gets its time to replace the node itself first.
+				if diff := cmp.Diff(map[string]bool{"lost": false, "healthy": false, "later": false}, e.evicted("lost", "healthy", "later")); diff != "" {
+					t.Errorf("evicted before Kueue's time to replace the node (-want +got):\n%s", diff)
+				}
+				if after <= 0 || after > DefaultKueueReplaces {
+					t.Errorf("requeued after %s, want within %s: when Kueue's time is up", after, DefaultKueueReplaces)
+				}
+				e.clock.Step(DefaultKueueReplaces)
+				e.reconcile("n1")
+			}
 			if diff := cmp.Diff(map[string]bool{"lost": true, "healthy": false, "later": false}, e.evicted("lost", "healthy", "later")); diff != "" {
 				t.Errorf("evicted (-want +got):\n%s", diff)
 			}

@@ -60,6 +60,13 @@ func (c *Controller) evict(ctx context.Context, node *corev1.Node, pool *chamber
 		if err != nil {
 			return reconcile.Result{}, err
 		}
+		if wait := isolatedAt.Add(c.opts.KueueReplaces).Sub(now); rec.Level == chamber.IsolateNode && len(lost) > 0 && wait > 0 {
+			// The node's taint is Kueue's cue to replace it for these (Options.KueueReplaces).
+			lost = nil
+			if res.RequeueAfter <= 0 || wait < res.RequeueAfter {
+				res.RequeueAfter = wait
+			}
+		}
 		for _, wl := range lost {
 			if !slices.ContainsFunc(wls, func(have *kueue.Workload) bool { return have.UID == wl.UID }) {
 				wls = append(wls, wl)
@@ -203,9 +210,11 @@ func (c *Controller) workloadsOn(ctx context.Context, node *corev1.Node, bound m
 
 // lostHere are the workloads topology-aware scheduling placed on the node before its
 // isolation that have no live pod bound to it any more: their pod there died with the
-// failing GPU. Kueue keeps such a workload placed on the node, so its Job's new pod
-// would wait there for GPUs that stay out until the repair; evicted at once (nothing
-// of it runs to checkpoint), it is placed again on healthy GPUs. A workload Kueue
+// failing GPU. Kueue keeps such a workload placed on an untainted node (GPU-level
+// isolation), so its Job's new pod would wait there for GPUs that stay out until the
+// repair; evicted at once (nothing of it runs to checkpoint), it is placed again on
+// healthy GPUs. A node isolated at node level is tainted, which Kueue answers by
+// replacing the node itself: evict waits Options.KueueReplaces for that. A workload Kueue
 // placed on the node after its isolation is left alone: it was given GPUs the node
 // still offers, and its pods have yet to land. A pod that succeeded there counts as
 // live: its work is done.
