@@ -63,6 +63,9 @@ type JobRecord struct {
 	completing, checkpointed bool
 	// idle is whether its GPUs were last set idle (a hang, an idle spell).
 	idle bool
+	// reserved: its Workload holds quota (Kueue reserved it; neither finished nor
+	// evicted), so Kueue counts its GPUs as taken whether or not its pods run.
+	reserved bool
 
 	// An interactive session paused by Chamber's idle reclaim (for a waiter, or at
 	// the interactive idle time limit): Pauses counts them; Ended is set when its
@@ -250,6 +253,9 @@ func (r *recorder) workload(o any) {
 	if job == nil {
 		return
 	}
+	job.reserved = apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadQuotaReserved) &&
+		!apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadFinished) &&
+		!apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadEvicted)
 	switch {
 	case requested && job.noticed.IsZero() && job.Running > 0:
 		job.noticed, job.noticeReason = now, e.Reason
@@ -591,6 +597,10 @@ type Sample struct {
 	// FreeWhileFits counts the free GPUs (no pod, no unrepaired fault) while a queued
 	// job fits on them (see fits); 0 when none does.
 	FreeWhileFits int
+	// FreeReserved is the part of FreeWhileFits that Kueue held for admitted jobs
+	// whose pods were not running (being created or ungated, or finished with their
+	// Workload not yet): the control plane's latency, multiplied by the speed-up.
+	FreeReserved int
 	// IdleByKind splits Idle by the job kind holding the GPUs.
 	IdleByKind map[Kind]float64
 }
@@ -633,7 +643,7 @@ func (r *recorder) sample(idleBelow uint32) Sample {
 		free = append(free, f)
 		totalFree += f
 	}
-	fitting := false
+	fitting, reserved := false, 0
 	for _, j := range r.jobs {
 		if j.Submitted.IsZero() || !j.Finished.IsZero() {
 			continue
@@ -645,6 +655,9 @@ func (r *recorder) sample(idleBelow uint32) Sample {
 			continue
 		}
 		s.TeamDemand[j.Job.Team] += j.Job.GPUs
+		if j.reserved && j.Running < j.Pods {
+			reserved += (j.Pods - j.Running) * (j.Job.GPUs / j.Pods)
+		}
 		if j.Running > 0 {
 			s.Running++
 			continue
@@ -657,6 +670,7 @@ func (r *recorder) sample(idleBelow uint32) Sample {
 	}
 	if fitting {
 		s.FreeWhileFits = totalFree
+		s.FreeReserved = min(totalFree, reserved)
 	}
 	return s
 }

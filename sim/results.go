@@ -58,6 +58,9 @@ type Result struct {
 	// FreeWhileFits is the share of all GPU-time left free while a queued job fit on
 	// the free GPUs (Sample.FreeWhileFits): capacity no policy needed to leave idle.
 	FreeWhileFits float64
+	// FreeReserved is the part of FreeWhileFits Kueue held for admitted jobs whose
+	// pods were not running (Sample.FreeReserved).
+	FreeReserved float64
 	// IdlePauses counts interactive sessions paused by Chamber's idle reclaim (for a
 	// waiter or at the interactive idle time limit); SessionsEnded those whose users
 	// ended them while paused (their span over); ResumeWaits how long, in hours,
@@ -143,7 +146,7 @@ func Analyze(sc *Scenario, rec *Recording) Result {
 		weights[i] = float64(quotas[t])
 	}
 	gpus := float64(sc.GPUs())
-	var total, used, alloc, waitT, waitAlloc, jainT, jainSum, freeFits float64
+	var total, used, alloc, waitT, waitAlloc, jainT, jainSum, freeFits, freeReserved float64
 	allocByTeam, fairByTeam := map[string]float64{}, map[string]float64{}
 	for i, s := range rec.Samples {
 		next := end
@@ -159,6 +162,7 @@ func Analyze(sc *Scenario, rec *Recording) Result {
 			res.IdleByKind[k] += n * dt
 		}
 		freeFits += float64(s.FreeWhileFits) * dt
+		freeReserved += float64(s.FreeReserved) * dt
 		if s.Queued == 0 {
 			continue
 		}
@@ -186,6 +190,7 @@ func Analyze(sc *Scenario, rec *Recording) Result {
 	}
 	res.UsefulUtil = ratio(used, gpus*total)
 	res.FreeWhileFits = ratio(freeFits, gpus*total)
+	res.FreeReserved = ratio(freeReserved, gpus*total)
 	res.MeanAlloc = ratio(alloc, gpus*total)
 	res.AllocWhileWaiting = ratio(waitAlloc, gpus*waitT)
 	res.Jain = ratio(jainSum, jainT)

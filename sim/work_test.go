@@ -351,6 +351,27 @@ func TestSampleLeavesPausedSessionsOut(t *testing.T) {
 	}
 }
 
+// Free GPUs while a job waits that Kueue holds for an admitted job whose pods do not
+// run yet are the control plane's latency, told apart from the rest.
+func TestSampleTellsReservedFromFree(t *testing.T) {
+	waiting := &JobRecord{Job: &Job{Name: "w", Team: "team-a", GPUs: 1}, Pods: 1, Submitted: time.Now().Add(-time.Minute)}
+	admitted := &JobRecord{Job: &Job{Name: "a", Team: "team-b", GPUs: 16}, Pods: 2, Submitted: time.Now().Add(-time.Minute), reserved: true}
+	r := &recorder{nodes: map[string]*simNode{"n1": {name: "n1", slots: make([]gpuSlot, 8)}, "n2": {name: "n2", slots: make([]gpuSlot, 8)}},
+		pods: map[string]*PodRun{}, jobs: map[string]*JobRecord{"team-a/w": waiting, "team-b/a": admitted}}
+	if s := r.sample(5); s.FreeWhileFits != 16 || s.FreeReserved != 16 {
+		t.Errorf("both pods of the admitted job not running: free while fits %d, reserved %d; want 16, 16", s.FreeWhileFits, s.FreeReserved)
+	}
+	admitted.Running = 1
+	r.nodes["n2"].slots = make([]gpuSlot, 0) // its running pod's node, full
+	if s := r.sample(5); s.FreeWhileFits != 8 || s.FreeReserved != 8 {
+		t.Errorf("one pod running: free while fits %d, reserved %d; want 8, 8", s.FreeWhileFits, s.FreeReserved)
+	}
+	admitted.reserved = false
+	if s := r.sample(5); s.FreeWhileFits != 8 || s.FreeReserved != 0 {
+		t.Errorf("no quota held: free while fits %d, reserved %d; want 8, 0", s.FreeWhileFits, s.FreeReserved)
+	}
+}
+
 // A pod that ends while its Job's replacement already runs (the Job controller starts
 // one for a terminating pod): the job loses what the stop costs it, then goes on, on
 // the pod that runs.
