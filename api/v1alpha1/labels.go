@@ -63,6 +63,20 @@ const (
 	AnnotationRoomMoved = "chamber.dev/room-moved"
 )
 
+// Annotations room for big jobs writes on a workload it paused for a waiting one (a
+// lower-tier workload whose ClusterQueue borrows the GPUs, which fits nowhere else).
+const (
+	// AnnotationRoomPausedFor: the waiting workload (namespace/name) it was paused for.
+	AnnotationRoomPausedFor = "chamber.dev/room-paused-for"
+	// AnnotationRoomPausedAt: when (RFC 3339); it is resumed at the latest the room's
+	// settle time later.
+	AnnotationRoomPausedAt = "chamber.dev/room-paused-at"
+	// AnnotationRoomHeld is "true" while Chamber keeps it deactivated (spec.active
+	// false) once Kueue evicted it, so that it does not take back the GPUs and quota
+	// it left before the waiting workload is admitted.
+	AnnotationRoomHeld = "chamber.dev/room-held"
+)
+
 // TaintRoom is the NoSchedule taint room for big jobs puts on a node it is freeing for
 // a waiting workload, while the moved workloads leave: nothing else is placed there
 // meanwhile. Its value is the waiting workload's UID; the node's annotations

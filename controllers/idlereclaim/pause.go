@@ -2,7 +2,6 @@ package idlereclaim
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"time"
@@ -254,15 +253,7 @@ func reclaimMarksRemoved() map[string]any {
 // patch merges annotations (nil values remove) and, when active is set, spec.active
 // into the Workload.
 func (c *Controller) patch(ctx context.Context, wl *kueue.Workload, active *bool, annotations map[string]any) error {
-	body := map[string]any{"metadata": map[string]any{"annotations": annotations}}
-	if active != nil {
-		body["spec"] = map[string]any{"active": *active}
-	}
-	data, err := json.Marshal(body)
-	if err != nil {
-		return err
-	}
-	if err := c.client.Patch(ctx, wl, client.RawPatch(types.MergePatchType, data)); err != nil {
+	if err := chamberkueue.PatchWorkload(ctx, c.client, wl, active, annotations); err != nil {
 		return fmt.Errorf("update idle reclaim state of workload %s/%s: %w", wl.Namespace, wl.Name, err)
 	}
 	return nil

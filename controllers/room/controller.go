@@ -15,7 +15,9 @@ package room
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -106,9 +108,13 @@ func newController(c client.Client, recorder events.EventRecorder, opts Options)
 	return &Controller{client: c, recorder: recorder, opts: opts}
 }
 
-// Reconcile makes room for the workload if it waits for a node long enough.
+// Reconcile makes room for the workload if it waits for a node, or for quota that
+// lower-tier workloads borrow, long enough.
 func (c *Controller) Reconcile(ctx context.Context, wl *kueue.Workload) (reconcile.Result, error) {
-	waitingSince, ok := waitsForNode(wl)
+	if res, done, err := c.reconcilePaused(ctx, wl); done || err != nil {
+		return res, err
+	}
+	waitingSince, quota, ok := waitsForRoom(wl)
 	if !ok {
 		return reconcile.Result{}, nil
 	}
@@ -121,7 +127,7 @@ func (c *Controller) Reconcile(ctx context.Context, wl *kueue.Workload) (reconci
 			return reconcile.Result{RequeueAfter: wait}, nil
 		}
 	}
-	flavors, err := c.flavorsOf(ctx, wl)
+	cq, flavors, err := c.flavorsOf(ctx, wl)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -132,8 +138,23 @@ func (c *Controller) Reconcile(ctx context.Context, wl *kueue.Workload) (reconci
 		if err != nil {
 			return reconcile.Result{}, err
 		}
-		if p, ok := makePlan(want, nodes); ok {
-			if err := c.move(ctx, wl, p, now); err != nil {
+		// Moves first: they cost the moved workloads a restart, not their place. A
+		// workload short of quota gains nothing from them (the moved take it again).
+		p, ok := plan{}, false
+		if quota == 0 {
+			p, ok = makePlan(want, nodes, nil, 0)
+		}
+		paused := false
+		if !ok {
+			pause, err := c.borrowedIn(ctx, cq, flavor.Name)
+			if err != nil {
+				return reconcile.Result{}, err
+			}
+			p, ok = makePlan(want, nodes, pause, quota)
+			paused = ok
+		}
+		if ok {
+			if err := c.move(ctx, wl, p, paused, now); err != nil {
 				return reconcile.Result{}, err
 			}
 			return reconcile.Result{RequeueAfter: c.opts.Settle}, nil
@@ -142,23 +163,66 @@ func (c *Controller) Reconcile(ctx context.Context, wl *kueue.Workload) (reconci
 	return reconcile.Result{RequeueAfter: c.opts.Interval}, nil
 }
 
-// waitsForNode: the workload is active and without quota, and Kueue's last attempt
+// borrowedIn is, for each ClusterQueue of cq's cohort, the GPUs of the flavor it
+// holds beyond its nominal quota (Kueue's status.flavorsReservation); nil outside a
+// cohort.
+func (c *Controller) borrowedIn(ctx context.Context, cq *kueue.ClusterQueue, flavor string) (borrowed, error) {
+	if cq == nil || cq.Spec.CohortName == "" {
+		return nil, nil
+	}
+	var cqs kueue.ClusterQueueList
+	if err := c.client.List(ctx, &cqs, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("list cluster queues: %w", err)
+	}
+	out := borrowed{}
+	for i := range cqs.Items {
+		q := &cqs.Items[i]
+		if q.Spec.CohortName != cq.Spec.CohortName {
+			continue
+		}
+		for _, f := range q.Status.FlavorsReservation {
+			if string(f.Name) != flavor {
+				continue
+			}
+			for _, r := range f.Resources {
+				if r.Name == chamberkueue.ResourceGPU && r.Borrowed.Value() > 0 {
+					out[q.Name] = r.Borrowed.Value()
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// waitsForRoom: the workload is active and without quota, and Kueue's last attempt
 // found quota for it but no node (topology-aware scheduling's "doesn't allow to fit" or
-// "allows to fit only"). It returns since when the workload has been without quota.
-func waitsForNode(wl *kueue.Workload) (time.Time, bool) {
+// "allows to fit only"), or found its GPU quota short and is not preempting for it (its
+// team would borrow, and Kueue's preemption takes nothing to let a workload borrow:
+// quota says how many GPUs short). It returns since when the workload has been without
+// quota.
+func waitsForRoom(wl *kueue.Workload) (since time.Time, quota int64, ok bool) {
 	if wl.DeletionTimestamp != nil || (wl.Spec.Active != nil && !*wl.Spec.Active) {
-		return time.Time{}, false
+		return time.Time{}, 0, false
 	}
 	cond := apimeta.FindStatusCondition(wl.Status.Conditions, kueue.WorkloadQuotaReserved)
 	if cond == nil || cond.Status != metav1.ConditionFalse ||
 		apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadFinished) {
-		return time.Time{}, false
+		return time.Time{}, 0, false
 	}
-	if !strings.Contains(cond.Message, "doesn't allow to fit") && !strings.Contains(cond.Message, "allows to fit only") {
-		return time.Time{}, false
+	if strings.Contains(cond.Message, "doesn't allow to fit") || strings.Contains(cond.Message, "allows to fit only") {
+		return cond.LastTransitionTime.Time, 0, true
 	}
-	return cond.LastTransitionTime.Time, true
+	if m := shortOfQuota.FindStringSubmatch(cond.Message); m != nil && !strings.Contains(cond.Message, "Pending the preemption") {
+		n, err := strconv.ParseInt(m[1], 10, 64)
+		if err == nil && n > 0 {
+			return cond.LastTransitionTime.Time, n, true
+		}
+	}
+	return time.Time{}, 0, false
 }
+
+// shortOfQuota is Kueue's message for a workload whose GPU quota falls short.
+var shortOfQuota = regexp.MustCompile(`insufficient unused quota for ` + regexp.QuoteMeta(string(chamberkueue.ResourceGPU)) + ` in flavor \S+, (\d+) more needed`)
 
 // movedFor are the UIDs of the workloads moved for wl before.
 func movedFor(wl *kueue.Workload) map[types.UID]bool {
@@ -178,20 +242,21 @@ func priority(wl *kueue.Workload) int32 {
 	return *wl.Spec.Priority
 }
 
-// flavorsOf are the GPU flavors of the workload's ClusterQueue that have a topology
-// (Kueue says a workload waits for a node only under topology-aware scheduling).
-func (c *Controller) flavorsOf(ctx context.Context, wl *kueue.Workload) ([]*kueue.ResourceFlavor, error) {
+// flavorsOf is the workload's ClusterQueue and those of its GPU flavors that have a
+// topology (Kueue says a workload waits for a node only under topology-aware
+// scheduling).
+func (c *Controller) flavorsOf(ctx context.Context, wl *kueue.Workload) (*kueue.ClusterQueue, []*kueue.ResourceFlavor, error) {
 	var lq kueue.LocalQueue
 	if err := c.client.Get(ctx, client.ObjectKey{Namespace: wl.Namespace, Name: string(wl.Spec.QueueName)}, &lq); apierrors.IsNotFound(err) {
-		return nil, nil
+		return nil, nil, nil
 	} else if err != nil {
-		return nil, fmt.Errorf("get local queue %s/%s: %w", wl.Namespace, wl.Spec.QueueName, err)
+		return nil, nil, fmt.Errorf("get local queue %s/%s: %w", wl.Namespace, wl.Spec.QueueName, err)
 	}
 	var cq kueue.ClusterQueue
 	if err := c.client.Get(ctx, client.ObjectKey{Name: string(lq.Spec.ClusterQueue)}, &cq); apierrors.IsNotFound(err) {
-		return nil, nil
+		return nil, nil, nil
 	} else if err != nil {
-		return nil, fmt.Errorf("get cluster queue %s: %w", lq.Spec.ClusterQueue, err)
+		return nil, nil, fmt.Errorf("get cluster queue %s: %w", lq.Spec.ClusterQueue, err)
 	}
 	var out []*kueue.ResourceFlavor
 	for _, rg := range cq.Spec.ResourceGroups {
@@ -203,14 +268,14 @@ func (c *Controller) flavorsOf(ctx context.Context, wl *kueue.Workload) ([]*kueu
 			if err := c.client.Get(ctx, client.ObjectKey{Name: string(f.Name)}, &rf); apierrors.IsNotFound(err) {
 				continue
 			} else if err != nil {
-				return nil, fmt.Errorf("get resource flavor %s: %w", f.Name, err)
+				return nil, nil, fmt.Errorf("get resource flavor %s: %w", f.Name, err)
 			}
 			if rf.Spec.TopologyName != nil {
 				out = append(out, &rf)
 			}
 		}
 	}
-	return out, nil
+	return &cq, out, nil
 }
 
 // nodesOf is what the planner needs of the flavor's schedulable nodes: their free GPUs
@@ -270,7 +335,7 @@ func (c *Controller) nodeState(ctx context.Context, n *corev1.Node, below int32,
 			continue
 		}
 		if movable(wl, below, moved) && slices.Equal(chamberkueue.WorkloadNodes(wl), []string{host}) && slices.ContainsFunc(bound, func(g int64) bool { return g > 0 }) {
-			s.movable = append(s.movable, candidate{key: client.ObjectKeyFromObject(wl), uid: wl.UID, pods: bound})
+			s.movable = append(s.movable, candidate{key: client.ObjectKeyFromObject(wl), uid: wl.UID, queue: string(wl.Status.Admission.ClusterQueue), pods: bound})
 		}
 	}
 	return s, nil
@@ -327,8 +392,10 @@ func hostname(n *corev1.Node) string {
 // (TaintRoom: the moved workloads, requeued at once, cannot come back there, and
 // nothing else takes the GPUs they free one by one), then asks for each moved
 // workload's eviction (with its team's grace, to checkpoint): recorded first, so that a
-// failure half-way never moves a workload twice for the same waiter.
-func (c *Controller) move(ctx context.Context, wl *kueue.Workload, p plan, now time.Time) error {
+// failure half-way never moves a workload twice for the same waiter. paused: the moved
+// workloads need not fit elsewhere (GPUs their ClusterQueues borrow): they wait in the
+// queue for GPUs to free.
+func (c *Controller) move(ctx context.Context, wl *kueue.Workload, p plan, paused bool, now time.Time) error {
 	uids := slices.Collect(func(yield func(string) bool) {
 		for uid := range movedFor(wl) {
 			if !yield(string(uid)) {
@@ -364,21 +431,34 @@ func (c *Controller) move(ctx context.Context, wl *kueue.Workload, p plan, now t
 		if target.UID != m.uid {
 			continue
 		}
-		err := chamberkueue.RequestEviction(ctx, c.client, &target, chamberkueue.Eviction{
-			Reason: ReasonRoomForBigJob,
-			Message: fmt.Sprintf("moved off node %s to make room for %s/%s (priority %d), which waits for a node with %d free GPUs; it fits on the GPUs free on other nodes",
-				rooms, wl.Namespace, wl.Name, priority(wl), slices.Max(chamberkueue.WorkloadPodGPUs(wl))),
-			RequestedAt: now,
-		})
+		if paused {
+			if err := chamberkueue.PatchAnnotations(ctx, c.client, &target, map[string]any{
+				chamber.AnnotationRoomPausedFor: wl.Namespace + "/" + wl.Name,
+				chamber.AnnotationRoomPausedAt:  now.UTC().Format(time.RFC3339),
+			}); client.IgnoreNotFound(err) != nil {
+				return fmt.Errorf("mark workload %s paused: %w", m.key, err)
+			}
+		}
+		msg := fmt.Sprintf("moved off node %s to make room for %s/%s (priority %d), which waits for a node with %d free GPUs; it fits on the GPUs free on other nodes",
+			rooms, wl.Namespace, wl.Name, priority(wl), slices.Max(chamberkueue.WorkloadPodGPUs(wl)))
+		if paused {
+			msg = fmt.Sprintf("paused to make room on node %s for %s/%s (priority %d), which waits for %d GPUs; its ClusterQueue %s borrows these GPUs beyond its nominal quota; it stays paused until that workload is admitted (at most %s), then Kueue requeues it",
+				rooms, wl.Namespace, wl.Name, priority(wl), slices.Max(chamberkueue.WorkloadPodGPUs(wl)), m.queue, c.opts.Settle)
+		}
+		err := chamberkueue.RequestEviction(ctx, c.client, &target, chamberkueue.Eviction{Reason: ReasonRoomForBigJob, Message: msg, RequestedAt: now})
 		if err != nil {
 			return err
 		}
 		moves.Inc()
 	}
+	how := "they fit on other nodes' free GPUs"
+	if paused {
+		how = "they wait in their queues: their ClusterQueues borrow these GPUs beyond their nominal quota"
+	}
 	c.recorder.Eventf(wl, nil, corev1.EventTypeNormal, ReasonRoomForBigJob, "MakeRoom",
-		"moving %d lower-tier workload(s) (%s) off node %s so that this workload fits there; they fit on other nodes' free GPUs",
-		len(p.moves), strings.Join(names, ", "), rooms)
+		"moving %d lower-tier workload(s) (%s) off node %s so that this workload fits there; %s",
+		len(p.moves), strings.Join(names, ", "), rooms, how)
 	roomsMade.Inc()
-	log.FromContext(ctx).Info("making room", "workload", client.ObjectKeyFromObject(wl), "nodes", p.rooms, "moving", names)
+	log.FromContext(ctx).Info("making room", "workload", client.ObjectKeyFromObject(wl), "nodes", p.rooms, "moving", names, "paused", paused)
 	return nil
 }

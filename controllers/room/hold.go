@@ -113,8 +113,8 @@ func (h holds) release(ctx context.Context, n *corev1.Node, uid string, now time
 	if string(wl.UID) != uid {
 		return "workload gone", nil
 	}
-	if _, waits := waitsForNode(&wl); !waits {
-		return "workload no longer waits for a node", nil
+	if _, _, waits := waitsForRoom(&wl); !waits {
+		return "workload no longer waits for room", nil
 	}
 	gpus, err := strconv.ParseInt(n.Annotations[chamber.AnnotationRoomGPUs], 10, 64)
 	if err != nil {

@@ -2,6 +2,7 @@ package room
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -14,6 +15,8 @@ import (
 type candidate struct {
 	key types.NamespacedName
 	uid types.UID
+	// queue is the ClusterQueue that admitted it.
+	queue string
 	// pods are the GPUs each of its pods holds on the node.
 	pods []int64
 }
@@ -46,6 +49,31 @@ type plan struct {
 	moves []candidate
 }
 
+// borrowed is, by ClusterQueue of the waiter's cohort, the GPUs of the flavor it
+// holds beyond its nominal quota: what the planner may pause of its workloads, since
+// pausing them takes nothing of the quota its team is guaranteed.
+type borrowed map[string]int64
+
+// covers: the workloads' GPUs are within their ClusterQueues' borrowed GPUs.
+func (b borrowed) covers(cs []candidate) bool {
+	left := maps.Clone(b)
+	for _, c := range cs {
+		left[c.queue] -= c.gpus()
+		if left[c.queue] < 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func gpusOf(cs []candidate) int64 {
+	var n int64
+	for _, c := range cs {
+		n += c.gpus()
+	}
+	return n
+}
+
 // maxCandidates bounds the subsets tried on one node (2^maxCandidates); the largest
 // workloads are kept, since room comes from GPUs.
 const maxCandidates = 10
@@ -54,9 +82,11 @@ const maxCandidates = 10
 // can. Each pod, largest first, goes where there is room already (best fit); else to
 // the node where moving the fewest workloads (then the fewest GPUs) makes room, provided
 // every workload moved so far fits on the other nodes' free GPUs (the nodes rooms are
-// made on left out). ok is false when some pod finds no such node, or when no move is
-// needed (Kueue places the workload itself).
-func makePlan(want []int64, nodes []nodeState) (p plan, ok bool) {
+// made on left out). With pause set, the workloads need not fit elsewhere (they are
+// paused: requeued until GPUs free) but must be within pause, their ClusterQueues'
+// borrowed GPUs, and together free at least quota GPUs of quota. ok is false when some
+// pod finds no such node, or when no move is needed (Kueue places the workload itself).
+func makePlan(want []int64, nodes []nodeState, pause borrowed, quota int64) (p plan, ok bool) {
 	free := chamberkueue.Room{}
 	byName := map[string]*nodeState{}
 	for i := range nodes {
@@ -69,7 +99,7 @@ func makePlan(want []int64, nodes []nodeState) (p plan, ok bool) {
 	moved := map[types.UID]bool{}
 	want = slices.Clone(want)
 	slices.SortFunc(want, func(a, b int64) int { return cmp.Compare(b, a) })
-	for _, k := range want {
+	for i, k := range want {
 		if n := free.BestFit(k); n != "" {
 			free[n] -= k
 			continue
@@ -78,7 +108,7 @@ func makePlan(want []int64, nodes []nodeState) (p plan, ok bool) {
 		for name, f := range free {
 			var cands []candidate
 			for _, c := range byName[name].movable {
-				if !moved[c.uid] {
+				if !moved[c.uid] && (pause == nil || pause[c.queue] >= c.gpus()) {
 					cands = append(cands, c)
 				}
 			}
@@ -90,7 +120,10 @@ func makePlan(want []int64, nodes []nodeState) (p plan, ok bool) {
 		found := false
 		for _, o := range options {
 			moves := append(slices.Clone(p.moves), o.set...)
-			if !fitsElsewhere(free, append(slices.Clone(p.rooms), o.node), moves) {
+			switch {
+			case pause == nil && !fitsElsewhere(free, append(slices.Clone(p.rooms), o.node), moves):
+				continue
+			case pause != nil && (!pause.covers(moves) || (i == len(want)-1 && gpusOf(moves) < quota)):
 				continue
 			}
 			free[o.node] += o.gpus - k

@@ -8,7 +8,12 @@ import (
 )
 
 func job(name string, pods ...int64) candidate {
-	return candidate{key: types.NamespacedName{Namespace: "ns", Name: name}, uid: types.UID(name), pods: pods}
+	return candidate{key: types.NamespacedName{Namespace: "ns", Name: name}, uid: types.UID(name), queue: "batch", pods: pods}
+}
+
+func of(queue string, c candidate) candidate {
+	c.queue = queue
+	return c
 }
 
 func names(cs []candidate) []string {
@@ -24,6 +29,10 @@ func TestMakePlan(t *testing.T) {
 	cases := map[string]struct {
 		want  []int64
 		nodes []nodeState
+		// pause and quota: the plan may pause workloads of these borrowed GPUs, and
+		// must free that much quota.
+		pause borrowed
+		quota int64
 		// rooms and moved are the plan expected; none when no plan is.
 		rooms []string
 		moved []string
@@ -89,6 +98,38 @@ func TestMakePlan(t *testing.T) {
 			},
 			rooms: []string{"a", "b"}, moved: []string{"a-job", "b-job"},
 		},
+		"paused when it fits nowhere else, within what its queue borrows": {
+			want: []int64{8},
+			nodes: []nodeState{
+				{name: "a", free: 2, movable: []candidate{job("a-1", 2), job("a-2", 2), job("a-3", 2)}},
+				{name: "b", free: 0, movable: []candidate{job("b-1", 4), of("team", job("b-2", 4))}},
+			},
+			pause: borrowed{"batch": 6},
+			rooms: []string{"a"}, moved: []string{"a-1", "a-2", "a-3"},
+		},
+		"nothing paused beyond what its queue borrows": {
+			want: []int64{8},
+			nodes: []nodeState{
+				{name: "a", free: 2, movable: []candidate{job("a-1", 2), job("a-2", 2), job("a-3", 2)}},
+			},
+			pause: borrowed{"batch": 5},
+		},
+		"nothing paused of a queue within its nominal quota": {
+			want: []int64{8},
+			nodes: []nodeState{
+				{name: "a", free: 0, movable: []candidate{of("team", job("a-1", 8))}},
+			},
+			pause: borrowed{"batch": 8},
+		},
+		"short of quota: the room must free that much": {
+			want: []int64{8},
+			nodes: []nodeState{
+				{name: "a", free: 6, movable: []candidate{job("a-1", 2)}},
+				{name: "b", free: 4, movable: []candidate{job("b-1", 4)}},
+			},
+			pause: borrowed{"batch": 8}, quota: 3,
+			rooms: []string{"b"}, moved: []string{"b-1"},
+		},
 		"a job of two pods moves only if both pods fit elsewhere": {
 			want: []int64{8},
 			nodes: []nodeState{
@@ -100,7 +141,7 @@ func TestMakePlan(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			p, ok := makePlan(tc.want, tc.nodes)
+			p, ok := makePlan(tc.want, tc.nodes, tc.pause, tc.quota)
 			if tc.moved == nil {
 				if ok {
 					t.Fatalf("plan %v moving %v, want none", p.rooms, names(p.moves))

@@ -85,6 +85,32 @@ func runningOn(g gomega.Gomega, ns, job string) string {
 	return ""
 }
 
+// twoNodes creates a pool of that name and its two 8-GPU nodes, <name>-1 and -2.
+func twoNodes(t *testing.T, name string) {
+	t.Helper()
+	pool := &chamber.GPUPool{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: chamber.GPUPoolSpec{NodeLabels: map[string]string{"chamber.dev/test-pool": name}}}
+	create(t, pool)
+	if err := controlplane.CreateGPUNodes(context.Background(), k8s,
+		controlplane.GPUNode{Name: name + "-1", GPUs: 8, Product: h100, Labels: pool.Spec.NodeLabels},
+		controlplane.GPUNode{Name: name + "-2", GPUs: 8, Product: h100, Labels: pool.Spec.NodeLabels}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// roomNotes are the notes of the RoomForBigJob Events on the waiting workload.
+func roomNotes(g gomega.Gomega, wl *kueue.Workload) string {
+	var events eventsv1.EventList
+	g.Expect(k8s.List(context.Background(), &events, client.InNamespace(wl.Namespace))).To(gomega.Succeed())
+	var notes []string
+	for _, e := range events.Items {
+		if e.Reason == room.ReasonRoomForBigJob && e.Regarding.Name == wl.Name {
+			notes = append(notes, e.Note)
+		}
+	}
+	return strings.Join(notes, "\n")
+}
+
 func evicted(wl *kueue.Workload) bool {
 	return apimeta.FindStatusCondition(wl.Status.Conditions, kueue.WorkloadEvicted) != nil
 }
@@ -100,14 +126,7 @@ func TestRoomForBigJob(t *testing.T) {
 	g.SetDefaultEventuallyTimeout(2 * time.Minute)
 	g.SetDefaultEventuallyPollingInterval(250 * time.Millisecond)
 	ctx := context.Background()
-	pool := &chamber.GPUPool{ObjectMeta: metav1.ObjectMeta{Name: "room"},
-		Spec: chamber.GPUPoolSpec{NodeLabels: map[string]string{"chamber.dev/test-pool": "room"}}}
-	create(t, pool)
-	if err := controlplane.CreateGPUNodes(ctx, k8s,
-		controlplane.GPUNode{Name: "room-1", GPUs: 8, Product: h100, Labels: pool.Spec.NodeLabels},
-		controlplane.GPUNode{Name: "room-2", GPUs: 8, Product: h100, Labels: pool.Spec.NodeLabels}); err != nil {
-		t.Fatal(err)
-	}
+	twoNodes(t, "room")
 	team(t, g, "room-batch", "room", 16)
 	team(t, g, "room-prod", "room", 8)
 
@@ -157,15 +176,57 @@ func TestRoomForBigJob(t *testing.T) {
 		g.Expect(n.Spec.Taints).NotTo(gomega.ContainElement(gomega.HaveField("Key", chamber.TaintRoom)))
 		g.Expect(n.Annotations).NotTo(gomega.HaveKey(chamber.AnnotationRoomFor))
 	}).Should(gomega.Succeed())
+	g.Eventually(func(g gomega.Gomega) { g.Expect(roomNotes(g, train)).To(gomega.ContainSubstring(moved)) }).Should(gomega.Succeed())
+}
+
+// A production job of 8 GPUs waits for quota: its team's 4 GPUs and the idle team's 6
+// are lent to a batch team that fills both nodes with 2-GPU preemptible jobs, 10 GPUs
+// beyond its nominal quota. Kueue's preemption takes nothing to let a workload borrow,
+// and nothing fits elsewhere to be moved. Chamber pauses the four batch jobs of one
+// node (with notice; they are within what the batch team borrows), the production job
+// runs there, the paused jobs wait in their queue, and the other node's are left alone.
+func TestRoomPausesBorrowedWork(t *testing.T) {
+	g := gomega.NewWithT(t)
+	g.SetDefaultEventuallyTimeout(2 * time.Minute)
+	g.SetDefaultEventuallyPollingInterval(250 * time.Millisecond)
+	twoNodes(t, "pause")
+	team(t, g, "pause-batch", "pause", 6)
+	team(t, g, "pause-prod", "pause", 4)
+	team(t, g, "pause-idle", "pause", 6)
+
+	onNode := map[string][]string{}
+	for i := range 8 {
+		name := fmt.Sprintf("batch-%d", i)
+		node := run(t, g, "pause-batch", name, 2, 10*time.Minute, "preemptible")
+		onNode[node] = append(onNode[node], name)
+	}
+	g.Expect(onNode).To(gomega.HaveLen(2))
+
+	create(t, testingjob.MakeJob("train", "pause-prod").Queue("default").Suspend(false).WorkloadPriorityClass("production").
+		RequestAndLimit(chamberkueue.ResourceGPU, "8").
+		PodAnnotation("pod-complete.stage.kwok.x-k8s.io/delay", "10m").Obj())
+	// Kueue's own verdict first: short of quota, no preemption.
 	g.Eventually(func(g gomega.Gomega) {
-		var events eventsv1.EventList
-		g.Expect(k8s.List(ctx, &events, client.InNamespace("room-prod"))).To(gomega.Succeed())
-		var notes []string
-		for _, e := range events.Items {
-			if e.Reason == room.ReasonRoomForBigJob && e.Regarding.Name == train.Name {
-				notes = append(notes, e.Note)
+		wl := controllertest.WorkloadOf(g, k8s, "pause-prod", "train")
+		cond := apimeta.FindStatusCondition(wl.Status.Conditions, kueue.WorkloadQuotaReserved)
+		g.Expect(cond).NotTo(gomega.BeNil())
+		g.Expect(cond.Message).To(gomega.ContainSubstring("insufficient unused quota"))
+		g.Expect(cond.Message).NotTo(gomega.ContainSubstring("Pending the preemption"))
+	}).Should(gomega.Succeed())
+
+	var trainNode string
+	g.Eventually(func(g gomega.Gomega) string { trainNode = runningOn(g, "pause-prod", "train"); return trainNode }).ShouldNot(gomega.BeEmpty())
+	train := controllertest.WorkloadOf(g, k8s, "pause-prod", "train")
+	for node, jobs := range onNode {
+		for _, job := range jobs {
+			wl := controllertest.WorkloadOf(g, k8s, "pause-batch", job)
+			if node == trainNode {
+				g.Expect(train.Annotations[chamber.AnnotationRoomMoved]).To(gomega.ContainSubstring(string(wl.UID)), "paused for the production job: %s", job)
+				g.Expect(apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadQuotaReserved)).To(gomega.BeFalse(), "a paused job runs again: %s", job)
+			} else {
+				g.Expect(evicted(wl)).To(gomega.BeFalse(), "the job on the other node was paused too: %s", job)
 			}
 		}
-		g.Expect(strings.Join(notes, "\n")).To(gomega.ContainSubstring(moved))
-	}).Should(gomega.Succeed())
+	}
+	g.Eventually(func(g gomega.Gomega) { g.Expect(roomNotes(g, train)).To(gomega.ContainSubstring("borrow")) }).Should(gomega.Succeed())
 }

@@ -96,6 +96,21 @@ func RequestEviction(ctx context.Context, c client.Client, wl *kueue.Workload, e
 	return nil
 }
 
+// PatchWorkload sets (a string) or removes (nil) annotations of the workload and, when
+// active is set, its spec.active, in one merge patch: how Chamber pauses a workload
+// (deactivated, Kueue neither queues nor admits it, its job kept) and resumes it.
+func PatchWorkload(ctx context.Context, c client.Client, wl *kueue.Workload, active *bool, annotations map[string]any) error {
+	body := map[string]any{"metadata": map[string]any{"annotations": annotations}}
+	if active != nil {
+		body["spec"] = map[string]any{"active": *active}
+	}
+	patch, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	return c.Patch(ctx, wl, client.RawPatch(types.MergePatchType, patch))
+}
+
 // PatchAnnotations sets (a string) or removes (nil) annotations of obj in one merge
 // patch, leaving the others and the rest of the object alone.
 func PatchAnnotations(ctx context.Context, c client.Client, obj client.Object, annotations map[string]any) error {
