@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -31,6 +32,14 @@ import (
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
+
+// CountsSettle is how long after a change of a node or an agent's report the pools
+// count their GPUs again; the changes meanwhile are counted with it (the workqueue
+// keeps one wait per pool). Each count reads every node of the pool, and on a large
+// fleet some node changes every few seconds: a node lease that flaps, a node
+// isolated or back, an agent that finds a fault. make bench-scale counted 3,483 pool
+// reconciles for 3,000 workloads on 1,000 nodes without it.
+const CountsSettle = 2 * time.Second
 
 // Controller reconciles GPUPools.
 type Controller struct {
@@ -49,16 +58,12 @@ func Register(mgr ctrl.Manager) error {
 		Owns(&kueue.Topology{}).
 		// A node or an agent report can change any pool's models and counts, but most
 		// of their updates (heartbeats, utilization) change neither: skip those, since
-		// each pool reconcile reads every node.
-		Watches(&corev1.Node{}, allPools, builder.WithPredicates(predicate.Funcs{
-			UpdateFunc: func(e event.UpdateEvent) bool {
-				return nodeCounts(e.ObjectOld.(*corev1.Node)) != nodeCounts(e.ObjectNew.(*corev1.Node))
-			},
+		// each pool reconcile reads every node, and count the rest CountsSettle later.
+		Watches(&corev1.Node{}, c.countsLater(func(before, after client.Object) bool {
+			return nodeCounts(before.(*corev1.Node)) != nodeCounts(after.(*corev1.Node))
 		})).
-		Watches(&chamber.GPUNode{}, allPools, builder.WithPredicates(predicate.Funcs{
-			UpdateFunc: func(e event.UpdateEvent) bool {
-				return unhealthyGPUs(e.ObjectOld.(*chamber.GPUNode)) != unhealthyGPUs(e.ObjectNew.(*chamber.GPUNode))
-			},
+		Watches(&chamber.GPUNode{}, c.countsLater(func(before, after client.Object) bool {
+			return unhealthyGPUs(before.(*chamber.GPUNode)) != unhealthyGPUs(after.(*chamber.GPUNode))
 		})).
 		// A team joins or leaves a pool by its spec; its status (spend, written every
 		// accounting interval) changes nothing here.
@@ -71,6 +76,29 @@ func Register(mgr ctrl.Manager) error {
 			},
 		})).
 		Complete(reconcile.AsReconciler(mgr.GetClient(), c))
+}
+
+// countsLater queues every pool CountsSettle after an object is created or deleted,
+// or updated so that changed says the pools' counts may change.
+func (c *Controller) countsLater(changed func(before, after client.Object) bool) handler.Funcs {
+	later := func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		for _, r := range c.allPools(ctx, nil) {
+			q.AddAfter(r, CountsSettle)
+		}
+	}
+	return handler.Funcs{
+		CreateFunc: func(ctx context.Context, _ event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			later(ctx, q)
+		},
+		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			if changed(e.ObjectOld, e.ObjectNew) {
+				later(ctx, q)
+			}
+		},
+		DeleteFunc: func(ctx context.Context, _ event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			later(ctx, q)
+		},
+	}
 }
 
 func (c *Controller) allPools(ctx context.Context, _ client.Object) []reconcile.Request {

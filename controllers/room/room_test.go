@@ -30,12 +30,13 @@ const h100 = "NVIDIA-H100-80GB-HBM3"
 var k8s client.Client
 
 // TestMain runs one control plane (Kueue, kube-scheduler, kwok) and Chamber's
-// controllers in-process: room is made after 2 s of waiting, and the moved
-// workloads' pods get 1 s to checkpoint.
+// controllers in-process: room is made after 2 s of waiting (again after 30 s for a
+// waiter that still waits), and the moved workloads' pods get 1 s to checkpoint.
 func TestMain(m *testing.M) {
 	cfg := controllers.DefaultConfig()
 	cfg.Room.MinWait = 2 * time.Second
 	cfg.Room.Interval = time.Second
+	cfg.Room.Settle = 30 * time.Second
 	cfg.Admission.GracePeriod = time.Second
 	os.Exit(controllertest.Main(m, cfg, &k8s))
 }
@@ -64,13 +65,19 @@ func team(t *testing.T, g *gomega.WithT, name, pool string, gpus int32) {
 // Kueue admits it; it returns the node its pod runs on.
 func run(t *testing.T, g *gomega.WithT, ns, name string, gpus int, d time.Duration, tier string) string {
 	t.Helper()
+	submit(t, ns, name, gpus, d, tier)
+	var node string
+	g.Eventually(func(g gomega.Gomega) string { node = runningOn(g, ns, name); return node }).ShouldNot(gomega.BeEmpty())
+	return node
+}
+
+// submit creates a Job of one pod holding gpus GPUs for d in the tier.
+func submit(t *testing.T, ns, name string, gpus int, d time.Duration, tier string) {
+	t.Helper()
 	create(t, testingjob.MakeJob(name, ns).Queue("default").Suspend(false).WorkloadPriorityClass(tier).
 		RequestAndLimit(chamberkueue.ResourceGPU, fmt.Sprint(gpus)).
 		PodAnnotation("pod-complete.stage.kwok.x-k8s.io/delay", d.String()).
 		PodAnnotation("pod-complete.stage.kwok.x-k8s.io/jitter-delay", d.String()).Obj())
-	var node string
-	g.Eventually(func(g gomega.Gomega) string { node = runningOn(g, ns, name); return node }).ShouldNot(gomega.BeEmpty())
-	return node
 }
 
 // runningOn is the node of the Job's running pod; "" when none runs.
@@ -95,6 +102,29 @@ func twoNodes(t *testing.T, name string) {
 		controlplane.GPUNode{Name: name + "-1", GPUs: 8, Product: h100, Labels: pool.Spec.NodeLabels},
 		controlplane.GPUNode{Name: name + "-2", GPUs: 8, Product: h100, Labels: pool.Spec.NodeLabels}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// dumpOnFailure logs, when the test failed, the state of the Workloads in the
+// namespaces with that prefix and the Events there and on their nodes.
+func dumpOnFailure(t *testing.T, prefix string) {
+	if !t.Failed() {
+		return
+	}
+	ctx := context.Background()
+	var wls kueue.WorkloadList
+	_ = k8s.List(ctx, &wls)
+	for _, wl := range wls.Items {
+		if strings.HasPrefix(wl.Namespace, prefix) {
+			t.Logf("workload %s/%s active=%v annotations=%v conditions=%v", wl.Namespace, wl.Name, wl.Spec.Active, wl.Annotations, wl.Status.Conditions)
+		}
+	}
+	var events eventsv1.EventList
+	_ = k8s.List(ctx, &events)
+	for _, e := range events.Items {
+		if strings.HasPrefix(e.Namespace, prefix) || strings.HasPrefix(e.Regarding.Name, prefix) {
+			t.Logf("event %s %s %s: %s", e.EventTime.Format("15:04:05.000"), e.Regarding.Name, e.Reason, e.Note)
+		}
 	}
 }
 
@@ -194,10 +224,14 @@ func TestRoomPausesBorrowedWork(t *testing.T) {
 	team(t, g, "pause-prod", "pause", 4)
 	team(t, g, "pause-idle", "pause", 6)
 
+	for i := range 8 {
+		submit(t, "pause-batch", fmt.Sprintf("batch-%d", i), 2, 10*time.Minute, "preemptible")
+	}
 	onNode := map[string][]string{}
 	for i := range 8 {
 		name := fmt.Sprintf("batch-%d", i)
-		node := run(t, g, "pause-batch", name, 2, 10*time.Minute, "preemptible")
+		var node string
+		g.Eventually(func(g gomega.Gomega) string { node = runningOn(g, "pause-batch", name); return node }).ShouldNot(gomega.BeEmpty())
 		onNode[node] = append(onNode[node], name)
 	}
 	g.Expect(onNode).To(gomega.HaveLen(2))
@@ -214,6 +248,7 @@ func TestRoomPausesBorrowedWork(t *testing.T) {
 		g.Expect(cond.Message).NotTo(gomega.ContainSubstring("Pending the preemption"))
 	}).Should(gomega.Succeed())
 
+	t.Cleanup(func() { dumpOnFailure(t, "pause-") })
 	var trainNode string
 	g.Eventually(func(g gomega.Gomega) string { trainNode = runningOn(g, "pause-prod", "train"); return trainNode }).ShouldNot(gomega.BeEmpty())
 	train := controllertest.WorkloadOf(g, k8s, "pause-prod", "train")
