@@ -63,8 +63,8 @@ type JobRecord struct {
 	completing, checkpointed bool
 	// idle is whether its GPUs were last set idle (a hang, an idle spell).
 	idle bool
-	// reserved: its Workload holds quota (Kueue reserved it; neither finished nor
-	// evicted), so Kueue counts its GPUs as taken whether or not its pods run.
+	// reserved: its Workload is admitted (neither finished nor evicted), so Kueue
+	// counts its GPUs as taken whether or not its pods run.
 	reserved bool
 
 	// An interactive session paused by Chamber's idle reclaim (for a waiter, or at
@@ -253,9 +253,7 @@ func (r *recorder) workload(o any) {
 	if job == nil {
 		return
 	}
-	job.reserved = apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadQuotaReserved) &&
-		!apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadFinished) &&
-		!apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadEvicted)
+	job.reserved = chamberkueue.HoldsGPUs(wl)
 	switch {
 	case requested && job.noticed.IsZero() && job.Running > 0:
 		job.noticed, job.noticeReason = now, e.Reason

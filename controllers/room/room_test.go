@@ -130,15 +130,34 @@ func dumpOnFailure(t *testing.T, prefix string) {
 
 // roomNotes are the notes of the RoomForBigJob Events on the waiting workload.
 func roomNotes(g gomega.Gomega, wl *kueue.Workload) string {
-	var events eventsv1.EventList
-	g.Expect(k8s.List(context.Background(), &events, client.InNamespace(wl.Namespace))).To(gomega.Succeed())
 	var notes []string
-	for _, e := range events.Items {
-		if e.Reason == room.ReasonRoomForBigJob && e.Regarding.Name == wl.Name {
+	for _, e := range eventsOn(g, wl) {
+		if e.Reason == room.ReasonRoomForBigJob {
 			notes = append(notes, e.Note)
 		}
 	}
 	return strings.Join(notes, "\n")
+}
+
+// eventReasons are the reasons of the Events on the workload.
+func eventReasons(g gomega.Gomega, wl *kueue.Workload) []string {
+	var reasons []string
+	for _, e := range eventsOn(g, wl) {
+		reasons = append(reasons, e.Reason)
+	}
+	return reasons
+}
+
+func eventsOn(g gomega.Gomega, wl *kueue.Workload) []eventsv1.Event {
+	var events eventsv1.EventList
+	g.Expect(k8s.List(context.Background(), &events, client.InNamespace(wl.Namespace))).To(gomega.Succeed())
+	var out []eventsv1.Event
+	for _, e := range events.Items {
+		if e.Regarding.Name == wl.Name {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 func evicted(wl *kueue.Workload) bool {
@@ -264,4 +283,15 @@ func TestRoomPausesBorrowedWork(t *testing.T) {
 		}
 	}
 	g.Eventually(func(g gomega.Gomega) { g.Expect(roomNotes(g, train)).To(gomega.ContainSubstring("borrow")) }).Should(gomega.Succeed())
+	// Once the production job is admitted, the paused jobs resume by themselves: active
+	// again, back in their queue, their pause marks gone.
+	g.Eventually(func(g gomega.Gomega) {
+		for _, job := range onNode[trainNode] {
+			wl := controllertest.WorkloadOf(g, k8s, "pause-batch", job)
+			g.Expect(wl.Spec.Active == nil || *wl.Spec.Active).To(gomega.BeTrue(), "%s still paused", job)
+			g.Expect(wl.Annotations).NotTo(gomega.HaveKey(chamber.AnnotationRoomPausedFor), job)
+			g.Expect(wl.Annotations).NotTo(gomega.HaveKey(chamber.AnnotationRoomHeld), job)
+			g.Expect(eventReasons(g, wl)).To(gomega.ContainElements(room.ReasonPaused, room.ReasonResumed), "%s was held out of its queue, then let go", job)
+		}
+	}).Should(gomega.Succeed())
 }
