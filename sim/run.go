@@ -579,7 +579,7 @@ func injectFaults(ctx context.Context, c client.Client, sc *Scenario, nodes map[
 // after the repair (chamber.AnnotationIsolationClear), given only to a node Chamber isolated.
 func clearIsolation(ctx context.Context, c client.Client, node string) {
 	var n corev1.Node
-	if err := c.Get(ctx, client.ObjectKey{Name: node}, &n); err != nil || n.Annotations[isolation.AnnotationIsolatedAt] == "" {
+	if err := c.Get(ctx, client.ObjectKey{Name: node}, &n); err != nil || n.Annotations[chamber.AnnotationIsolatedAt] == "" {
 		return
 	}
 	patch := client.MergeFrom(n.DeepCopy())

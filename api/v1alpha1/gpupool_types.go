@@ -59,6 +59,22 @@ type GPUPoolSpec struct {
 	// Isolation configures how failing GPUs are isolated.
 	// +optional
 	Isolation *IsolationPolicy `json:"isolation,omitempty"`
+	// QuotasFollowHealth: the quotas Chamber compiles for Kueue follow the pool's
+	// healthy GPUs. When fewer healthy GPUs of a model are left (failed, isolated, or on
+	// cordoned or tainted nodes) than its teams' quotas add up to, the difference is
+	// withheld from the teams' nominal quotas, each giving up its share by the rule of
+	// TeamModelUsage.Withheld, and given back as the GPUs return; Kueue then never
+	// admits against GPUs that are gone, and a team whose quota is guaranteed gets it
+	// by preemption instead of waiting behind GPUs that do not exist. Default true.
+	// +kubebuilder:default=true
+	// +optional
+	QuotasFollowHealth *bool `json:"quotasFollowHealth,omitempty"`
+}
+
+// FollowsHealth reports whether the pool's compiled quotas follow its healthy GPUs
+// (spec.quotasFollowHealth, default true).
+func (p *GPUPool) FollowsHealth() bool {
+	return p.Spec.QuotasFollowHealth == nil || *p.Spec.QuotasFollowHealth
 }
 
 // GPUPrice is the price of one GPU-hour of a model.
@@ -109,8 +125,9 @@ type PoolModel struct {
 	Total int64 `json:"total"`
 	// Allocatable is the GPUs the nodes offer to pods (schedulable nodes only).
 	Allocatable int64 `json:"allocatable"`
-	// Healthy is the allocatable GPUs that the node agent reports healthy, or all of
-	// them on nodes without an agent report.
+	// Healthy is the GPUs of schedulable nodes that have not failed: capacity less
+	// the GPUs the node agent reports unhealthy and those fault isolation holds, at
+	// most the allocatable ones.
 	Healthy int64 `json:"healthy"`
 }
 

@@ -1,5 +1,11 @@
 package v1alpha1
 
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
 // LabelGPUHold marks Chamber's GPU hold pods, which take a node's failing GPUs out of
 // its capacity under GPU-level isolation; its value is the node's name. The
 // isolation controller writes them; the admission check counts their GPUs as taken.
@@ -28,6 +34,65 @@ const (
 	// breaker.
 	AnnotationIsolationBreakerReset = "chamber.dev/isolation-breaker-reset"
 )
+
+// Annotations fault isolation keeps on a node it isolated: its record, which outlives
+// a restart of Chamber and is what an operator reads. The isolation controller alone
+// writes them; an operator ends an isolation with AnnotationIsolationClear.
+const (
+	// AnnotationIsolatedAt (RFC 3339) marks a node Chamber isolated, and when.
+	AnnotationIsolatedAt = "chamber.dev/isolated-at"
+	// AnnotationIsolationReason names the fault, e.g. "XID79 on GPU 3".
+	AnnotationIsolationReason = "chamber.dev/isolation-reason"
+	// AnnotationIsolationPersistent is "true" for a hardware fault, which only an
+	// operator clears; "false" for a transient one, which clears after healthy reports.
+	AnnotationIsolationPersistent = "chamber.dev/isolation-persistent"
+	// AnnotationIsolationLevel is the isolation level applied: Node or GPU (never Auto).
+	AnnotationIsolationLevel = "chamber.dev/isolation-level"
+	// AnnotationIsolatedGPUs lists the failing GPUs' indices, e.g. "3,5"
+	// (ParseGPUIndices reads it).
+	AnnotationIsolatedGPUs = "chamber.dev/isolated-gpus"
+	// AnnotationIsolationTainted and AnnotationIsolationCordoned say that Chamber added
+	// the taint and set spec.unschedulable: only then does it take them off again, so
+	// a node an operator cordoned stays cordoned.
+	AnnotationIsolationTainted  = "chamber.dev/isolation-tainted"
+	AnnotationIsolationCordoned = "chamber.dev/isolation-cordoned"
+	// AnnotationIsolationHealthyReports counts the agent's healthy reports since the
+	// fault cleared: "N@<heartbeat time>".
+	AnnotationIsolationHealthyReports = "chamber.dev/isolation-healthy-reports"
+	// AnnotationIsolationClearedAt (RFC 3339, nanoseconds) is when Chamber last ended an
+	// isolation on an operator's clear. A report Chamber heard before then is the one
+	// the operator cleared, not a new fault: only a report the agent writes after it
+	// can isolate the node again.
+	AnnotationIsolationClearedAt = "chamber.dev/isolation-cleared-at"
+)
+
+// ParseGPUIndices reads a list of GPU indices such as AnnotationIsolatedGPUs holds,
+// "3,5"; empty is none.
+func ParseGPUIndices(s string) ([]int, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		i, err := strconv.Atoi(f)
+		if err != nil || i < 0 {
+			return nil, fmt.Errorf("%q is not a list of GPU indices, e.g. 3,5", s)
+		}
+		out = append(out, i)
+	}
+	return out, nil
+}
+
+// IsolatedGPUs are the indices of the GPUs fault isolation holds on a node at GPU
+// level (its record, in annotations); none when the node is not isolated, is isolated
+// whole (then it is tainted), or the list cannot be read.
+func IsolatedGPUs(annotations map[string]string) []int {
+	if annotations[AnnotationIsolatedAt] == "" || IsolationLevel(annotations[AnnotationIsolationLevel]) != IsolateGPU {
+		return nil
+	}
+	gpus, _ := ParseGPUIndices(annotations[AnnotationIsolatedGPUs])
+	return gpus
+}
 
 // Annotations of Chamber's eviction protocol. Chamber's controllers (and anyone, by
 // hand) ask for an eviction by annotating the Workload (integrations/kueue's

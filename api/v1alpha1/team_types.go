@@ -201,6 +201,14 @@ type TeamModelUsage struct {
 	Flavor string `json:"flavor"`
 	// Quota is the nominal quota.
 	Quota int64 `json:"quota"`
+	// Withheld is the part of Quota not given to Kueue because the pool has fewer
+	// healthy GPUs of the model than its teams' quotas add up to (the pool's
+	// quotasFollowHealth). The shortfall is shared in proportion to the quotas, each
+	// team giving up the whole GPUs of its share; the GPUs left over by rounding come
+	// from the teams with the most quota (then by name), so a small team keeps its
+	// guarantee longest. Kueue's nominal quota is Quota minus Withheld.
+	// +optional
+	Withheld int64 `json:"withheld,omitempty"`
 	// InUse is the GPUs admitted workloads hold.
 	InUse int64 `json:"inUse"`
 	// Borrowed is the part of InUse above the quota.

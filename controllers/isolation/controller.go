@@ -50,31 +50,6 @@ const (
 	// ConditionIsolationHalted is the GPUPool condition of the circuit breaker: True
 	// while Chamber isolates nothing more in the pool.
 	ConditionIsolationHalted = "IsolationHalted"
-
-	// AnnotationIsolatedAt (RFC 3339) marks a node Chamber isolated, and when.
-	AnnotationIsolatedAt = "chamber.dev/isolated-at"
-	// AnnotationReason names the fault, e.g. "XID79 on GPU 3".
-	AnnotationReason = "chamber.dev/isolation-reason"
-	// AnnotationPersistent is "true" for a hardware fault, which only an operator
-	// clears; "false" for a transient one, which clears after healthy reports.
-	AnnotationPersistent = "chamber.dev/isolation-persistent"
-	// AnnotationLevel is the isolation level applied: Node or GPU (never Auto).
-	AnnotationLevel = "chamber.dev/isolation-level"
-	// AnnotationGPUs lists the failing GPUs' indices, e.g. "3,5".
-	AnnotationGPUs = "chamber.dev/isolated-gpus"
-	// AnnotationTainted and AnnotationCordoned say that Chamber added the taint and
-	// set spec.unschedulable: only then does it take them off again, so a node an
-	// operator cordoned stays cordoned.
-	AnnotationTainted  = "chamber.dev/isolation-tainted"
-	AnnotationCordoned = "chamber.dev/isolation-cordoned"
-	// AnnotationHealthyReports counts the agent's healthy reports since the fault
-	// cleared: "N@<heartbeat time>".
-	AnnotationHealthyReports = "chamber.dev/isolation-healthy-reports"
-	// AnnotationClearedAt (RFC 3339, nanoseconds) is when Chamber last ended an
-	// isolation on an operator's clear. A report Chamber heard before then is the one
-	// the operator cleared, not a new fault: only a report the agent writes after it
-	// can isolate the node again.
-	AnnotationClearedAt = "chamber.dev/isolation-cleared-at"
 )
 
 // Node condition reasons besides the fault's own.
@@ -542,7 +517,7 @@ func (c *Controller) release(ctx context.Context, node *corev1.Node, pool *chamb
 		(record{}).write(n)
 		delete(n.Annotations, chamber.AnnotationIsolationClear)
 		if reason == ReasonCleared {
-			n.Annotations[AnnotationClearedAt] = c.opts.Clock.Now().UTC().Format(time.RFC3339Nano)
+			n.Annotations[chamber.AnnotationIsolationClearedAt] = c.opts.Clock.Now().UTC().Format(time.RFC3339Nano)
 		}
 	})
 	if err != nil {

@@ -330,7 +330,7 @@ func TestOperatorCordonStays(t *testing.T) {
 	if diff := cmp.Diff(isolatedState("XID79"), e.state("n1")); diff != "" {
 		t.Fatalf("isolated node (-want +got):\n%s", diff)
 	}
-	if got := e.node("n1").Annotations; got[AnnotationCordoned] != "" || got[AnnotationTainted] != "true" {
+	if got := e.node("n1").Annotations; got[chamber.AnnotationIsolationCordoned] != "" || got[chamber.AnnotationIsolationTainted] != "true" {
 		t.Fatalf("annotations %v: want Chamber's taint recorded, the operator's cordon not", got)
 	}
 	e.annotate(e.node("n1"), chamber.AnnotationIsolationClear, "true")
@@ -567,8 +567,8 @@ func TestAutoLevelFollowsTheFault(t *testing.T) {
 	if diff := cmp.Diff(state{Status: corev1.ConditionTrue, Reason: "XID48"}, e.state("n1")); diff != "" {
 		t.Errorf("node after XID 48 (-want +got):\n%s", diff)
 	}
-	isolatedAt := e.node("n1").Annotations[AnnotationIsolatedAt]
-	if got := e.node("n1").Annotations; got[AnnotationLevel] != "GPU" || got[AnnotationGPUs] != "2" {
+	isolatedAt := e.node("n1").Annotations[chamber.AnnotationIsolatedAt]
+	if got := e.node("n1").Annotations; got[chamber.AnnotationIsolationLevel] != "GPU" || got[chamber.AnnotationIsolatedGPUs] != "2" {
 		t.Errorf("annotations %v: want GPU level on GPU 2", got)
 	}
 	if diff := cmp.Diff(map[string]bool{"a": true, "b": false}, e.evicted("a", "b")); diff != "" {
@@ -587,7 +587,7 @@ func TestAutoLevelFollowsTheFault(t *testing.T) {
 		t.Errorf("node after XID 79 (-want +got):\n%s", diff)
 	}
 	got := e.node("n1").Annotations
-	if diff := cmp.Diff([]string{"Node", "2,5", isolatedAt}, []string{got[AnnotationLevel], got[AnnotationGPUs], got[AnnotationIsolatedAt]}); diff != "" {
+	if diff := cmp.Diff([]string{"Node", "2,5", isolatedAt}, []string{got[chamber.AnnotationIsolationLevel], got[chamber.AnnotationIsolatedGPUs], got[chamber.AnnotationIsolatedAt]}); diff != "" {
 		t.Errorf("level, GPUs and start of the isolation (-want +got):\n%s", diff)
 	}
 	if diff := cmp.Diff(map[string]bool{"a": true, "b": true}, e.evicted("a", "b")); diff != "" {

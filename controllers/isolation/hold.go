@@ -69,7 +69,7 @@ func (c *Controller) holdGPUs(ctx context.Context, node *corev1.Node, gpus []int
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: key.Namespace, Name: key.Name,
 			Labels:      map[string]string{chamber.LabelGPUHold: node.Name, "app.kubernetes.io/managed-by": "chamber"},
-			Annotations: map[string]string{AnnotationGPUs: joinInts(gpus)},
+			Annotations: map[string]string{chamber.AnnotationIsolatedGPUs: joinInts(gpus)},
 			// The node owns its hold: deleting the node deletes it.
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID}},
 		},

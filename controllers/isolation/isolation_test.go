@@ -316,8 +316,8 @@ func TestXID79MovesWorkloadToHealthyNode(t *testing.T) {
 	g.Eventually(func(g gomega.Gomega) {
 		isolated(g, "move-3", "XID79")
 		n := getNode(g, "move-3")
-		g.Expect(n.Annotations).To(gomega.HaveKeyWithValue(isolation.AnnotationPersistent, "true"))
-		g.Expect(n.Annotations).To(gomega.HaveKeyWithValue(isolation.AnnotationLevel, string(chamber.IsolateNode)))
+		g.Expect(n.Annotations).To(gomega.HaveKeyWithValue(chamber.AnnotationIsolationPersistent, "true"))
+		g.Expect(n.Annotations).To(gomega.HaveKeyWithValue(chamber.AnnotationIsolationLevel, string(chamber.IsolateNode)))
 		g.Expect(condition(n).Message).To(gomega.ContainSubstring("XID79 on GPU 3"))
 	}).Should(gomega.Succeed())
 
@@ -517,7 +517,7 @@ func TestHardwareFaultWaitsForOperator(t *testing.T) {
 		g.Expect(gn.Status.LastHeartbeatTime.Sub(healthySince)).To(gomega.BeNumerically(">=", 4*time.Second))
 	}).Should(gomega.Succeed())
 	reconcileNode(t, "dbe-1")
-	g.Expect(getNode(g, "dbe-1").Annotations).NotTo(gomega.HaveKey(isolation.AnnotationHealthyReports))
+	g.Expect(getNode(g, "dbe-1").Annotations).NotTo(gomega.HaveKey(chamber.AnnotationIsolationHealthyReports))
 	isolated(g, "dbe-1", "ECCDoubleBit")
 
 	// The operator clears it.
@@ -529,7 +529,7 @@ func TestHardwareFaultWaitsForOperator(t *testing.T) {
 		g.Expect(tainted(n)).To(gomega.BeFalse())
 		g.Expect(n.Spec.Unschedulable).To(gomega.BeFalse())
 		g.Expect(n.Annotations).NotTo(gomega.HaveKey(chamber.AnnotationIsolationClear))
-		g.Expect(n.Annotations).NotTo(gomega.HaveKey(isolation.AnnotationIsolatedAt))
+		g.Expect(n.Annotations).NotTo(gomega.HaveKey(chamber.AnnotationIsolatedAt))
 		g.Expect(condition(n).Reason).To(gomega.Equal(isolation.ReasonCleared))
 	}).Should(gomega.Succeed())
 	// Events are written asynchronously by the recorder.
@@ -557,7 +557,7 @@ func TestTransientFaultRecovers(t *testing.T) {
 	for i := 1; i <= 2; i++ {
 		report(t, "transient-1", beat.Add(time.Duration(i)*time.Second), chamber.GPUStatus{Index: 5, Health: chamber.GPUHealthy})
 		g.Eventually(func(g gomega.Gomega) {
-			g.Expect(getNode(g, "transient-1").Annotations[isolation.AnnotationHealthyReports]).To(gomega.HavePrefix(fmt.Sprintf("%d@", i)))
+			g.Expect(getNode(g, "transient-1").Annotations[chamber.AnnotationIsolationHealthyReports]).To(gomega.HavePrefix(fmt.Sprintf("%d@", i)))
 		}).Should(gomega.Succeed())
 		isolated(g, "transient-1", "XID119")
 	}
@@ -645,8 +645,8 @@ func TestXID48IsolatesTheGPUOnly(t *testing.T) {
 		g.Expect(cond).NotTo(gomega.BeNil())
 		g.Expect(cond.Status).To(gomega.Equal(corev1.ConditionTrue))
 		g.Expect(cond.Reason).To(gomega.Equal("XID48"))
-		g.Expect(n.Annotations).To(gomega.HaveKeyWithValue(isolation.AnnotationLevel, string(chamber.IsolateGPU)))
-		g.Expect(n.Annotations).To(gomega.HaveKeyWithValue(isolation.AnnotationGPUs, strconv.Itoa(failing)))
+		g.Expect(n.Annotations).To(gomega.HaveKeyWithValue(chamber.AnnotationIsolationLevel, string(chamber.IsolateGPU)))
+		g.Expect(n.Annotations).To(gomega.HaveKeyWithValue(chamber.AnnotationIsolatedGPUs, strconv.Itoa(failing)))
 	}).Should(gomega.Succeed())
 	g.Eventually(func(g gomega.Gomega) { evictedByCheck(g, "gpu48", "small") }).Should(gomega.Succeed())
 
@@ -721,7 +721,7 @@ func TestForcedNodeLevelIsolatesNodeOnXID48(t *testing.T) {
 	}
 	g.Eventually(func(g gomega.Gomega) {
 		isolated(g, "forced-1", "XID48")
-		g.Expect(getNode(g, "forced-1").Annotations).To(gomega.HaveKeyWithValue(isolation.AnnotationLevel, string(chamber.IsolateNode)))
+		g.Expect(getNode(g, "forced-1").Annotations).To(gomega.HaveKeyWithValue(chamber.AnnotationIsolationLevel, string(chamber.IsolateNode)))
 	}).Should(gomega.Succeed())
 	// Without a map of pods to GPUs (a kwok node), node level evicts every workload on the node.
 	g.Eventually(func(g gomega.Gomega) { evictedByCheck(g, "forced", "small") }).Should(gomega.Succeed())

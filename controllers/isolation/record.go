@@ -16,7 +16,7 @@ import (
 // outlive a restart of Chamber and are what an operator reads. readRecord, write and
 // changes are the only code that reads or writes them.
 type record struct {
-	// Isolated: the node carries AnnotationIsolatedAt. At is its time; zero when the
+	// Isolated: the node carries chamber.AnnotationIsolatedAt. At is its time; zero when the
 	// value is not a time (then the error of readRecord says so).
 	Isolated bool
 	At       time.Time
@@ -32,7 +32,7 @@ type record struct {
 	// only then does it take them off again.
 	Tainted, Cordoned bool
 	// Healthy counts the agent's healthy reports since a transient fault cleared;
-	// HealthyAt is the heartbeat of the last one counted (AnnotationHealthyReports
+	// HealthyAt is the heartbeat of the last one counted (chamber.AnnotationIsolationHealthyReports
 	// holds both, "N@<heartbeat>").
 	Healthy   int
 	HealthyAt time.Time
@@ -74,45 +74,39 @@ func readRecord(n *corev1.Node) (record, error) {
 		return b
 	}
 
-	r.Isolated = a[AnnotationIsolatedAt] != ""
-	r.At = timeAt(AnnotationIsolatedAt, time.RFC3339)
-	r.Reason = a[AnnotationReason]
-	r.Persistent = flag(AnnotationPersistent)
-	switch l := chamber.IsolationLevel(a[AnnotationLevel]); l {
+	r.Isolated = a[chamber.AnnotationIsolatedAt] != ""
+	r.At = timeAt(chamber.AnnotationIsolatedAt, time.RFC3339)
+	r.Reason = a[chamber.AnnotationIsolationReason]
+	r.Persistent = flag(chamber.AnnotationIsolationPersistent)
+	switch l := chamber.IsolationLevel(a[chamber.AnnotationIsolationLevel]); l {
 	case "", chamber.IsolateNode, chamber.IsolateGPU:
 		r.Level = l
 	default:
-		bad(AnnotationLevel, fmt.Sprintf("%s or %s", chamber.IsolateNode, chamber.IsolateGPU))
+		bad(chamber.AnnotationIsolationLevel, fmt.Sprintf("%s or %s", chamber.IsolateNode, chamber.IsolateGPU))
 	}
-	if s := a[AnnotationGPUs]; s != "" {
-		for _, f := range strings.Split(s, ",") {
-			i, err := strconv.Atoi(f)
-			if err != nil || i < 0 {
-				bad(AnnotationGPUs, "a list of GPU indices, e.g. 3,5")
-				r.GPUs = nil
-				break
-			}
-			r.GPUs = append(r.GPUs, i)
-		}
+	if gpus, err := chamber.ParseGPUIndices(a[chamber.AnnotationIsolatedGPUs]); err != nil {
+		bad(chamber.AnnotationIsolatedGPUs, "a list of GPU indices, e.g. 3,5")
+	} else {
+		r.GPUs = gpus
 	}
-	r.Tainted = flag(AnnotationTainted)
-	r.Cordoned = flag(AnnotationCordoned)
-	if s, ok := a[AnnotationHealthyReports]; ok {
+	r.Tainted = flag(chamber.AnnotationIsolationTainted)
+	r.Cordoned = flag(chamber.AnnotationIsolationCordoned)
+	if s, ok := a[chamber.AnnotationIsolationHealthyReports]; ok {
 		count, at, found := strings.Cut(s, "@")
 		n, errN := strconv.Atoi(count)
 		t, errT := time.Parse(time.RFC3339Nano, at)
 		if !found || errN != nil || n < 0 || errT != nil {
-			bad(AnnotationHealthyReports, "a count and a heartbeat time, e.g. 2@2026-01-02T15:04:05.5Z")
+			bad(chamber.AnnotationIsolationHealthyReports, "a count and a heartbeat time, e.g. 2@2026-01-02T15:04:05.5Z")
 		} else {
 			r.Healthy, r.HealthyAt = n, t
 		}
 	}
-	r.ClearedAt = timeAt(AnnotationClearedAt, time.RFC3339Nano)
+	r.ClearedAt = timeAt(chamber.AnnotationIsolationClearedAt, time.RFC3339Nano)
 	return r, errors.Join(errs...)
 }
 
 // fields are the record's annotations as a patch (annotate): a value for each that is
-// set, nil for each that is not. AnnotationClearedAt is left alone.
+// set, nil for each that is not. chamber.AnnotationIsolationClearedAt is left alone.
 func (r record) fields() map[string]any {
 	out := map[string]any{}
 	set := func(key string, ok bool, value func() string) {
@@ -122,14 +116,14 @@ func (r record) fields() map[string]any {
 			out[key] = nil
 		}
 	}
-	set(AnnotationIsolatedAt, r.Isolated, func() string { return r.At.UTC().Format(time.RFC3339) })
-	set(AnnotationReason, r.Isolated, func() string { return r.Reason })
-	set(AnnotationPersistent, r.Isolated, func() string { return strconv.FormatBool(r.Persistent) })
-	set(AnnotationLevel, r.Isolated && r.Level != "", func() string { return string(r.Level) })
-	set(AnnotationGPUs, r.Isolated, func() string { return joinInts(r.GPUs) })
-	set(AnnotationTainted, r.Tainted, func() string { return "true" })
-	set(AnnotationCordoned, r.Cordoned, func() string { return "true" })
-	set(AnnotationHealthyReports, r.Healthy > 0, func() string {
+	set(chamber.AnnotationIsolatedAt, r.Isolated, func() string { return r.At.UTC().Format(time.RFC3339) })
+	set(chamber.AnnotationIsolationReason, r.Isolated, func() string { return r.Reason })
+	set(chamber.AnnotationIsolationPersistent, r.Isolated, func() string { return strconv.FormatBool(r.Persistent) })
+	set(chamber.AnnotationIsolationLevel, r.Isolated && r.Level != "", func() string { return string(r.Level) })
+	set(chamber.AnnotationIsolatedGPUs, r.Isolated, func() string { return joinInts(r.GPUs) })
+	set(chamber.AnnotationIsolationTainted, r.Tainted, func() string { return "true" })
+	set(chamber.AnnotationIsolationCordoned, r.Cordoned, func() string { return "true" })
+	set(chamber.AnnotationIsolationHealthyReports, r.Healthy > 0, func() string {
 		return strconv.Itoa(r.Healthy) + "@" + r.HealthyAt.UTC().Format(time.RFC3339Nano)
 	})
 	return out
@@ -149,7 +143,7 @@ func changes(old, new record) map[string]any {
 }
 
 // write sets the record's annotations on n (which is being updated); a record{}
-// removes them all but AnnotationClearedAt.
+// removes them all but chamber.AnnotationIsolationClearedAt.
 func (r record) write(n *corev1.Node) {
 	if n.Annotations == nil {
 		n.Annotations = map[string]string{}

@@ -23,7 +23,7 @@ func TestRecordRoundTrip(t *testing.T) {
 	want := record{Isolated: true, At: at, Reason: "XID79 on GPU 3", Persistent: true, Level: chamber.IsolateNode,
 		GPUs: []int{3, 5}, Tainted: true, Cordoned: true, Healthy: 2, HealthyAt: at.Add(1500 * time.Millisecond),
 		ClearedAt: at.Add(-time.Hour)}
-	n := nodeWith(map[string]string{"other": "kept", AnnotationClearedAt: want.ClearedAt.Format(time.RFC3339Nano)})
+	n := nodeWith(map[string]string{"other": "kept", chamber.AnnotationIsolationClearedAt: want.ClearedAt.Format(time.RFC3339Nano)})
 	want.write(n)
 	got, err := readRecord(n)
 	if err != nil {
@@ -34,7 +34,7 @@ func TestRecordRoundTrip(t *testing.T) {
 	}
 
 	(record{}).write(n)
-	if diff := cmp.Diff(map[string]string{"other": "kept", AnnotationClearedAt: want.ClearedAt.Format(time.RFC3339Nano)}, n.Annotations); diff != "" {
+	if diff := cmp.Diff(map[string]string{"other": "kept", chamber.AnnotationIsolationClearedAt: want.ClearedAt.Format(time.RFC3339Nano)}, n.Annotations); diff != "" {
 		t.Errorf("annotations after the end (-want +got):\n%s", diff)
 	}
 }
@@ -43,23 +43,23 @@ func TestRecordRoundTrip(t *testing.T) {
 // others are read, and a change elsewhere leaves it as it is.
 func TestRecordMalformed(t *testing.T) {
 	n := nodeWith(map[string]string{
-		AnnotationIsolatedAt:     "yesterday",
-		AnnotationReason:         "XID48 on GPU 1",
-		AnnotationPersistent:     "false",
-		AnnotationLevel:          "Rack",
-		AnnotationGPUs:           "1,x",
-		AnnotationHealthyReports: "2", // the count without its heartbeat
+		chamber.AnnotationIsolatedAt:              "yesterday",
+		chamber.AnnotationIsolationReason:         "XID48 on GPU 1",
+		chamber.AnnotationIsolationPersistent:     "false",
+		chamber.AnnotationIsolationLevel:          "Rack",
+		chamber.AnnotationIsolatedGPUs:            "1,x",
+		chamber.AnnotationIsolationHealthyReports: "2", // the count without its heartbeat
 	})
 	rec, err := readRecord(n)
 	if err == nil {
 		t.Fatal("readRecord: no error, want one per unreadable annotation")
 	}
-	for _, key := range []string{AnnotationIsolatedAt, AnnotationLevel, AnnotationGPUs, AnnotationHealthyReports} {
+	for _, key := range []string{chamber.AnnotationIsolatedAt, chamber.AnnotationIsolationLevel, chamber.AnnotationIsolatedGPUs, chamber.AnnotationIsolationHealthyReports} {
 		if !strings.Contains(err.Error(), key) {
 			t.Errorf("error %q does not name %s", err, key)
 		}
 	}
-	if strings.Contains(err.Error(), AnnotationReason+"=") || strings.Contains(err.Error(), AnnotationPersistent+"=") {
+	if strings.Contains(err.Error(), chamber.AnnotationIsolationReason+"=") || strings.Contains(err.Error(), chamber.AnnotationIsolationPersistent+"=") {
 		t.Errorf("error %q names an annotation that reads", err)
 	}
 	want := record{Isolated: true, Reason: "XID48 on GPU 1"}
@@ -69,7 +69,7 @@ func TestRecordMalformed(t *testing.T) {
 
 	next := rec
 	next.Healthy, next.HealthyAt = 1, time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
-	if diff := cmp.Diff(map[string]any{AnnotationHealthyReports: "1@2026-12-03T10:00:00Z"}, changes(rec, next)); diff != "" {
+	if diff := cmp.Diff(map[string]any{chamber.AnnotationIsolationHealthyReports: "1@2026-12-03T10:00:00Z"}, changes(rec, next)); diff != "" {
 		t.Errorf("changes (-want +got):\n%s", diff)
 	}
 }

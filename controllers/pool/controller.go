@@ -63,7 +63,7 @@ func Register(mgr ctrl.Manager) error {
 			return nodeCounts(before.(*corev1.Node)) != nodeCounts(after.(*corev1.Node))
 		})).
 		Watches(&chamber.GPUNode{}, c.countsLater(func(before, after client.Object) bool {
-			return unhealthyGPUs(before.(*chamber.GPUNode)) != unhealthyGPUs(after.(*chamber.GPUNode))
+			return !slices.Equal(unhealthyGPUs(before.(*chamber.GPUNode)), unhealthyGPUs(after.(*chamber.GPUNode)))
 		})).
 		// A team joins or leaves a pool by its spec; its status (spend, written every
 		// accounting interval) changes nothing here.
@@ -132,7 +132,7 @@ func (c *Controller) Reconcile(ctx context.Context, pool *chamber.GPUPool) (reco
 	if err := c.client.List(ctx, &agents, client.UnsafeDisableDeepCopy); err != nil {
 		return reconcile.Result{}, fmt.Errorf("list GPUNodes: %w", err)
 	}
-	unhealthy := map[string]int64{}
+	unhealthy := map[string][]int{}
 	for i := range agents.Items {
 		unhealthy[agents.Items[i].Name] = unhealthyGPUs(&agents.Items[i])
 	}
@@ -259,9 +259,15 @@ func Members(pool *chamber.GPUPool, pools []chamber.GPUPool, nodes []corev1.Node
 	return out
 }
 
-// CountModels groups the pool's GPU nodes (Members) by model. unhealthy counts the
+// CountModels groups the pool's GPU nodes (Members) by model. unhealthy lists the
 // GPUs the node agent reports Unhealthy, by node.
-func CountModels(pool *chamber.GPUPool, nodes []corev1.Node, unhealthy map[string]int64) []chamber.PoolModel {
+//
+// A schedulable node's healthy GPUs are its capacity less the GPUs that failed (those
+// its agent reports unhealthy, and those fault isolation holds at GPU level, which
+// stay held until an operator clears a hardware fault), and never more than it
+// offers (allocatable): NVIDIA's device plugin withdraws a GPU after a fatal XID too,
+// and a GPU both withdrawn and reported is counted once.
+func CountModels(pool *chamber.GPUPool, nodes []corev1.Node, unhealthy map[string][]int) []chamber.PoolModel {
 	productLabel := pool.Spec.ProductLabel
 	if productLabel == "" {
 		productLabel = chamber.DefaultProductLabel
@@ -283,7 +289,8 @@ func CountModels(pool *chamber.GPUPool, nodes []corev1.Node, unhealthy map[strin
 		if chamberkueue.Schedulable(&n) {
 			alloc := n.Status.Allocatable[chamberkueue.ResourceGPU]
 			m.Allocatable += alloc.Value()
-			m.Healthy += max(0, alloc.Value()-unhealthy[n.Name])
+			failed := len(slices.Compact(slices.Sorted(slices.Values(append(chamber.IsolatedGPUs(n.Annotations), unhealthy[n.Name]...)))))
+			m.Healthy += max(0, min(alloc.Value(), capacity.Value()-int64(failed)))
 		}
 	}
 	out := make([]chamber.PoolModel, 0, len(byModel))
@@ -294,20 +301,20 @@ func CountModels(pool *chamber.GPUPool, nodes []corev1.Node, unhealthy map[strin
 	return out
 }
 
-// unhealthyGPUs counts the GPUs the agent reports Unhealthy.
-func unhealthyGPUs(gn *chamber.GPUNode) int64 {
-	var n int64
+// unhealthyGPUs lists the GPUs the agent reports Unhealthy.
+func unhealthyGPUs(gn *chamber.GPUNode) []int {
+	var out []int
 	for _, g := range gn.Status.GPUs {
 		if g.Health == chamber.GPUUnhealthy {
-			n++
+			out = append(out, int(g.Index))
 		}
 	}
-	return n
+	return out
 }
 
 // nodeCounts is what of a node the pool's status depends on.
 func nodeCounts(n *corev1.Node) string {
 	capacity := n.Status.Capacity[chamberkueue.ResourceGPU]
 	allocatable := n.Status.Allocatable[chamberkueue.ResourceGPU]
-	return fmt.Sprintf("%v|%s|%s|%t", n.Labels, capacity.String(), allocatable.String(), chamberkueue.Schedulable(n))
+	return fmt.Sprintf("%v|%s|%s|%t|%v", n.Labels, capacity.String(), allocatable.String(), chamberkueue.Schedulable(n), chamber.IsolatedGPUs(n.Annotations))
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers/pool"
@@ -33,9 +34,31 @@ func TestParentAndChildCountEachGPUOnce(t *testing.T) {
 		{pool: child, want: []chamber.PoolModel{{Model: fleettest.H100, Flavor: chamberkueue.FlavorName(child.Name, fleettest.H100), Nodes: 2, Total: 16, Allocatable: 16, Healthy: 15}}},
 		{pool: parent, want: []chamber.PoolModel{{Model: fleettest.H100, Flavor: chamberkueue.FlavorName(parent.Name, fleettest.H100), Nodes: 1, Total: 8, Allocatable: 8, Healthy: 8}}},
 	} {
-		got := pool.CountModels(tc.pool, pool.Members(tc.pool, pools, nodes), map[string]int64{"a-1": 1})
+		got := pool.CountModels(tc.pool, pool.Members(tc.pool, pools, nodes), map[string][]int{"a-1": {1}})
 		if diff := cmp.Diff(tc.want, got); diff != "" {
 			t.Errorf("pool %s (-want +got):\n%s", tc.pool.Name, diff)
 		}
+	}
+}
+
+// TestHealthyCountsEachFailedGPUOnce: a GPU both withdrawn by the device plugin and
+// reported by the agent is one failed GPU, not two; GPUs isolation still holds after
+// the agent reports them healthy again (a hardware fault waits for an operator's
+// clear) are not healthy; a node isolated whole offers none.
+func TestHealthyCountsEachFailedGPUOnce(t *testing.T) {
+	p := fleettest.MakePool("main", map[string]string{"gpu": "true"}, nil)
+	withdrawn := fleettest.MakeNode("withdrawn", 8).Label("gpu", "true").Obj()
+	withdrawn.Status.Allocatable[chamberkueue.ResourceGPU] = *resource.NewQuantity(7, resource.DecimalSI)
+	held := fleettest.MakeNode("held", 8).Label("gpu", "true").Obj()
+	held.Annotations = map[string]string{chamber.AnnotationIsolatedAt: "2026-12-04T12:00:00Z",
+		chamber.AnnotationIsolationLevel: string(chamber.IsolateGPU), chamber.AnnotationIsolatedGPUs: "1,2"}
+	whole := fleettest.MakeNode("whole", 8).Label("gpu", "true").Taint(chamber.TaintGPUUnhealthy).Obj()
+	nodes := []corev1.Node{*withdrawn, *held, *whole}
+
+	got := pool.CountModels(p, nodes, map[string][]int{"withdrawn": {3}, "held": {2, 5}})
+	want := []chamber.PoolModel{{Model: fleettest.H100, Flavor: chamberkueue.FlavorName(p.Name, fleettest.H100),
+		Nodes: 3, Total: 24, Allocatable: 15, Healthy: 7 + 5}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("counts (-want +got):\n%s", diff)
 	}
 }

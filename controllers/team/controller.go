@@ -95,14 +95,18 @@ func Register(mgr ctrl.Manager, opts Options) error {
 		// the team's.
 		Owns(&kueue.LocalQueue{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Owns(&admissionv1.MutatingAdmissionPolicy{}).
-		// The team reads its pool's spec and the models on the pool's nodes, not the
-		// pool's GPU counts, which change with every node cordoned, tainted or back.
+		// The team reads its pool's spec and the models on the pool's nodes, and its
+		// GPU counts only where they change what is withheld from the teams' quotas:
+		// the counts change with every node cordoned, tainted or back.
 		Watches(&chamber.GPUPool{}, handler.EnqueueRequestsFromMapFunc(c.teamsOfPool), builder.WithPredicates(predicate.Funcs{
 			UpdateFunc: func(e event.UpdateEvent) bool {
 				before, after := e.ObjectOld.(*chamber.GPUPool), e.ObjectNew.(*chamber.GPUPool)
-				return before.Generation != after.Generation || !slices.Equal(poolModels(before), poolModels(after))
+				return before.Generation != after.Generation || !slices.Equal(poolModels(before), poolModels(after)) ||
+					c.withheldChanged(before, after)
 			},
 		})).
+		// A team's quotas change what the other teams of its pool give up when GPUs fail.
+		Watches(&chamber.Team{}, handler.EnqueueRequestsFromMapFunc(c.teamsOfSamePool), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		// A Team's ClusterQueue status (usage) drives its spend, adopted ones too: a
 		// change reconciles the team UsageRefresh later, and the changes meanwhile
 		// with it (the workqueue keeps one wait per team).
@@ -139,6 +143,26 @@ func poolModels(pool *chamber.GPUPool) []string {
 
 func (c *Controller) teamsOfPool(ctx context.Context, obj client.Object) []reconcile.Request {
 	return c.teamsWhere(ctx, func(t *chamber.Team) bool { return t.Spec.Pool == obj.GetName() })
+}
+
+// teamsOfSamePool queues the other teams of the team's pool.
+func (c *Controller) teamsOfSamePool(ctx context.Context, obj client.Object) []reconcile.Request {
+	team, ok := obj.(*chamber.Team)
+	if !ok {
+		return nil
+	}
+	return c.teamsWhere(ctx, func(t *chamber.Team) bool { return t.Spec.Pool == team.Spec.Pool && t.Name != team.Name })
+}
+
+// withheldChanged says whether the pool's change of GPU counts changes what its teams'
+// quotas give up (chamberkueue.WithheldQuota).
+func (c *Controller) withheldChanged(before, after *chamber.GPUPool) bool {
+	var teams chamber.TeamList
+	if err := c.client.List(context.Background(), &teams); err != nil {
+		return true
+	}
+	return !maps.EqualFunc(chamberkueue.WithheldQuota(before, teams.Items), chamberkueue.WithheldQuota(after, teams.Items),
+		func(a, b map[string]int64) bool { return maps.Equal(a, b) })
 }
 
 func (c *Controller) teamsOfClusterQueue(ctx context.Context, obj client.Object) []reconcile.Request {
@@ -192,9 +216,17 @@ func (c *Controller) Reconcile(ctx context.Context, team *chamber.Team) (reconci
 	exceeded, warning := budgetState(team)
 
 	var cq *kueue.ClusterQueue
+	var withheld map[string]int64
 	if poolErr == nil {
+		var teams chamber.TeamList
+		if err := c.client.List(ctx, &teams); err != nil {
+			return reconcile.Result{}, fmt.Errorf("list teams: %w", err)
+		}
+		if team.Spec.ClusterQueue == "" {
+			withheld = chamberkueue.WithheldQuota(&pool, teams.Items)[team.Name]
+		}
 		var err error
-		cq, err = c.reconcileQueues(ctx, team, &pool, exceeded, &ready)
+		cq, err = c.reconcileQueues(ctx, team, teams.Items, &pool, withheld, exceeded, &ready)
 		if err != nil {
 			return reconcile.Result{}, err
 		}
@@ -211,7 +243,8 @@ func (c *Controller) Reconcile(ctx context.Context, team *chamber.Team) (reconci
 		if err != nil {
 			return reconcile.Result{}, err
 		}
-		team.Status.Models = usage(cq, &pool, team, borrowedByOthers)
+		team.Status.Models = usage(cq, &pool, team, withheld, borrowedByOthers)
+		c.recordWithheld(team, before.Models, team.Status.Models, &pool)
 		team.Status.AdmittedWorkloads = cq.Status.AdmittedWorkloads
 		team.Status.PendingWorkloads = cq.Status.PendingWorkloads
 	}
@@ -232,7 +265,7 @@ func (c *Controller) Reconcile(ctx context.Context, team *chamber.Team) (reconci
 
 // reconcileQueues makes or adopts the ClusterQueue and the LocalQueues. Problems the
 // user must fix go into the Ready condition; only API errors are returned.
-func (c *Controller) reconcileQueues(ctx context.Context, team *chamber.Team, pool *chamber.GPUPool, exceeded bool, ready *metav1.Condition) (*kueue.ClusterQueue, error) {
+func (c *Controller) reconcileQueues(ctx context.Context, team *chamber.Team, teams []chamber.Team, pool *chamber.GPUPool, withheld map[string]int64, exceeded bool, ready *metav1.Condition) (*kueue.ClusterQueue, error) {
 	if team.Spec.ClusterQueue != "" {
 		var cq kueue.ClusterQueue
 		err := c.client.Get(ctx, client.ObjectKey{Name: team.Spec.ClusterQueue}, &cq)
@@ -251,17 +284,14 @@ func (c *Controller) reconcileQueues(ctx context.Context, team *chamber.Team, po
 	models := poolModels(pool)
 	hold := exceeded && team.Spec.Budget != nil && team.Spec.Budget.OnExceeded == chamber.BudgetHold
 	want, err := chamberkueue.ClusterQueue(team, pool, models, chamberkueue.ClusterQueueOptions{
-		StopBorrowing: exceeded, Hold: hold, AdmissionChecks: c.opts.AdmissionChecks,
+		StopBorrowing: exceeded, Hold: hold, AdmissionChecks: c.opts.AdmissionChecks, Withheld: withheld,
 	})
 	if err != nil {
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, chamber.ReasonUnknownModel, err.Error()
 		return nil, nil
 	}
 
-	conflicts, err := c.namespaceConflicts(ctx, team)
-	if err != nil {
-		return nil, err
-	}
+	conflicts := namespaceConflicts(team, teams)
 	var namespaces []string
 	for _, ns := range team.Spec.Namespaces {
 		if _, taken := conflicts[ns]; !taken {
@@ -310,13 +340,9 @@ func (c *Controller) reconcileQueues(ctx context.Context, team *chamber.Team, po
 
 // namespaceConflicts maps each of the team's namespaces that an older team claims
 // to that team. The older claim wins, so adding a team never breaks another.
-func (c *Controller) namespaceConflicts(ctx context.Context, team *chamber.Team) (map[string]string, error) {
-	var teams chamber.TeamList
-	if err := c.client.List(ctx, &teams); err != nil {
-		return nil, fmt.Errorf("list teams: %w", err)
-	}
+func namespaceConflicts(team *chamber.Team, teams []chamber.Team) map[string]string {
 	conflicts := map[string]string{}
-	for _, other := range teams.Items {
+	for _, other := range teams {
 		if other.Name == team.Name || !olderThan(&other, team) {
 			continue
 		}
@@ -326,7 +352,7 @@ func (c *Controller) namespaceConflicts(ctx context.Context, team *chamber.Team)
 			}
 		}
 	}
-	return conflicts, nil
+	return conflicts
 }
 
 func olderThan(a, b *chamber.Team) bool {
@@ -458,8 +484,9 @@ func (c *Controller) borrowedByOthers(ctx context.Context, cq *kueue.ClusterQueu
 	return out, nil
 }
 
-// usage reports quota and use per model from the ClusterQueue's status.
-func usage(cq *kueue.ClusterQueue, pool *chamber.GPUPool, team *chamber.Team, borrowedByOthers map[string]int64) []chamber.TeamModelUsage {
+// usage reports quota and use per model from the ClusterQueue's status; withheld is
+// what of the quota Kueue was not given (chamberkueue.WithheldQuota).
+func usage(cq *kueue.ClusterQueue, pool *chamber.GPUPool, team *chamber.Team, withheld, borrowedByOthers map[string]int64) []chamber.TeamModelUsage {
 	quota := map[string]int64{}
 	lendable := map[string]int64{}
 	for _, q := range team.Spec.Quotas {
@@ -468,6 +495,8 @@ func usage(cq *kueue.ClusterQueue, pool *chamber.GPUPool, team *chamber.Team, bo
 		if q.LendingLimit != nil {
 			lendable[q.Model] = int64(*q.LendingLimit)
 		}
+		// What is withheld is neither used nor lent.
+		lendable[q.Model] = min(lendable[q.Model], quota[q.Model]-withheld[q.Model])
 	}
 	byFlavor := map[string]string{}
 	for _, m := range pool.Status.Models {
@@ -486,9 +515,9 @@ func usage(cq *kueue.ClusterQueue, pool *chamber.GPUPool, team *chamber.Team, bo
 			if r.Total.Value() == 0 && quota[model] == 0 {
 				continue
 			}
-			unused := max(0, quota[model]-r.Total.Value())
+			unused := max(0, quota[model]-withheld[model]-r.Total.Value())
 			out = append(out, chamber.TeamModelUsage{
-				Model: model, Flavor: string(fu.Name), Quota: quota[model],
+				Model: model, Flavor: string(fu.Name), Quota: quota[model], Withheld: withheld[model],
 				InUse: r.Total.Value(), Borrowed: r.Borrowed.Value(),
 				Lent: min(unused, lendable[model], borrowedByOthers[string(fu.Name)]),
 			})
@@ -497,10 +526,44 @@ func usage(cq *kueue.ClusterQueue, pool *chamber.GPUPool, team *chamber.Team, bo
 	for _, q := range team.Spec.Quotas {
 		if !slices.ContainsFunc(out, func(u chamber.TeamModelUsage) bool { return u.Model == q.Model }) {
 			flavor := chamberkueue.FlavorName(pool.Name, q.Model)
-			out = append(out, chamber.TeamModelUsage{Model: q.Model, Flavor: flavor, Quota: int64(q.GPUs),
-				Lent: min(quota[q.Model], lendable[q.Model], borrowedByOthers[flavor])})
+			out = append(out, chamber.TeamModelUsage{Model: q.Model, Flavor: flavor, Quota: int64(q.GPUs), Withheld: withheld[q.Model],
+				Lent: min(quota[q.Model]-withheld[q.Model], lendable[q.Model], borrowedByOthers[flavor])})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Model < out[j].Model })
 	return out
+}
+
+// Reasons of the Events a team gets when its quota follows the pool's healthy GPUs.
+const (
+	ReasonQuotaWithheld = "QuotaWithheld"
+	ReasonQuotaRestored = "QuotaRestored"
+)
+
+// recordWithheld tells the team, in an Event per model, that what is withheld from
+// its quota changed, and why.
+func (c *Controller) recordWithheld(team *chamber.Team, before, after []chamber.TeamModelUsage, pool *chamber.GPUPool) {
+	was := map[string]int64{}
+	for _, u := range before {
+		was[u.Model] = u.Withheld
+	}
+	for _, u := range after {
+		if u.Withheld == was[u.Model] {
+			continue
+		}
+		var healthy, total int64
+		for _, m := range pool.Status.Models {
+			if m.Model == u.Model {
+				healthy, total = m.Healthy, m.Total
+			}
+		}
+		if u.Withheld == 0 {
+			c.recorder.Eventf(team, nil, corev1.EventTypeNormal, ReasonQuotaRestored, "Restore",
+				"its whole quota of %d %s GPUs is back: pool %s has %d healthy of %d", u.Quota, u.Model, pool.Name, healthy, total)
+			continue
+		}
+		c.recorder.Eventf(team, nil, corev1.EventTypeWarning, ReasonQuotaWithheld, "Withhold",
+			"%d of its %d %s GPUs of quota withheld from Kueue: pool %s has %d healthy of %d (the others failed, isolated or on cordoned nodes), fewer than its teams' quotas add up to",
+			u.Withheld, u.Quota, u.Model, pool.Name, healthy, total)
+	}
 }

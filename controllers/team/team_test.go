@@ -25,6 +25,8 @@ import (
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers"
 	"chamber.dev/chamber/controllers/controllertest"
+	"chamber.dev/chamber/controllers/team"
+	"chamber.dev/chamber/healthcheck"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 	"chamber.dev/chamber/test/controlplane"
 )
@@ -259,6 +261,93 @@ func TestLendingLimit(t *testing.T) {
 	g.Consistently(func(g gomega.Gomega) {
 		g.Expect(getTeam(g, "lend-borrower").Status.AdmittedWorkloads).To(gomega.Equal(int32(3)))
 	}, 3*time.Second).Should(gomega.Succeed())
+}
+
+// Capacity follows healthy hardware (issue 16, test 4): two GPUs of a 16-GPU pool
+// fail; the quotas Kueue gets drop by 2, one from each of two equal teams; a job of
+// 16 GPUs, which fit before, is not admitted onto GPUs that are gone; and when the
+// board is repaired the quotas come back and the job runs.
+func TestQuotasFollowHealthyGPUs(t *testing.T) {
+	t.Parallel()
+	g := newG(t)
+	fixture(t, "healthq", map[string]string{"healthq-1": h100, "healthq-2": h100})
+	for _, name := range []string{"healthq-a", "healthq-b"} {
+		namespace(t, name)
+		create(t, newTeam(name, "healthq", []string{name}, chamber.TeamQuota{Model: h100, GPUs: 8}))
+	}
+	fakes := map[string]*healthcheck.FakeGPUs{}
+	stops := map[string]func(){}
+	for _, node := range []string{"healthq-1", "healthq-2"} {
+		fake, err := healthcheck.NewFake("dgxh100")
+		if err != nil {
+			t.Fatal(err)
+		}
+		fakes[node], stops[node] = fake, controllertest.RunAgent(t, node, fake, nil, nil)
+	}
+	quotas := func(g gomega.Gomega, nominal, withheld int64) {
+		for _, name := range []string{"healthq-a", "healthq-b"} {
+			var cq kueue.ClusterQueue
+			g.Expect(k8s.Get(context.Background(), client.ObjectKey{Name: name}, &cq)).To(gomega.Succeed())
+			g.Expect(cq.Spec.ResourceGroups).To(gomega.HaveLen(1))
+			got := cq.Spec.ResourceGroups[0].Flavors[0].Resources[0].NominalQuota
+			g.Expect(got.Value()).To(gomega.Equal(nominal), "nominal quota of ClusterQueue %s", name)
+			g.Expect(getTeam(g, name).Status.Models).To(gomega.ConsistOf(gomega.And(
+				gomega.HaveField("Quota", int64(8)), gomega.HaveField("Withheld", withheld))), "team %s", name)
+		}
+	}
+	g.Eventually(func(g gomega.Gomega) {
+		teamReady(g, "healthq-a")
+		teamReady(g, "healthq-b")
+		quotas(g, 8, 0)
+	}).Should(gomega.Succeed())
+
+	for _, gpu := range []int{2, 5} {
+		if err := fakes["healthq-1"].RaiseDoubleBitECC(gpu); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g.Eventually(func(g gomega.Gomega) {
+		quotas(g, 7, 1)
+		g.Expect(teamEventReasons(g, "healthq-a")).To(gomega.ContainElement(team.ReasonQuotaWithheld))
+		g.Expect(teamEventReasons(g, "healthq-b")).To(gomega.ContainElement(team.ReasonQuotaWithheld))
+	}).Should(gomega.Succeed())
+
+	// 8 of its own and 8 borrowed would have fit the pool's 16 GPUs; 14 are left.
+	job := testingjob.MakeJob("whole-pool", "healthq-a").Queue("default").Suspend(false).Parallelism(2).Completions(2).
+		RequestAndLimit(chamberkueue.ResourceGPU, "8").
+		PodAnnotation("pod-complete.stage.kwok.x-k8s.io/delay", "5s").Obj()
+	create(t, job)
+	g.Eventually(func(g gomega.Gomega) {
+		reserved := apimeta.FindStatusCondition(workload(g, "healthq-a", "whole-pool").Status.Conditions, kueue.WorkloadQuotaReserved)
+		g.Expect(reserved).NotTo(gomega.BeNil())
+		g.Expect(reserved.Status).To(gomega.Equal(metav1.ConditionFalse))
+		g.Expect(reserved.Message).To(gomega.ContainSubstring("insufficient"))
+	}).Should(gomega.Succeed())
+	g.Consistently(func(g gomega.Gomega) {
+		g.Expect(admitted(g, "healthq-a", "whole-pool")).To(gomega.BeFalse())
+	}, 3*time.Second).Should(gomega.Succeed())
+
+	// The board is repaired: the node's agent starts again on healthy GPUs, and the
+	// operator clears the isolation of the hardware fault.
+	stops["healthq-1"]()
+	repaired, err := healthcheck.NewFake("dgxh100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	controllertest.RunAgent(t, "healthq-1", repaired, nil, nil)
+	g.Eventually(func(g gomega.Gomega) {
+		var node corev1.Node
+		g.Expect(k8s.Get(context.Background(), client.ObjectKey{Name: "healthq-1"}, &node)).To(gomega.Succeed())
+		g.Expect(node.Annotations).To(gomega.HaveKey(chamber.AnnotationIsolatedAt))
+		node.Annotations[chamber.AnnotationIsolationClear] = "true"
+		g.Expect(k8s.Update(context.Background(), &node)).To(gomega.Succeed())
+	}).Should(gomega.Succeed())
+	g.Eventually(func(g gomega.Gomega) {
+		quotas(g, 8, 0)
+		g.Expect(teamEventReasons(g, "healthq-a")).To(gomega.ContainElement(team.ReasonQuotaRestored))
+		wl := workload(g, "healthq-a", "whole-pool")
+		g.Expect(apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadAdmitted)).To(gomega.BeTrue(), "%+v", wl.Status.Conditions)
+	}).Should(gomega.Succeed())
 }
 
 // Test 5: a team over budget gets no new admissions; its running job finishes.

@@ -197,6 +197,9 @@ type ClusterQueueOptions struct {
 	Hold bool
 	// AdmissionChecks are attached to the queue.
 	AdmissionChecks []string
+	// Withheld are the GPUs of each model's quota withheld because the pool's healthy
+	// GPUs do not cover its teams' quotas (WithheldQuota).
+	Withheld map[string]int64
 }
 
 // ClusterQueue compiles a Team into its ClusterQueue in the pool's Cohort. poolModels
@@ -231,12 +234,14 @@ func ClusterQueue(team *chamber.Team, pool *chamber.GPUPool, poolModels []string
 			if q.Model != m {
 				continue
 			}
-			quota.NominalQuota = *resource.NewQuantity(int64(q.GPUs), resource.DecimalSI)
+			nominal := max(0, int64(q.GPUs)-opts.Withheld[m])
+			quota.NominalQuota = *resource.NewQuantity(nominal, resource.DecimalSI)
 			if q.BorrowingLimit != nil {
 				quota.BorrowingLimit = resource.NewQuantity(int64(*q.BorrowingLimit), resource.DecimalSI)
 			}
 			if q.LendingLimit != nil {
-				quota.LendingLimit = resource.NewQuantity(int64(*q.LendingLimit), resource.DecimalSI)
+				// Kueue refuses a lending limit above the nominal quota.
+				quota.LendingLimit = resource.NewQuantity(min(int64(*q.LendingLimit), nominal), resource.DecimalSI)
 			}
 		}
 		if opts.StopBorrowing {
