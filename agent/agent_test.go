@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -21,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	chamberv1alpha1 "chamber.dev/chamber/api/v1alpha1"
+	"chamber.dev/chamber/healthcheck"
 )
 
 // gpuHealth is one GPU's published health and fault reasons.
@@ -305,5 +309,48 @@ func TestConfigValidate(t *testing.T) {
 				t.Errorf("Validate() = %v, want an error containing %q", err, tc.wantErr)
 			}
 		})
+	}
+}
+
+// TestReadHealthConfig: --health-config sets the health rules the agent runs; a bad
+// threshold or a misspelt field stops it at start with the file and the field named.
+func TestReadHealthConfig(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	cfg := testConfig()
+	cfg.HealthConfig = write("good.yaml", "throttlePolls: 2\nignoredReasons: [PowerThrottle]\n")
+	if err := cfg.ReadHealthConfig(); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Health.ThrottlePolls != 2 || !slices.Equal(cfg.Health.IgnoredReasons, []healthcheck.Reason{healthcheck.ReasonPowerThrottle}) ||
+		cfg.Health.RecoveryPolls != healthcheck.DefaultConfig().RecoveryPolls {
+		t.Errorf("health rules %+v: want throttlePolls 2, PowerThrottle ignored, the rest default", cfg.Health)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("Validate() = %v", err)
+	}
+
+	for body, want := range map[string]string{
+		"throttlePolls: 0":  "throttlePolls must be at least 1",
+		"throttlePoll: 2":   `unknown field "throttlePoll"`,
+		"ignoredXIDs: [-1]": "ignoredXIDs",
+	} {
+		cfg := testConfig()
+		cfg.HealthConfig = write("bad.yaml", body)
+		err := cfg.ReadHealthConfig()
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), cfg.HealthConfig) {
+			t.Errorf("file %q: error %v, want one naming the file and saying %q", body, err, want)
+		}
+	}
+	cfg = testConfig()
+	cfg.HealthConfig = filepath.Join(dir, "missing.yaml")
+	if err := cfg.ReadHealthConfig(); err == nil || !strings.Contains(err.Error(), "--health-config") {
+		t.Errorf("a missing file: error %v, want one naming --health-config", err)
 	}
 }

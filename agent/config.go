@@ -46,9 +46,30 @@ type Config struct {
 	FaultInjectionAddress string
 	// PodResourcesSocket is the kubelet's pod-resources socket (--pod-resources-socket).
 	PodResourcesSocket string
+	// HealthConfig is a file of the health rules' thresholds and ignore lists
+	// (--health-config, healthcheck.File); ReadHealthConfig applies it to Health.
+	HealthConfig string
 	// Health holds the health rules' thresholds. Its PollInterval is replaced by the
 	// agent's.
 	Health healthcheck.Config
+}
+
+// ReadHealthConfig applies the --health-config file, if any, to Health. Its error
+// names the file and the field to fix.
+func (c *Config) ReadHealthConfig() error {
+	if c.HealthConfig == "" {
+		return nil
+	}
+	data, err := os.ReadFile(c.HealthConfig)
+	if err != nil {
+		return fmt.Errorf("--health-config: %w", err)
+	}
+	h, err := c.Health.WithFile(data)
+	if err != nil {
+		return fmt.Errorf("--health-config %s: %w", c.HealthConfig, err)
+	}
+	c.Health = h
+	return nil
 }
 
 // DefaultConfig returns the documented defaults. NodeName is left empty: AddFlags
@@ -82,6 +103,8 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 		"loopback address (e.g. 127.0.0.1:9401) of the fault-injection endpoint POST /inject; fake NVML only; empty turns it off")
 	fs.StringVar(&c.PodResourcesSocket, "pod-resources-socket", c.PodResourcesSocket,
 		"the kubelet's pod-resources socket, to tell which pod holds each GPU")
+	fs.StringVar(&c.HealthConfig, "health-config", c.HealthConfig,
+		"YAML file of the health rules' thresholds and ignore lists (throttlePolls, correctableECCPerMinute, pcieReplaysPerMinute, nvlinkErrorsPerMinute, retiredPagesLimit, recoveryPolls, readErrorPolls, eventWaitTimeout, ignoredXIDs, ignoredReasons); a field left out keeps its default")
 }
 
 // Validate reports a bad configuration naming the flag to fix.

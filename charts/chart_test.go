@@ -17,6 +17,7 @@ import (
 	configapi "sigs.k8s.io/kueue/apis/config/v1beta2"
 	"sigs.k8s.io/yaml"
 
+	"chamber.dev/chamber/healthcheck"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 	"chamber.dev/chamber/test/controlplane"
 )
@@ -56,6 +57,9 @@ func TestBadValuesAreRejected(t *testing.T) {
 		{"controller.flags.Bad_Flag=1", "at '/controller/flags': additional properties 'Bad_Flag' not allowed"},
 		{"pools[0].spec.nodeLabels.pool=main", "missing property 'name'"},
 		{"teams[0].name=Not_A_Name", "/teams/0/name"},
+		{"agent.health.throttlePolls=0", "/agent/health/throttlePolls"},
+		{"agent.health.throttlePoll=3", "at '/agent/health': additional properties 'throttlePoll' not allowed"},
+		{"agent.flags.health-config=/tmp/h.yaml", "agent.flags.health-config: the chart sets --health-config itself"},
 	} {
 		_, err := controlplane.RenderChart(context.Background(), "", "--set", tc.set)
 		if err == nil {
@@ -64,6 +68,44 @@ func TestBadValuesAreRejected(t *testing.T) {
 		}
 		if !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("--set %s: error %q does not say %q", tc.set, err, tc.want)
+		}
+	}
+}
+
+// TestAgentHealthConfig: agent.health reaches the agents as the --health-config file,
+// which the agent reads as it was meant; a change of it rolls the DaemonSet.
+func TestAgentHealthConfig(t *testing.T) {
+	objs := render(t, "--set", "agent.health.throttlePolls=12", "--set", "agent.health.ignoredReasons={NVLinkErrors}")
+	var cm *unstructured.Unstructured
+	for _, o := range objs {
+		if o.GetKind() == "ConfigMap" && strings.HasSuffix(o.GetName(), "-health") {
+			cm = o
+		}
+	}
+	if cm == nil {
+		t.Fatal("no health ConfigMap rendered")
+	}
+	file, _, _ := unstructured.NestedString(cm.Object, "data", "health.yaml")
+	cfg, err := healthcheck.DefaultConfig().WithFile([]byte(file))
+	if err != nil {
+		t.Fatalf("the agent refuses the chart's file %q: %v", file, err)
+	}
+	if cfg.ThrottlePolls != 12 || len(cfg.IgnoredReasons) != 1 || cfg.IgnoredReasons[0] != healthcheck.ReasonNVLinkErrors {
+		t.Errorf("the agent reads %+v from the chart's file %q", cfg, file)
+	}
+	ds := find(objs, "DaemonSet", "")
+	containers, _, _ := unstructured.NestedSlice(ds.Object, "spec", "template", "spec", "containers")
+	args, _, _ := unstructured.NestedStringSlice(containers[0].(map[string]any), "args")
+	if !slices.Contains(args, "--health-config=/etc/chamber/health.yaml") {
+		t.Errorf("agent args %v lack --health-config", args)
+	}
+	if sum, _, _ := unstructured.NestedString(ds.Object, "spec", "template", "metadata", "annotations", "checksum/health-config"); sum == "" {
+		t.Error("the agent's pods carry no checksum of the health configuration")
+	}
+
+	for _, o := range render(t) {
+		if o.GetKind() == "ConfigMap" && strings.HasSuffix(o.GetName(), "-health") {
+			t.Errorf("ConfigMap %s rendered without agent.health", o.GetName())
 		}
 	}
 }

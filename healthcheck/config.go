@@ -61,32 +61,33 @@ func DefaultConfig() Config {
 	}
 }
 
-// Validate reports the first bad field by name, so a flag or config-file error is easy to fix.
+// Validate reports the first bad field by name, as the configuration file (File)
+// spells it, so an error in the file is easy to fix.
 func (c Config) Validate() error {
 	switch {
 	case c.PollInterval <= 0:
-		return fmt.Errorf("healthcheck config: PollInterval must be positive, got %v", c.PollInterval)
+		return fmt.Errorf("health rules: pollInterval must be positive, got %v", c.PollInterval)
 	case c.EventWaitTimeout < time.Millisecond || c.EventWaitTimeout > time.Minute:
 		// NVML takes the wait in milliseconds; a minute keeps shutdown prompt.
-		return fmt.Errorf("healthcheck config: EventWaitTimeout must be between 1ms and 1m, got %v", c.EventWaitTimeout)
+		return fmt.Errorf("health rules: eventWaitTimeout must be between 1ms and 1m, got %v", c.EventWaitTimeout)
 	case c.RecoveryPolls < 1:
-		return fmt.Errorf("healthcheck config: RecoveryPolls must be at least 1, got %d", c.RecoveryPolls)
+		return fmt.Errorf("health rules: recoveryPolls must be at least 1, got %d", c.RecoveryPolls)
 	case c.ThrottlePolls < 1:
-		return fmt.Errorf("healthcheck config: ThrottlePolls must be at least 1, got %d", c.ThrottlePolls)
+		return fmt.Errorf("health rules: throttlePolls must be at least 1, got %d", c.ThrottlePolls)
 	case c.ReadErrorPolls < 1:
-		return fmt.Errorf("healthcheck config: ReadErrorPolls must be at least 1, got %d", c.ReadErrorPolls)
+		return fmt.Errorf("health rules: readErrorPolls must be at least 1, got %d", c.ReadErrorPolls)
 	case !(c.CorrectableECCPerMinute > 0):
-		return fmt.Errorf("healthcheck config: CorrectableECCPerMinute must be positive, got %v", c.CorrectableECCPerMinute)
+		return fmt.Errorf("health rules: correctableECCPerMinute must be positive, got %v", c.CorrectableECCPerMinute)
 	case !(c.PCIeReplaysPerMinute > 0):
-		return fmt.Errorf("healthcheck config: PCIeReplaysPerMinute must be positive, got %v", c.PCIeReplaysPerMinute)
+		return fmt.Errorf("health rules: pcieReplaysPerMinute must be positive, got %v", c.PCIeReplaysPerMinute)
 	case !(c.NVLinkErrorsPerMinute > 0):
-		return fmt.Errorf("healthcheck config: NVLinkErrorsPerMinute must be positive, got %v", c.NVLinkErrorsPerMinute)
+		return fmt.Errorf("health rules: nvlinkErrorsPerMinute must be positive, got %v", c.NVLinkErrorsPerMinute)
 	case c.RetiredPagesLimit < 1:
-		return fmt.Errorf("healthcheck config: RetiredPagesLimit must be at least 1, got %d", c.RetiredPagesLimit)
+		return fmt.Errorf("health rules: retiredPagesLimit must be at least 1, got %d", c.RetiredPagesLimit)
 	}
 	for _, r := range c.IgnoredReasons {
 		if !knownReason(r) {
-			return fmt.Errorf("healthcheck config: IgnoredReasons has unknown reason %q (want one of the Reason constants or XID<code>)", r)
+			return fmt.Errorf("health rules: ignoredReasons has unknown reason %q (want one of the Reason constants or XID<code>)", r)
 		}
 	}
 	return nil

@@ -246,6 +246,9 @@ func renderReport(sc *Scenario, recs []*Recording, results []Result) string {
 	if sc.AdmissionCheck {
 		reclaim += "; Chamber's admission check on every team's ClusterQueue (--admission-check)"
 	}
+	if sc.QuotasFollowHealth {
+		reclaim += "; the teams' quotas follow the pool's healthy GPUs (--quotas-follow-health)"
+	}
 	roomOpts := roomOptions(sc.Speedup)
 	t.row("Chamber under (c)", fmt.Sprintf("%s, eviction grace %s simulated, fault isolation at level %s, its circuit breaker's window %s simulated, room for big jobs after %s of waiting for a node (settle %s), its other settings at their defaults; the inventory's idle window 2 s of clock",
 		reclaim, EvictionGrace, level, isolation.DefaultBreakerWindow, hours(wallToSim(roomOpts.MinWait, sc.Speedup)), hours(wallToSim(roomOpts.Settle, sc.Speedup))))

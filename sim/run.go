@@ -305,6 +305,9 @@ func setUpTeams(ctx context.Context, c client.Client, sc *Scenario, p Policy) ([
 			objs = append(objs, cq, chamberkueue.LocalQueue(t, t.Name))
 		}
 	case PolicyChamber:
+		if sc.QuotasFollowHealth {
+			pool.Spec.QuotasFollowHealth = ptr.To(true)
+		}
 		// Idle reclaim on, its window and the checkpoint grace period in simulated
 		// time; fault isolation at its defaults but for the level.
 		pool.Spec.IdleReclaim = &chamber.IdleReclaimPolicy{Enabled: ptr.To(!sc.NoIdleReclaim),

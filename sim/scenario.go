@@ -131,6 +131,9 @@ type Scenario struct {
 	// IsolationLevel is Chamber's fault isolation level under PolicyChamber: Auto
 	// (Chamber's default: by each fault's catalog action), Node or GPU.
 	IsolationLevel chamber.IsolationLevel
+	// QuotasFollowHealth turns the pool's spec.quotasFollowHealth on under
+	// PolicyChamber (--quotas-follow-health).
+	QuotasFollowHealth bool
 	// NoIdleReclaim leaves idle reclaim off under PolicyChamber, to tell what it does
 	// from what the rest of Chamber does.
 	NoIdleReclaim bool

@@ -65,16 +65,16 @@ type GPUPoolSpec struct {
 	// withheld from the teams' nominal quotas, each giving up its share by the rule of
 	// TeamModelUsage.Withheld, and given back as the GPUs return; Kueue then never
 	// admits against GPUs that are gone, and a team whose quota is guaranteed gets it
-	// by preemption instead of waiting behind GPUs that do not exist. Default true.
-	// +kubebuilder:default=true
+	// by preemption instead of waiting behind GPUs that do not exist. Default false:
+	// the guarantee costs preemptions while GPUs are out (the README's measurement).
 	// +optional
 	QuotasFollowHealth *bool `json:"quotasFollowHealth,omitempty"`
 }
 
 // FollowsHealth reports whether the pool's compiled quotas follow its healthy GPUs
-// (spec.quotasFollowHealth, default true).
+// (spec.quotasFollowHealth, default false).
 func (p *GPUPool) FollowsHealth() bool {
-	return p.Spec.QuotasFollowHealth == nil || *p.Spec.QuotasFollowHealth
+	return p.Spec.QuotasFollowHealth != nil && *p.Spec.QuotasFollowHealth
 }
 
 // GPUPrice is the price of one GPU-hour of a model.

@@ -29,6 +29,10 @@ func main() {
 	// controller-runtime's config package registers --kubeconfig on flag.CommandLine;
 	// without it the in-cluster service account is used.
 	flag.Parse()
+	if err := cfg.ReadHealthConfig(); err != nil {
+		fmt.Fprintf(os.Stderr, "chamber-agent: %v\n", err)
+		os.Exit(2)
+	}
 	if err := cfg.Validate(); err != nil {
 		fmt.Fprintf(os.Stderr, "chamber-agent: %v\n", err)
 		os.Exit(2)

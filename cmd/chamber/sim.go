@@ -29,6 +29,7 @@ type simFlags struct {
 	skipBad, verbose, idleReclaim, check     bool
 	start, window, maxDuration, repair       time.Duration
 	interactiveIdleLimit                     time.Duration
+	quotasFollowHealth                       bool
 	keep, speedup, faultRate, price          float64
 	maxJobs                                  int
 	seed                                     uint64
@@ -81,6 +82,7 @@ func (f *simFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.idleReclaim, "idle-reclaim", f.idleReclaim, "idle reclaim on under policy chamber (false: the rest of Chamber only, to tell them apart)")
 	fs.BoolVar(&f.check, "admission-check", f.check, "Chamber's admission check on the teams' ClusterQueues under policy chamber, as chamber-controller --admission-check (off by default there too: Chamber evicts, isolates and reclaims without it)")
 	fs.DurationVar(&f.interactiveIdleLimit, "interactive-idle-limit", f.interactiveIdleLimit, "under policy chamber, the interactive idle time limit the teams opt in to (simulated time): a notebook idle this long is paused until its user comes back; 0: none")
+	fs.BoolVar(&f.quotasFollowHealth, "quotas-follow-health", f.quotasFollowHealth, "under policy chamber, the pool's quotas follow its healthy GPUs (GPUPool spec.quotasFollowHealth)")
 	fs.StringVar(&f.seeds, "seeds", f.seeds, "a sweep: comma-separated seeds; with --starts, one replay per slice start and seed, each in a process of its own, and summary.md over them all (mean and spread, goals against Kueue alone)")
 	fs.StringVar(&f.starts, "starts", f.starts, "a sweep: comma-separated slice starts (trace time), e.g. 78h,30h,126h; empty: --start")
 	fs.BoolVar(&f.verbose, "v", f.verbose, "show the control plane's start-up lines and keep its components' logs in the report folder")
@@ -164,8 +166,8 @@ func (f *simFlags) scenario(progress io.Writer) (*sim.Scenario, error) {
 		PricePerGPUHour: f.price, IdleBelowPercent: 5, BackoffLimit: 3, SampleEvery: 500 * time.Millisecond,
 		Timeout: f.timeout, Policies: policies, OutDir: out, MetricsAddr: f.metricsAddr, Seed: f.seed,
 		IsolationLevel: chamber.IsolationLevel(f.isolationLevel), NoIdleReclaim: !f.idleReclaim, AdmissionCheck: f.check,
-		InteractiveIdleLimit: f.interactiveIdleLimit,
-		Progress:             progress, Log: io.Discard,
+		InteractiveIdleLimit: f.interactiveIdleLimit, QuotasFollowHealth: f.quotasFollowHealth,
+		Progress: progress, Log: io.Discard,
 		Describe: []sim.Param{
 			{Name: "trace", Value: fmt.Sprintf("%s (%d rows, %d malformed rows skipped)", traceName, len(trace), len(bad))},
 			{Name: "slice", Value: fmt.Sprintf("submissions from %s for %s of trace time, %g of the jobs kept, at most %d GPUs and %s per job", f.start, f.window, f.keep, slice.MaxGPUs, f.maxDuration)},

@@ -99,6 +99,14 @@ type Options struct {
 	KueueReplaces time.Duration
 	// HoldNamespace is where GPU-level isolation's hold pods live. Default kube-system.
 	HoldNamespace string
+	// NodeConditions are the node condition types that, True, report the node's GPUs
+	// failed: those Node Problem Detector, NVSentinel or another health checker sets.
+	// Such a node is isolated at node level (a condition names no GPU) with the
+	// condition's reason, whether or not Chamber's agent runs there; once the
+	// condition is gone it comes back like any transient fault, after the agent's
+	// healthy reports (the pool's recoveryReports), or, without an agent, when an
+	// operator clears it. None by default.
+	NodeConditions []corev1.NodeConditionType
 	// Clock is the time source; the real clock when nil.
 	Clock clock.PassiveClock
 	// Heartbeats tells which agents are silent: a silent agent's node has Unknown
@@ -183,7 +191,7 @@ func Register(mgr ctrl.Manager, opts Options) error {
 			// kwok and kubelet heartbeats change node status only; isolation cares about
 			// what people and Chamber change.
 			UpdateFunc: func(e event.UpdateEvent) bool {
-				return nodeSignature(e.ObjectOld.(*corev1.Node)) != nodeSignature(e.ObjectNew.(*corev1.Node))
+				return c.nodeSignature(e.ObjectOld.(*corev1.Node)) != c.nodeSignature(e.ObjectNew.(*corev1.Node))
 			},
 		})).
 		// Every agent report counts: recovery counts healthy reports.
@@ -212,10 +220,16 @@ func (c *Controller) poolNodes(ctx context.Context, obj client.Object) []reconci
 }
 
 // nodeSignature is what of a node the controller acts on.
-func nodeSignature(n *corev1.Node) string {
+func (c *Controller) nodeSignature(n *corev1.Node) string {
 	// Allocatable too: the device plugin withdrawing a failing GPU resizes the hold.
 	capacity, allocatable := n.Status.Capacity[chamberkueue.ResourceGPU], n.Status.Allocatable[chamberkueue.ResourceGPU]
-	return fmt.Sprintf("%v|%v|%v|%t|%s|%s", n.Labels, n.Annotations, n.Spec.Taints, n.Spec.Unschedulable, capacity.String(), allocatable.String())
+	sig := fmt.Sprintf("%v|%v|%v|%t|%s|%s", n.Labels, n.Annotations, n.Spec.Taints, n.Spec.Unschedulable, capacity.String(), allocatable.String())
+	for _, cond := range n.Status.Conditions {
+		if slices.Contains(c.opts.NodeConditions, cond.Type) {
+			sig += fmt.Sprintf("|%s=%s:%s:%s", cond.Type, cond.Status, cond.Reason, cond.Message)
+		}
+	}
+	return sig
 }
 
 func gpuCapacity(n *corev1.Node) int64 {
@@ -249,11 +263,11 @@ func (c *Controller) Reconcile(ctx context.Context, node *corev1.Node) (reconcil
 	switch err := c.client.Get(ctx, client.ObjectKey{Name: node.Name}, &agent); {
 	case apierrors.IsNotFound(err):
 		agentOrNil := (*chamber.GPUNode)(nil)
-		return c.reconcileReport(ctx, node, pool, readReport(agentOrNil, c.opts.Heartbeats, now), now)
+		return c.reconcileReport(ctx, node, pool, readReport(agentOrNil, c.opts.Heartbeats, now).withConditions(node, c.opts.NodeConditions), now)
 	case err != nil:
 		return reconcile.Result{}, fmt.Errorf("get GPUNode %s: %w", node.Name, err)
 	}
-	return c.reconcileReport(ctx, node, pool, readReport(&agent, c.opts.Heartbeats, now), now)
+	return c.reconcileReport(ctx, node, pool, readReport(&agent, c.opts.Heartbeats, now).withConditions(node, c.opts.NodeConditions), now)
 }
 
 func (c *Controller) reconcileReport(ctx context.Context, node *corev1.Node, pool *chamber.GPUPool, rep report, now time.Time) (reconcile.Result, error) {

@@ -54,6 +54,8 @@ func TestMain(m *testing.M) {
 	cfg.PodGracePeriods = false
 	// A node isolated at node level drains for this long (TestXID79...Drains).
 	cfg.Isolation.DrainTimeout = drainTimeout
+	// A health checker's node condition reports failed GPUs (TestNodeConditionIsolates).
+	cfg.Isolation.NodeConditions = []corev1.NodeConditionType{gpuProblem}
 	os.Exit(controllertest.Main(m, cfg, &k8s))
 }
 
@@ -349,6 +351,65 @@ func TestXID79MovesWorkloadToHealthyNode(t *testing.T) {
 	}).Should(gomega.Succeed())
 	g.Expect(value(g, "chamber_isolations_total", "pool", "move", "level", "Node", "reason", "XID79")).To(gomega.Equal(1.0))
 	g.Expect(value(g, "chamber_isolation_evictions_total", "pool", "move")).To(gomega.Equal(1.0))
+}
+
+// gpuProblem is the node condition type the tests' health checker sets, as a Node
+// Problem Detector custom plugin would.
+const gpuProblem corev1.NodeConditionType = "GPUProblem"
+
+// setNodeCondition sets one condition of the node's status, as a health checker does
+// (a strategic merge patch: the kubelet's, kwok's and Chamber's conditions stay).
+func setNodeCondition(t *testing.T, name string, cond corev1.NodeCondition) {
+	t.Helper()
+	ctx := context.Background()
+	var n corev1.Node
+	if err := k8s.Get(ctx, client.ObjectKey{Name: name}, &n); err != nil {
+		t.Fatal(err)
+	}
+	orig := n.DeepCopy()
+	cond.LastTransitionTime, cond.LastHeartbeatTime = metav1.Now(), metav1.Now()
+	n.Status.Conditions = append(slices.DeleteFunc(n.Status.Conditions, func(c corev1.NodeCondition) bool { return c.Type == cond.Type }), cond)
+	if err := k8s.Status().Patch(ctx, &n, client.StrategicMergeFrom(orig)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Issue 16, test 2: a condition that a health checker (Node Problem Detector,
+// NVSentinel) sets on a node, of a type Chamber is told to read, isolates the node at
+// node level with the condition's reason, and its workload moves to a healthy node;
+// once the checker sets it False, the agent's healthy reports return the node.
+func TestNodeConditionIsolates(t *testing.T) {
+	t.Parallel()
+	g := newG(t)
+	fixture(t, "condition", &chamber.IsolationPolicy{RecoveryReports: ptr.To[int32](2)}, 16)
+	nodes(t, "condition", "condition-1")
+	startAgent(t, "condition-1", time.Second)
+	submit(t, "condition", "train")
+	var first *corev1.Pod
+	g.Eventually(func(g gomega.Gomega) { first = runningPod(g, "condition", "train") }).Should(gomega.Succeed())
+	nodes(t, "condition", "condition-2")
+	startAgent(t, "condition-2", time.Second)
+
+	setNodeCondition(t, "condition-1", corev1.NodeCondition{Type: gpuProblem, Status: corev1.ConditionTrue,
+		Reason: "XidCriticalError", Message: "NVRM: Xid (PCI:0000:1b:00): 79, GPU has fallen off the bus"})
+	g.Eventually(func(g gomega.Gomega) {
+		isolated(g, "condition-1", "XidCriticalError")
+		n := getNode(g, "condition-1")
+		g.Expect(n.Annotations).To(gomega.HaveKeyWithValue(chamber.AnnotationIsolationLevel, string(chamber.IsolateNode)))
+		g.Expect(condition(n).Message).To(gomega.ContainSubstring("XidCriticalError on the node (node condition GPUProblem: NVRM: Xid"))
+	}).Should(gomega.Succeed())
+	g.Eventually(func(g gomega.Gomega) {
+		moved := runningPod(g, "condition", "train")
+		g.Expect(moved.UID).NotTo(gomega.Equal(first.UID))
+		g.Expect(moved.Spec.NodeName).To(gomega.Equal("condition-2"))
+	}).Should(gomega.Succeed())
+
+	setNodeCondition(t, "condition-1", corev1.NodeCondition{Type: gpuProblem, Status: corev1.ConditionFalse, Reason: "NoXidError"})
+	g.Eventually(func(g gomega.Gomega) {
+		inService(g, "condition-1")
+		g.Expect(condition(getNode(g, "condition-1")).Reason).To(gomega.Equal(isolation.ReasonRecovered))
+	}).Should(gomega.Succeed())
+	g.Expect(value(g, "chamber_isolations_total", "pool", "condition", "level", "Node", "reason", "XidCriticalError")).To(gomega.Equal(1.0))
 }
 
 // Test 2. XID 13 is an application error: it isolates nothing and evicts nothing.

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
@@ -14,7 +15,8 @@ import (
 	"chamber.dev/chamber/healthcheck"
 )
 
-// fault is one Unhealthy fault of one GPU, as its agent reports it.
+// fault is one Unhealthy fault of one GPU, as its agent reports it, or of the whole
+// node (gpu nodeWide), as a node condition reports it.
 type fault struct {
 	gpu    int
 	reason string
@@ -89,6 +91,37 @@ func readReport(gn *chamber.GPUNode, heard *fleet.Heartbeats, now time.Time) rep
 	return r
 }
 
+// nodeWide is the GPU of a fault that names none: a node condition's.
+const nodeWide = -1
+
+// where the fault is, for people: "GPU 3", or "the node".
+func (f fault) where() string {
+	if f.gpu == nodeWide {
+		return "the node"
+	}
+	return fmt.Sprintf("GPU %d", f.gpu)
+}
+
+// withConditions adds the faults that the node's conditions of the given types report
+// (Node Problem Detector's, NVSentinel's, or any health checker's that sets a node
+// condition): each one True is a fault of the whole node, named by its reason (its
+// type when it gives none), with no catalog action. It makes the node's health
+// Unhealthy whatever the agent says, or whether one runs at all.
+func (r report) withConditions(node *corev1.Node, types []corev1.NodeConditionType) report {
+	for _, c := range node.Status.Conditions {
+		if c.Status != corev1.ConditionTrue || !slices.Contains(types, c.Type) {
+			continue
+		}
+		msg := "node condition " + string(c.Type)
+		if c.Message != "" {
+			msg += ": " + c.Message
+		}
+		r.faults = append(r.faults, fault{gpu: nodeWide, reason: cmp.Or(c.Reason, string(c.Type)), message: msg})
+		r.health = chamber.GPUUnhealthy
+	}
+	return r
+}
+
 // primary is the fault that names the isolation: a hardware fault before a transient
 // one, and among them one that takes the node (it decides the level under Auto)
 // before one a GPU reset clears; the first of a kind.
@@ -122,12 +155,18 @@ func (r report) primary() fault {
 // Unhealthy without a fault): GPU level only when a reset of the failing GPUs is all
 // the faults need.
 func (r report) level(pool chamber.IsolationLevel) (chamber.IsolationLevel, string) {
+	for _, f := range r.faults {
+		if f.gpu == nodeWide {
+			// Not even a forced GPU level can hold a GPU the fault does not name.
+			return chamber.IsolateNode, fmt.Sprintf("%s names no GPU", f.message)
+		}
+	}
 	if pool == chamber.IsolateNode || pool == chamber.IsolateGPU {
 		return pool, "forced by the pool's isolation policy"
 	}
 	for _, f := range r.faults {
 		if f.action.TakesNode() {
-			return chamber.IsolateNode, fmt.Sprintf("%s on GPU %d needs %s", f.reason, f.gpu, cmp.Or(string(f.action), "an action the agent did not report"))
+			return chamber.IsolateNode, fmt.Sprintf("%s on %s needs %s", f.reason, f.where(), cmp.Or(string(f.action), "an action the agent did not report"))
 		}
 	}
 	return chamber.IsolateGPU, "a reset of the failing GPUs is all the faults need"
@@ -141,7 +180,7 @@ func (r report) persistent() bool {
 func (r report) describe() string {
 	parts := make([]string, len(r.faults))
 	for i, f := range r.faults {
-		parts[i] = fmt.Sprintf("%s on GPU %d", f.reason, f.gpu)
+		parts[i] = fmt.Sprintf("%s on %s", f.reason, f.where())
 		if f.message != "" {
 			parts[i] += " (" + f.message + ")"
 		}
@@ -153,7 +192,7 @@ func (r report) describe() string {
 func (r report) failingGPUs() []int {
 	var out []int
 	for _, f := range r.faults {
-		if !slices.Contains(out, f.gpu) {
+		if f.gpu != nodeWide && !slices.Contains(out, f.gpu) {
 			out = append(out, f.gpu)
 		}
 	}

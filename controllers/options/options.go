@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers"
 	"chamber.dev/chamber/controllers/isolation"
@@ -31,7 +33,8 @@ type Options struct {
 	// Controllers is what the controllers are given; Parse fills it in.
 	Controllers controllers.Config
 
-	priorityTiers string
+	priorityTiers  string
+	nodeConditions string
 }
 
 // New is the options with their defaults.
@@ -78,6 +81,10 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Isolation.EvictionGracePeriod, "isolation-eviction-grace-period", c.Isolation.EvictionGracePeriod, "checkpoint grace period of workloads on failed GPUs (0: at once; a failed GPU cannot checkpoint); workloads on the healthy GPUs of an isolated node keep their team's")
 	fs.DurationVar(&c.Isolation.DrainTimeout, "isolation-drain-timeout", c.Isolation.DrainTimeout, "how long workloads on the healthy GPUs of a node isolated at node level run on (the node drains) before they are evicted with their team's grace, so the node can be rebooted for its repair; negative: never")
 	fs.StringVar(&c.Isolation.HoldNamespace, "isolation-hold-namespace", c.Isolation.HoldNamespace, "namespace of the pods that hold failing GPUs under GPU-level isolation")
+	fs.Func("isolation-node-conditions", "node condition types, comma-separated, that report a node's GPUs failed when True (set by Node Problem Detector, NVSentinel or another health checker): such a node is isolated at node level with the condition's reason", func(s string) error {
+		o.nodeConditions = s
+		return nil
+	})
 }
 
 // Parse parses args into the options and checks them: the error names every flag
@@ -124,6 +131,17 @@ func (o *Options) validate() error {
 	must(c.SilentAfterHeartbeats >= 1, "--silent-after-heartbeats must be at least 1, got %d", c.SilentAfterHeartbeats)
 	notNegative("isolation-eviction-grace-period", c.Isolation.EvictionGracePeriod)
 	must(c.Isolation.HoldNamespace != "", "--isolation-hold-namespace must name a namespace")
+	c.Isolation.NodeConditions = nil
+	for _, t := range strings.Split(o.nodeConditions, ",") {
+		t = strings.TrimSpace(t)
+		if t == "" {
+			continue
+		}
+		must(!strings.ContainsAny(t, " \t=:"), "--isolation-node-conditions: %q is not a node condition type (a name such as GPUProblem)", t)
+		own := corev1.NodeConditionType(t) == isolation.ConditionIsolated || t == chamber.ConditionGPUHealthy || corev1.NodeConditionType(t) == corev1.NodeReady
+		must(!own, "--isolation-node-conditions: %s is not a fault condition (it is Chamber's or the kubelet's own)", t)
+		c.Isolation.NodeConditions = append(c.Isolation.NodeConditions, corev1.NodeConditionType(t))
+	}
 	return errors.Join(errs...)
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
 
 	"chamber.dev/chamber/controllers"
 	"chamber.dev/chamber/controllers/options"
@@ -43,7 +44,8 @@ func TestDefaults(t *testing.T) {
 // TestFlagsSetTheConfig: a flag lands in the field the controller reads.
 func TestFlagsSetTheConfig(t *testing.T) {
 	o, err := parse("--eviction-grace-period=10m", "--isolation-rate-limit=2.5", "--priority-tiers=gold=10,tin=1",
-		"--admission-check=true", "--idle-window=90s", "--silent-after-heartbeats=5", "--kube-api-qps=50")
+		"--admission-check=true", "--idle-window=90s", "--silent-after-heartbeats=5", "--kube-api-qps=50",
+		"--isolation-node-conditions=GPUProblem, KernelDeadlock")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,6 +53,9 @@ func TestFlagsSetTheConfig(t *testing.T) {
 	if c.Admission.GracePeriod != 10*time.Minute || c.Isolation.RateLimit != 2.5 || !c.AdmissionCheck ||
 		c.Inventory.Fleet.IdleWindow != 90*time.Second || c.SilentAfterHeartbeats != 5 || o.APIQPS != 50 {
 		t.Errorf("flags not applied: %+v (qps %v)", c, o.APIQPS)
+	}
+	if want := []corev1.NodeConditionType{"GPUProblem", "KernelDeadlock"}; !cmp.Equal(want, c.Isolation.NodeConditions) {
+		t.Errorf("isolation node conditions %v, want %v", c.Isolation.NodeConditions, want)
 	}
 	if want := []chamberkueue.PriorityTier{{Name: "gold", Value: 10}, {Name: "tin", Value: 1}}; !cmp.Equal(want, c.PriorityTiers) {
 		t.Errorf("priority tiers %v, want %v", c.PriorityTiers, want)
@@ -60,7 +65,8 @@ func TestFlagsSetTheConfig(t *testing.T) {
 // TestBadFlags: every bad value is named at once, with what it must be.
 func TestBadFlags(t *testing.T) {
 	_, err := parse("--idle-utilization-threshold=150", "--eviction-grace-period=-1s", "--placement-timeout=10ms",
-		"--isolation-rate-burst=0", "--priority-tiers=production", "--kube-api-burst=0", "--isolation-hold-namespace=")
+		"--isolation-rate-burst=0", "--priority-tiers=production", "--kube-api-burst=0", "--isolation-hold-namespace=",
+		"--isolation-node-conditions=GPUProblem,ChamberIsolated")
 	if err == nil {
 		t.Fatal("bad flags accepted")
 	}
@@ -72,12 +78,13 @@ func TestBadFlags(t *testing.T) {
 		"--priority-tiers:",
 		"--kube-api-burst must be at least 1, got 0",
 		"--isolation-hold-namespace must name a namespace",
+		"--isolation-node-conditions: ChamberIsolated is not a fault condition",
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not say %q", err, want)
 		}
 	}
-	if n := strings.Count(err.Error(), "\n") + 1; n != 7 {
-		t.Errorf("%d problems reported, want 7:\n%s", n, err)
+	if n := strings.Count(err.Error(), "\n") + 1; n != 8 {
+		t.Errorf("%d problems reported, want 8:\n%s", n, err)
 	}
 }

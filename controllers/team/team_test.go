@@ -15,6 +15,7 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -270,7 +271,11 @@ func TestLendingLimit(t *testing.T) {
 func TestQuotasFollowHealthyGPUs(t *testing.T) {
 	t.Parallel()
 	g := newG(t)
-	fixture(t, "healthq", map[string]string{"healthq-1": h100, "healthq-2": h100})
+	pool := fixture(t, "healthq", map[string]string{"healthq-1": h100, "healthq-2": h100})
+	follow := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"quotasFollowHealth":true}}`))
+	if err := k8s.Patch(context.Background(), pool, follow); err != nil {
+		t.Fatal(err)
+	}
 	for _, name := range []string{"healthq-a", "healthq-b"} {
 		namespace(t, name)
 		create(t, newTeam(name, "healthq", []string{name}, chamber.TeamQuota{Model: h100, GPUs: 8}))

@@ -17,7 +17,7 @@ func TestWithheldQuota(t *testing.T) {
 	}
 	gpus := func(model string, n int32) chamber.TeamQuota { return chamber.TeamQuota{Model: model, GPUs: n} }
 	pool := func(healthy map[string]int64) *chamber.GPUPool {
-		p := &chamber.GPUPool{ObjectMeta: metav1.ObjectMeta{Name: "main"}}
+		p := &chamber.GPUPool{ObjectMeta: metav1.ObjectMeta{Name: "main"}, Spec: chamber.GPUPoolSpec{QuotasFollowHealth: ptr.To(true)}}
 		for _, m := range []string{a100, h100} {
 			if h, ok := healthy[m]; ok {
 				p.Status.Models = append(p.Status.Models, chamber.PoolModel{Model: m, Total: 32, Healthy: h})
@@ -81,9 +81,11 @@ func TestWithheldQuota(t *testing.T) {
 	}
 
 	off := pool(map[string]int64{h100: 0})
-	off.Spec.QuotasFollowHealth = ptr.To(false)
-	if got := WithheldQuota(off, []chamber.Team{team("a", "main", gpus(h100, 8))}); got != nil {
-		t.Errorf("quotasFollowHealth false: withheld %v, want nothing", got)
+	for _, follow := range []*bool{nil, ptr.To(false)} {
+		off.Spec.QuotasFollowHealth = follow
+		if got := WithheldQuota(off, []chamber.Team{team("a", "main", gpus(h100, 8))}); got != nil {
+			t.Errorf("quotasFollowHealth %v: withheld %v, want nothing (the default is off)", follow, got)
+		}
 	}
 }
 
