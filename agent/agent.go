@@ -134,8 +134,8 @@ func New(opts Options) (*Agent, error) {
 	if err := opts.Config.Validate(); err != nil {
 		return nil, err
 	}
-	if opts.NVML == nil || opts.Client == nil {
-		return nil, errors.New("agent: Options.NVML and Options.Client are required")
+	if opts.NVML == nil || (opts.Client == nil && !opts.Config.Standalone) {
+		return nil, errors.New("agent: Options.NVML is required, and Options.Client unless Config.Standalone")
 	}
 	clk := opts.Clock
 	if clk == nil {
@@ -303,7 +303,8 @@ func (a *Agent) reconcile(ctx context.Context, p pass) {
 	a.setView(scrapeView{pods: a.podMap, lastXID: maps.Clone(a.lastXID), driver: a.driver, nvmlUp: nvmlErr == nil})
 
 	a.passWrites = 0
-	attempt := a.retryAt.IsZero() || !now.Before(a.retryAt)
+	// A standalone agent publishes nothing: its metrics are read from the Tracker.
+	attempt := !a.cfg.Standalone && (a.retryAt.IsZero() || !now.Before(a.retryAt))
 	if attempt {
 		if err := a.publish(ctx, now, gpus, nvmlErr); err != nil {
 			a.backOff(now, err)

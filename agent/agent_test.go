@@ -296,6 +296,8 @@ func TestConfigValidate(t *testing.T) {
 		"fault injection on localhost": {change: func(c *Config) { c.FaultInjectionAddress = "localhost:9401" }},
 		"bad metrics address":          {change: func(c *Config) { c.MetricsBindAddress = "9400" }, wantErr: "--metrics-bind-address"},
 		"metrics off":                  {change: func(c *Config) { c.MetricsBindAddress = "0" }},
+		"standalone without metrics": {
+			change: func(c *Config) { c.Standalone, c.MetricsBindAddress = true, "0" }, wantErr: "--standalone serves only /metrics"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

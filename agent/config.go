@@ -46,6 +46,13 @@ type Config struct {
 	FaultInjectionAddress string
 	// PodResourcesSocket is the kubelet's pod-resources socket (--pod-resources-socket).
 	PodResourcesSocket string
+	// Standalone runs the agent as a plain exporter (--standalone): no API server, no
+	// GPUNode and no Node condition, only /metrics, as dcgm-exporter runs on a GPU host.
+	Standalone bool
+	// DCGMMetrics serves the GPUs' readings under dcgm-exporter's names
+	// (--dcgm-metrics, default true). Off where dcgm-exporter runs on the node, so
+	// that no DCGM_FI_* series is exported twice; Chamber's own series stay.
+	DCGMMetrics bool
 	// HealthConfig is a file of the health rules' thresholds and ignore lists
 	// (--health-config, healthcheck.File); ReadHealthConfig applies it to Health.
 	HealthConfig string
@@ -83,6 +90,7 @@ func DefaultConfig() Config {
 		MetricsBindAddress: ":9400",
 		PodResourcesSocket: "/var/lib/kubelet/pod-resources/kubelet.sock",
 		Health:             healthcheck.DefaultConfig(),
+		DCGMMetrics:        true,
 	}
 }
 
@@ -103,6 +111,10 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 		"loopback address (e.g. 127.0.0.1:9401) of the fault-injection endpoint POST /inject; fake NVML only; empty turns it off")
 	fs.StringVar(&c.PodResourcesSocket, "pod-resources-socket", c.PodResourcesSocket,
 		"the kubelet's pod-resources socket, to tell which pod holds each GPU")
+	fs.BoolVar(&c.Standalone, "standalone", c.Standalone,
+		"run as a plain exporter: no API server, nothing published but /metrics (--node-name defaults to the host name)")
+	fs.BoolVar(&c.DCGMMetrics, "dcgm-metrics", c.DCGMMetrics,
+		"serve the GPUs' readings under dcgm-exporter's names (DCGM_FI_*); false where dcgm-exporter runs on the node, so nothing is exported twice")
 	fs.StringVar(&c.HealthConfig, "health-config", c.HealthConfig,
 		"YAML file of the health rules' thresholds and ignore lists (throttlePolls, correctableECCPerMinute, pcieReplaysPerMinute, nvlinkErrorsPerMinute, retiredPagesLimit, recoveryPolls, readErrorPolls, eventWaitTimeout, ignoredXIDs, ignoredReasons); a field left out keeps its default")
 }
@@ -140,6 +152,9 @@ func (c Config) Validate() error {
 		if err := CheckLoopback(c.FaultInjectionAddress); err != nil {
 			bad("--fault-injection-address: %v", err)
 		}
+	}
+	if c.Standalone && (c.MetricsBindAddress == "" || c.MetricsBindAddress == "0") {
+		bad("--standalone serves only /metrics: --metrics-bind-address must not be off")
 	}
 	if c.PodResourcesSocket == "" {
 		bad("--pod-resources-socket must not be empty")

@@ -121,10 +121,13 @@ func newGPUCollector(a *Agent) *gpuCollector { return &gpuCollector{a: a} }
 
 // Describe sends every metric's description.
 func (c *gpuCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, m := range dcgmMetrics {
-		ch <- m.desc
+	if c.a.cfg.DCGMMetrics {
+		for _, m := range dcgmMetrics {
+			ch <- m.desc
+		}
+		ch <- descXID
 	}
-	for _, d := range []*prometheus.Desc{descXID, descHealth, descXIDTotal, descFault, descNVMLUp} {
+	for _, d := range []*prometheus.Desc{descHealth, descXIDTotal, descFault, descNVMLUp} {
 		ch <- d
 	}
 }
@@ -138,7 +141,7 @@ func (c *gpuCollector) Collect(ch chan<- prometheus.Metric) {
 		idx := strconv.Itoa(g.Index)
 		s := &g.Sample
 		pod, _ := podOf(g, view.pods)
-		if !g.LastPoll.IsZero() {
+		if !g.LastPoll.IsZero() && c.a.cfg.DCGMMetrics {
 			// Every dcgm metric of a GPU has the same labels: made once, shared.
 			labels := prometheus.MakeLabelPairs(descXID, []string{idx, g.UUID, s.PCIBusID, "nvidia" + idx, s.Name, host, view.driver, pod.Container, pod.Namespace, pod.Name})
 			for _, m := range dcgmMetrics {

@@ -68,7 +68,7 @@ func NewNVML(name string) (lib nvml.Interface, fake *healthcheck.FakeGPUs, err e
 }
 
 // Serve runs the chamber-agent binary's agent until ctx ends: NVML as cfg.NVML says, the
-// API server at kube, pods from the kubelet's socket, the metrics and fault-injection
+// API server at kube (none when cfg.Standalone), pods from the kubelet's socket, the metrics and fault-injection
 // endpoints. Listening fails at start-up, before anything else runs.
 func Serve(ctx context.Context, cfg Config, kube *rest.Config, log logr.Logger) error {
 	if err := cfg.Validate(); err != nil {
@@ -78,13 +78,15 @@ func Serve(ctx context.Context, cfg Config, kube *rest.Config, log logr.Logger) 
 	if err != nil {
 		return err
 	}
-	scheme, err := Scheme()
-	if err != nil {
-		return err
-	}
-	c, err := client.New(kube, client.Options{Scheme: scheme})
-	if err != nil {
-		return fmt.Errorf("API client for %s: %w", kube.Host, err)
+	var c client.Client
+	if !cfg.Standalone {
+		scheme, err := Scheme()
+		if err != nil {
+			return err
+		}
+		if c, err = client.New(kube, client.Options{Scheme: scheme}); err != nil {
+			return fmt.Errorf("API client for %s: %w", kube.Host, err)
+		}
 	}
 	pods := NewKubeletPods(cfg.PodResourcesSocket, log.WithName("pods"))
 	defer pods.Close()

@@ -9,9 +9,11 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"go.uber.org/zap/zapcore"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -29,6 +31,11 @@ func main() {
 	// controller-runtime's config package registers --kubeconfig on flag.CommandLine;
 	// without it the in-cluster service account is used.
 	flag.Parse()
+	if cfg.Standalone && cfg.NodeName == "" {
+		// A plain exporter on a host: its name labels the series (Hostname).
+		host, _ := os.Hostname()
+		cfg.NodeName = strings.ToLower(host)
+	}
 	if err := cfg.ReadHealthConfig(); err != nil {
 		fmt.Fprintf(os.Stderr, "chamber-agent: %v\n", err)
 		os.Exit(2)
@@ -42,10 +49,13 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	kube, err := config.GetConfig()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "chamber-agent: no API server to talk to: %v (use --kubeconfig off-cluster)\n", err)
-		os.Exit(2)
+	var kube *rest.Config
+	if !cfg.Standalone {
+		var err error
+		if kube, err = config.GetConfig(); err != nil {
+			fmt.Fprintf(os.Stderr, "chamber-agent: no API server to talk to: %v (use --kubeconfig off-cluster, or --standalone to serve metrics only)\n", err)
+			os.Exit(2)
+		}
 	}
 	if err := agent.Serve(ctx, cfg, kube, log); err != nil {
 		log.Error(err, "Agent failed")
