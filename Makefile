@@ -75,6 +75,16 @@ bench-sim: tools ## The simulator's sweep: Kueue alone against Kueue + Chamber o
 bench-sim-large: tools ## The simulator's full comparison of plain Kubernetes, Kueue, Kueue + Chamber on 128 GPUs.
 	$(GO) run ./cmd/chamber sim --out chamber-report-bench-large $(SIM_FLAGS)
 
+# Each fuzz target for FUZZTIME (their seed corpora also run in make test).
+FUZZTIME ?= 15s
+FUZZ_TARGETS = ./sim:FuzzReadTrace ./integrations/kueue:FuzzParsePriorityTiers ./integrations/kueue:FuzzWithheldQuota \
+	./healthcheck:FuzzConfigWithFile ./controllers/isolation:FuzzReadRecord
+
+.PHONY: fuzz
+fuzz: tools ## Run each fuzz target for FUZZTIME (default 15s): the trace reader, the tiers flag, the quota rule, the health rules file, isolation's annotations.
+	@set -e; for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
+	echo "fuzz $$pkg $$fn"; $(GO) test $$pkg -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME); done
+
 .PHONY: lint
 lint: $(BIN)/staticcheck $(BIN)/helm ## gofmt, go vet and staticcheck.
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \

@@ -67,3 +67,21 @@ func TestFileChangesClassification(t *testing.T) {
 		t.Errorf("with pcieReplaysPerMinute 30: %v, want nothing", got)
 	}
 }
+
+// FuzzConfigWithFile: whatever the file holds, the agent gets an error or health rules
+// that pass their own checks; never a panic, never rules it would refuse.
+func FuzzConfigWithFile(f *testing.F) {
+	for _, seed := range []string{"", "throttlePolls: 12\n", "ignoredXIDs: [109]\nignoredReasons: [XID74]\n",
+		"eventWaitTimeout: 2s", "correctableECCPerMinute: 1e309", "{}", "[]", "throttlePolls: 0", "recoveryPolls: 1.5"} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, file string) {
+		cfg, err := DefaultConfig().WithFile([]byte(file))
+		if err != nil {
+			return
+		}
+		if err := cfg.Validate(); err != nil {
+			t.Errorf("file %q gave rules that fail their checks: %v", file, err)
+		}
+	})
+}

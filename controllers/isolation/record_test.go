@@ -73,3 +73,32 @@ func TestRecordMalformed(t *testing.T) {
 		t.Errorf("changes (-want +got):\n%s", diff)
 	}
 }
+
+// FuzzReadRecord: whatever a person writes into the isolation annotations, reading them
+// never fails the controller, and the record Chamber writes back from what it read
+// reads back the same (what it could not read, it writes anew).
+func FuzzReadRecord(f *testing.F) {
+	f.Add("2026-12-03T10:00:00Z", "XID79 on GPU 3", "true", "Node", "3,5", "true", "2@2026-12-03T10:00:01.5Z")
+	f.Add("yesterday", "", "maybe", "Rack", "1,x", "yes", "2")
+	f.Add("", "", "", "", "", "", "")
+	f.Add("2026-12-03T10:00:00.123+02:00", "r", "false", "GPU", "-1", "false", "-3@2026-12-03T10:00:00Z")
+	f.Fuzz(func(t *testing.T, at, reason, persistent, level, gpus, tainted, healthy string) {
+		n := nodeWith(map[string]string{
+			chamber.AnnotationIsolatedAt: at, chamber.AnnotationIsolationReason: reason,
+			chamber.AnnotationIsolationPersistent: persistent, chamber.AnnotationIsolationLevel: level,
+			chamber.AnnotationIsolatedGPUs: gpus, chamber.AnnotationIsolationTainted: tainted,
+			chamber.AnnotationIsolationHealthyReports: healthy,
+		})
+		first, _ := readRecord(n)
+		first.write(n)
+		second, err := readRecord(n)
+		if err != nil {
+			t.Fatalf("Chamber cannot read what it wrote from %+v: %v", first, err)
+		}
+		second.write(n)
+		third, _ := readRecord(n)
+		if diff := cmp.Diff(second, third); diff != "" {
+			t.Errorf("the record changes as it is written and read again (-before +after):\n%s", diff)
+		}
+	})
+}

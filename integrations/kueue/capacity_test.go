@@ -104,3 +104,53 @@ func TestClusterQueueWithheld(t *testing.T) {
 		t.Errorf("nominal %v, lending limit %v; want 5 and 5", got.NominalQuota.String(), got.LendingLimit)
 	}
 }
+
+// FuzzWithheldQuota: for any quotas and healthy count, exactly the shortfall is
+// withheld, no team gives up more than its quota, each gives up its proportional share
+// rounded down or one GPU more, and a team gives up that one more only if every team
+// with more quota did too.
+func FuzzWithheldQuota(f *testing.F) {
+	f.Add(uint8(8), uint8(8), uint8(0), uint8(14))
+	f.Add(uint8(28), uint8(2), uint8(1), uint8(24))
+	f.Add(uint8(5), uint8(3), uint8(3), uint8(0))
+	f.Add(uint8(0), uint8(0), uint8(0), uint8(0))
+	f.Fuzz(func(t *testing.T, qa, qb, qc, healthy uint8) {
+		const model = "NVIDIA-H100-80GB-HBM3"
+		pool := &chamber.GPUPool{ObjectMeta: metav1.ObjectMeta{Name: "main"}, Spec: chamber.GPUPoolSpec{QuotasFollowHealth: ptr.To(true)},
+			Status: chamber.GPUPoolStatus{Models: []chamber.PoolModel{{Model: model, Healthy: int64(healthy)}}}}
+		quotas := map[string]int64{"a": int64(qa), "b": int64(qb), "c": int64(qc)}
+		var teams []chamber.Team
+		var sum int64
+		for name, q := range quotas {
+			teams = append(teams, chamber.Team{ObjectMeta: metav1.ObjectMeta{Name: name},
+				Spec: chamber.TeamSpec{Pool: "main", Quotas: []chamber.TeamQuota{{Model: model, GPUs: int32(q)}}}})
+			sum += q
+		}
+		got := WithheldQuota(pool, teams)
+		short := max(0, sum-int64(healthy))
+		var total int64
+		extra := map[string]bool{}
+		for name, q := range quotas {
+			w := got[name][model]
+			total += w
+			floor := int64(0)
+			if sum > 0 {
+				floor = short * q / sum
+			}
+			if w > q || w < floor || w > floor+1 {
+				t.Fatalf("quotas %v, healthy %d: team %s gives up %d (quota %d, share %d)", quotas, healthy, name, w, q, floor)
+			}
+			extra[name] = w == floor+1
+		}
+		if total != short {
+			t.Fatalf("quotas %v, healthy %d: %d withheld, shortfall %d", quotas, healthy, total, short)
+		}
+		for a, qa := range quotas {
+			for b, qb := range quotas {
+				if extra[b] && !extra[a] && qa > qb && got[a][model] < qa {
+					t.Fatalf("quotas %v, healthy %d: %s gives up rounding's GPU before %s, which has more quota", quotas, healthy, b, a)
+				}
+			}
+		}
+	})
+}
