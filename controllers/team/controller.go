@@ -4,11 +4,13 @@
 package team
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -244,7 +246,7 @@ func (c *Controller) Reconcile(ctx context.Context, team *chamber.Team) (reconci
 			return reconcile.Result{}, err
 		}
 		team.Status.Models = usage(cq, &pool, team, withheld, borrowedByOthers)
-		c.recordWithheld(team, before.Models, team.Status.Models, &pool)
+		c.recordWithheld(ctx, team, before.Models, team.Status.Models, &pool)
 		team.Status.AdmittedWorkloads = cq.Status.AdmittedWorkloads
 		team.Status.PendingWorkloads = cq.Status.PendingWorkloads
 	}
@@ -542,7 +544,7 @@ const (
 
 // recordWithheld tells the team, in an Event per model, that what is withheld from
 // its quota changed, and why.
-func (c *Controller) recordWithheld(team *chamber.Team, before, after []chamber.TeamModelUsage, pool *chamber.GPUPool) {
+func (c *Controller) recordWithheld(ctx context.Context, team *chamber.Team, before, after []chamber.TeamModelUsage, pool *chamber.GPUPool) {
 	was := map[string]int64{}
 	for _, u := range before {
 		was[u.Model] = u.Withheld
@@ -563,7 +565,59 @@ func (c *Controller) recordWithheld(team *chamber.Team, before, after []chamber.
 			continue
 		}
 		c.recorder.Eventf(team, nil, corev1.EventTypeWarning, ReasonQuotaWithheld, "Withhold",
-			"%d of its %d %s GPUs of quota withheld from Kueue: pool %s has %d healthy of %d (the others failed, isolated or on cordoned nodes), fewer than its teams' quotas add up to",
-			u.Withheld, u.Quota, u.Model, pool.Name, healthy, total)
+			"%d of its %d %s GPUs of quota withheld from Kueue: pool %s has %d healthy of %d (%s), fewer than its teams' quotas add up to",
+			u.Withheld, u.Quota, u.Model, pool.Name, healthy, total, c.outOfService(ctx, pool, u.Model))
 	}
+}
+
+// outOfService names the pool's nodes of the model whose GPUs are out of service and
+// which (those the node agent reports unhealthy or isolation holds; every GPU of a
+// node that takes no work), the first five by name.
+func (c *Controller) outOfService(ctx context.Context, pool *chamber.GPUPool, model string) string {
+	var nodes corev1.NodeList
+	var pools chamber.GPUPoolList
+	if c.client.List(ctx, &nodes, client.MatchingLabels(pool.Spec.NodeLabels)) != nil || c.client.List(ctx, &pools) != nil {
+		return "the failed GPUs could not be listed"
+	}
+	product := cmp.Or(pool.Spec.ProductLabel, chamber.DefaultProductLabel)
+	var out []string
+	for i := range nodes.Items {
+		n := &nodes.Items[i]
+		if n.Labels[product] != model || chamber.PoolOf(n.Labels, pools.Items) == nil || chamber.PoolOf(n.Labels, pools.Items).Name != pool.Name {
+			continue
+		}
+		if !chamberkueue.Schedulable(n) {
+			out = append(out, n.Name+": takes no work (cordoned or tainted)")
+			continue
+		}
+		failed := chamber.IsolatedGPUs(n.Annotations)
+		var gn chamber.GPUNode
+		if c.client.Get(ctx, client.ObjectKey{Name: n.Name}, &gn) == nil {
+			for _, g := range gn.Status.GPUs {
+				if g.Health == chamber.GPUUnhealthy {
+					failed = append(failed, int(g.Index))
+				}
+			}
+		}
+		if withdrawn := chamberkueue.WithheldGPUs(n); len(failed) > 0 || withdrawn > 0 {
+			slices.Sort(failed)
+			gpus := make([]string, 0, len(failed))
+			for _, i := range slices.Compact(failed) {
+				gpus = append(gpus, strconv.Itoa(i))
+			}
+			what := "GPU " + strings.Join(gpus, ", ")
+			if len(gpus) == 0 {
+				what = fmt.Sprintf("%d GPUs withdrawn by the device plugin", withdrawn)
+			}
+			out = append(out, n.Name+": "+what)
+		}
+	}
+	slices.Sort(out)
+	if len(out) == 0 {
+		return "no failed GPU found on its nodes"
+	}
+	if len(out) > 5 {
+		out = append(out[:5], fmt.Sprintf("and %d more nodes", len(out)-5))
+	}
+	return strings.Join(out, "; ")
 }

@@ -315,6 +315,9 @@ func TestQuotasFollowHealthyGPUs(t *testing.T) {
 		quotas(g, 7, 1)
 		g.Expect(teamEventReasons(g, "healthq-a")).To(gomega.ContainElement(team.ReasonQuotaWithheld))
 		g.Expect(teamEventReasons(g, "healthq-b")).To(gomega.ContainElement(team.ReasonQuotaWithheld))
+		// The Event names the failed GPUs.
+		g.Expect(teamEventMessages(g, "healthq-a", team.ReasonQuotaWithheld)).To(gomega.ContainElement(
+			gomega.ContainSubstring("pool healthq has 14 healthy of 16 (healthq-1: GPU 2, 5)")))
 	}).Should(gomega.Succeed())
 
 	// 8 of its own and 8 borrowed would have fit the pool's 16 GPUs; 14 are left.
@@ -525,6 +528,19 @@ func teamEventReasons(g gomega.Gomega, team string) []string {
 		}
 	}
 	return reasons
+}
+
+// teamEventMessages lists the messages of the team's Events of one reason.
+func teamEventMessages(g gomega.Gomega, team, reason string) []string {
+	var events eventsv1.EventList
+	g.Expect(k8s.List(context.Background(), &events)).To(gomega.Succeed())
+	var out []string
+	for _, e := range events.Items {
+		if e.Regarding.Kind == "Team" && e.Regarding.Name == team && e.Reason == reason {
+			out = append(out, e.Note)
+		}
+	}
+	return out
 }
 
 // budgetUsedMetric reads chamber_team_budget_used_ratio for a team from the
