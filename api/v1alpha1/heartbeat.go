@@ -20,6 +20,17 @@ const (
 	DefaultHeartbeatInterval = 30 * time.Second
 )
 
+// UnhealthyGPUs are the indices of the GPUs the agent reports Unhealthy, in its order.
+func (s *GPUNodeStatus) UnhealthyGPUs() []int {
+	var out []int
+	for _, g := range s.GPUs {
+		if g.Health == GPUUnhealthy {
+			out = append(out, int(g.Index))
+		}
+	}
+	return out
+}
+
 // HeartbeatInterval is the agent's heartbeat interval as its report says, or
 // DefaultHeartbeatInterval when it does not.
 func (s *GPUNodeStatus) HeartbeatInterval() time.Duration {

@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -92,6 +93,14 @@ func IsolatedGPUs(annotations map[string]string) []int {
 	}
 	gpus, _ := ParseGPUIndices(annotations[AnnotationIsolatedGPUs])
 	return gpus
+}
+
+// FailedGPUs are a node's failed GPUs, sorted, each once: those its agent reports
+// unhealthy (GPUNodeStatus.UnhealthyGPUs) and those fault isolation holds at GPU
+// level (IsolatedGPUs), which stay held until an operator clears a hardware fault
+// even once the agent reports them healthy again.
+func FailedGPUs(nodeAnnotations map[string]string, unhealthy []int) []int {
+	return slices.Compact(slices.Sorted(slices.Values(append(IsolatedGPUs(nodeAnnotations), unhealthy...))))
 }
 
 // Annotations of Chamber's eviction protocol. Chamber's controllers (and anyone, by

@@ -259,15 +259,15 @@ func (c *Controller) Reconcile(ctx context.Context, node *corev1.Node) (reconcil
 		}
 	}
 	breakerOpen.WithLabelValues(pool.Name).Set(map[bool]float64{true: 1}[c.halted(pool)])
-	var agent chamber.GPUNode
-	switch err := c.client.Get(ctx, client.ObjectKey{Name: node.Name}, &agent); {
-	case apierrors.IsNotFound(err):
-		agentOrNil := (*chamber.GPUNode)(nil)
-		return c.reconcileReport(ctx, node, pool, readReport(agentOrNil, c.opts.Heartbeats, now).withConditions(node, c.opts.NodeConditions), now)
-	case err != nil:
+	// No GPUNode: no agent, or one that has not reported yet; node conditions still count.
+	agent := &chamber.GPUNode{}
+	if err := c.client.Get(ctx, client.ObjectKey{Name: node.Name}, agent); apierrors.IsNotFound(err) {
+		agent = nil
+	} else if err != nil {
 		return reconcile.Result{}, fmt.Errorf("get GPUNode %s: %w", node.Name, err)
 	}
-	return c.reconcileReport(ctx, node, pool, readReport(&agent, c.opts.Heartbeats, now).withConditions(node, c.opts.NodeConditions), now)
+	rep := readReport(agent, c.opts.Heartbeats, now).withConditions(node, c.opts.NodeConditions)
+	return c.reconcileReport(ctx, node, pool, rep, now)
 }
 
 func (c *Controller) reconcileReport(ctx context.Context, node *corev1.Node, pool *chamber.GPUPool, rep report, now time.Time) (reconcile.Result, error) {

@@ -63,7 +63,7 @@ func Register(mgr ctrl.Manager) error {
 			return nodeCounts(before.(*corev1.Node)) != nodeCounts(after.(*corev1.Node))
 		})).
 		Watches(&chamber.GPUNode{}, c.countsLater(func(before, after client.Object) bool {
-			return !slices.Equal(unhealthyGPUs(before.(*chamber.GPUNode)), unhealthyGPUs(after.(*chamber.GPUNode)))
+			return !slices.Equal(before.(*chamber.GPUNode).Status.UnhealthyGPUs(), after.(*chamber.GPUNode).Status.UnhealthyGPUs())
 		})).
 		// A team joins or leaves a pool by its spec; its status (spend, written every
 		// accounting interval) changes nothing here.
@@ -134,7 +134,7 @@ func (c *Controller) Reconcile(ctx context.Context, pool *chamber.GPUPool) (reco
 	}
 	unhealthy := map[string][]int{}
 	for i := range agents.Items {
-		unhealthy[agents.Items[i].Name] = unhealthyGPUs(&agents.Items[i])
+		unhealthy[agents.Items[i].Name] = agents.Items[i].Status.UnhealthyGPUs()
 	}
 	models := CountModels(pool, Members(pool, pools.Items, nodes.Items), unhealthy)
 
@@ -262,11 +262,10 @@ func Members(pool *chamber.GPUPool, pools []chamber.GPUPool, nodes []corev1.Node
 // CountModels groups the pool's GPU nodes (Members) by model. unhealthy lists the
 // GPUs the node agent reports Unhealthy, by node.
 //
-// A schedulable node's healthy GPUs are its capacity less the GPUs that failed (those
-// its agent reports unhealthy, and those fault isolation holds at GPU level, which
-// stay held until an operator clears a hardware fault), and never more than it
-// offers (allocatable): NVIDIA's device plugin withdraws a GPU after a fatal XID too,
-// and a GPU both withdrawn and reported is counted once.
+// A schedulable node's healthy GPUs are its capacity less its failed GPUs
+// (chamber.FailedGPUs), and never more than it offers (allocatable): NVIDIA's device
+// plugin withdraws a GPU after a fatal XID too, and a GPU both withdrawn and reported
+// is counted once.
 func CountModels(pool *chamber.GPUPool, nodes []corev1.Node, unhealthy map[string][]int) []chamber.PoolModel {
 	productLabel := pool.Spec.ProductLabel
 	if productLabel == "" {
@@ -289,8 +288,8 @@ func CountModels(pool *chamber.GPUPool, nodes []corev1.Node, unhealthy map[strin
 		if chamberkueue.Schedulable(&n) {
 			alloc := n.Status.Allocatable[chamberkueue.ResourceGPU]
 			m.Allocatable += alloc.Value()
-			failed := len(slices.Compact(slices.Sorted(slices.Values(append(chamber.IsolatedGPUs(n.Annotations), unhealthy[n.Name]...)))))
-			m.Healthy += max(0, min(alloc.Value(), capacity.Value()-int64(failed)))
+			failed := int64(len(chamber.FailedGPUs(n.Annotations, unhealthy[n.Name])))
+			m.Healthy += max(0, min(alloc.Value(), capacity.Value()-failed))
 		}
 	}
 	out := make([]chamber.PoolModel, 0, len(byModel))
@@ -298,17 +297,6 @@ func CountModels(pool *chamber.GPUPool, nodes []corev1.Node, unhealthy map[strin
 		out = append(out, *m)
 	}
 	slices.SortFunc(out, func(a, b chamber.PoolModel) int { return strings.Compare(a.Model, b.Model) })
-	return out
-}
-
-// unhealthyGPUs lists the GPUs the agent reports Unhealthy.
-func unhealthyGPUs(gn *chamber.GPUNode) []int {
-	var out []int
-	for _, g := range gn.Status.GPUs {
-		if g.Health == chamber.GPUUnhealthy {
-			out = append(out, int(g.Index))
-		}
-	}
 	return out
 }
 

@@ -583,26 +583,21 @@ func (c *Controller) outOfService(ctx context.Context, pool *chamber.GPUPool, mo
 	var out []string
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
-		if n.Labels[product] != model || chamber.PoolOf(n.Labels, pools.Items) == nil || chamber.PoolOf(n.Labels, pools.Items).Name != pool.Name {
+		if p := chamber.PoolOf(n.Labels, pools.Items); n.Labels[product] != model || p == nil || p.Name != pool.Name {
 			continue
 		}
 		if !chamberkueue.Schedulable(n) {
 			out = append(out, n.Name+": takes no work (cordoned or tainted)")
 			continue
 		}
-		failed := chamber.IsolatedGPUs(n.Annotations)
 		var gn chamber.GPUNode
-		if c.client.Get(ctx, client.ObjectKey{Name: n.Name}, &gn) == nil {
-			for _, g := range gn.Status.GPUs {
-				if g.Health == chamber.GPUUnhealthy {
-					failed = append(failed, int(g.Index))
-				}
-			}
+		if err := c.client.Get(ctx, client.ObjectKey{Name: n.Name}, &gn); client.IgnoreNotFound(err) != nil {
+			return "the failed GPUs could not be listed"
 		}
+		failed := chamber.FailedGPUs(n.Annotations, gn.Status.UnhealthyGPUs())
 		if withdrawn := chamberkueue.WithheldGPUs(n); len(failed) > 0 || withdrawn > 0 {
-			slices.Sort(failed)
 			gpus := make([]string, 0, len(failed))
-			for _, i := range slices.Compact(failed) {
+			for _, i := range failed {
 				gpus = append(gpus, strconv.Itoa(i))
 			}
 			what := "GPU " + strings.Join(gpus, ", ")
