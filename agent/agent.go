@@ -78,7 +78,7 @@ type Agent struct {
 	nvmlBackoff time.Duration
 	nvmlRetry   clock.Timer
 	driver      string
-	util        *utilizationWindow
+	util        *healthcheck.UtilizationWindow
 	xidCounts   map[int]map[uint64]uint64
 	lastXID     map[int]uint64
 	podMap      map[string]PodRef
@@ -162,7 +162,7 @@ func New(opts Options) (*Agent, error) {
 		log:       log,
 		monitor:   m,
 		registry:  prometheus.NewRegistry(),
-		util:      newUtilizationWindow(opts.Config.UtilizationWindow),
+		util:      healthcheck.NewUtilizationWindow(opts.Config.UtilizationWindow),
 		xidCounts: map[int]map[uint64]uint64{},
 		lastXID:   map[int]uint64{},
 	}
@@ -296,7 +296,7 @@ func (a *Agent) reconcile(ctx context.Context, p pass) {
 	}
 	nvmlErr := a.nvmlErr()
 	a.noteXIDs(gpus)
-	a.util.observe(gpus, now)
+	a.util.Observe(gpus, now)
 	if p != passCheck && p != passRetry {
 		a.refreshPods(ctx)
 	}
@@ -340,13 +340,13 @@ func (a *Agent) publish(ctx context.Context, now time.Time, gpus []healthcheck.G
 	if a.written != nil {
 		base = a.written.Conditions
 	}
-	status := buildStatus(statusInput{
-		now: now, gpus: gpus, nvmlErr: nvmlErr, driverVersion: a.driver, pods: a.podMap,
-		util: a.util, window: a.cfg.UtilizationWindow, heartbeat: a.cfg.HeartbeatInterval,
-		conditions: base,
+	status := healthcheck.BuildStatus(healthcheck.StatusInput{
+		Now: now, Source: healthcheck.SourceNVML, GPUs: gpus, Err: nvmlErr, DriverVersion: a.driver, Pods: a.podMap,
+		Util: a.util, Window: a.cfg.UtilizationWindow, Heartbeat: a.cfg.HeartbeatInterval,
+		Conditions: base,
 	})
 	heartbeatDue := now.Sub(a.lastWrite) >= a.cfg.HeartbeatInterval
-	if changed(a.written, status) || heartbeatDue {
+	if healthcheck.StatusChanged(a.written, status) || heartbeatDue {
 		if err := a.writeGPUNode(ctx, status); err != nil {
 			return err
 		}
@@ -357,9 +357,9 @@ func (a *Agent) publish(ctx context.Context, now time.Time, gpus []healthcheck.G
 			return err
 		}
 	}
-	healthy := gpuHealthyCondition(gpus, nvmlErr)
-	if !a.nodeGone && nodeConditionChanged(a.nodeCond, healthy) {
-		return a.patchNodeCondition(ctx, nodeCondition(healthy, a.nodeCond, now))
+	healthy := healthcheck.GPUHealthyCondition(gpus, nvmlErr, healthcheck.SourceNVML)
+	if !a.nodeGone && healthcheck.NodeConditionChanged(a.nodeCond, healthy) {
+		return a.patchNodeCondition(ctx, healthcheck.NodeCondition(healthy, a.nodeCond, now))
 	}
 	return nil
 }

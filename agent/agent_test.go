@@ -71,7 +71,7 @@ func TestXIDs(t *testing.T) {
 			wantGPU3:         gpuHealth{Health: chamberv1alpha1.GPUUnhealthy, Reasons: []string{"XID79"}},
 			wantNodeHealth:   chamberv1alpha1.GPUUnhealthy,
 			wantCondition:    corev1.ConditionFalse,
-			wantReason:       ReasonGPUsUnhealthy,
+			wantReason:       healthcheck.ReasonGPUsUnhealthy,
 			wantMessage:      "GPU 3 Unhealthy: XID79 (GPU has fallen off the bus)",
 			wantLastXIDGauge: 79,
 		},
@@ -80,7 +80,7 @@ func TestXIDs(t *testing.T) {
 			wantGPU3:         gpuHealth{Health: chamberv1alpha1.GPUHealthy},
 			wantNodeHealth:   chamberv1alpha1.GPUHealthy,
 			wantCondition:    corev1.ConditionTrue,
-			wantReason:       ReasonAllGPUsHealthy,
+			wantReason:       healthcheck.ReasonAllGPUsHealthy,
 			wantMessage:      "8 GPUs healthy",
 			wantLastXIDGauge: 13,
 		},
@@ -89,7 +89,7 @@ func TestXIDs(t *testing.T) {
 			wantGPU3:         gpuHealth{Health: chamberv1alpha1.GPUUnhealthy, Reasons: []string{"XID48"}},
 			wantNodeHealth:   chamberv1alpha1.GPUUnhealthy,
 			wantCondition:    corev1.ConditionFalse,
-			wantReason:       ReasonGPUsUnhealthy,
+			wantReason:       healthcheck.ReasonGPUsUnhealthy,
 			wantMessage:      "GPU 3 Unhealthy: XID48 (Double-bit ECC error)",
 			wantLastXIDGauge: 48,
 		},
@@ -199,7 +199,7 @@ func TestNVMLUnavailable(t *testing.T) {
 		return s
 	}
 	want := state{Health: chamberv1alpha1.GPUUnknown, NVMLUnavailable: metav1.ConditionTrue,
-		GPUHealthy: metav1.ConditionUnknown, GPUHealthyWhy: ReasonNVMLUnavailable, Healthz: 200, Readyz: 200}
+		GPUHealthy: metav1.ConditionUnknown, GPUHealthyWhy: healthcheck.ReasonNVMLUnavailable, Healthz: 200, Readyz: 200}
 	if diff := cmp.Diff(want, observe()); diff != "" {
 		t.Errorf("while NVML fails to initialise (-want +got):\n%s", diff)
 	}
@@ -208,7 +208,7 @@ func TestNVMLUnavailable(t *testing.T) {
 	ta.gpus.FailInit(nvml.SUCCESS)
 	ta.step(ta.cfg.PollInterval, passNVML)
 	want = state{Health: chamberv1alpha1.GPUHealthy, GPUs: 8, NVMLUnavailable: metav1.ConditionFalse,
-		GPUHealthy: metav1.ConditionTrue, GPUHealthyWhy: ReasonAllGPUsHealthy, Healthz: 200, Readyz: 200, NVMLUp: 1}
+		GPUHealthy: metav1.ConditionTrue, GPUHealthyWhy: healthcheck.ReasonAllGPUsHealthy, Healthz: 200, Readyz: 200, NVMLUp: 1}
 	if diff := cmp.Diff(want, observe()); diff != "" {
 		t.Errorf("after NVML came back (-want +got):\n%s", diff)
 	}

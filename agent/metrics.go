@@ -140,12 +140,12 @@ func (c *gpuCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, g := range c.a.monitor.Tracker().GPUs() {
 		idx := strconv.Itoa(g.Index)
 		s := &g.Sample
-		pod, _ := podOf(g, view.pods)
+		pod, _ := healthcheck.PodOf(g, view.pods)
 		if !g.LastPoll.IsZero() && c.a.cfg.DCGMMetrics {
 			// Every dcgm metric of a GPU has the same labels: made once, shared.
 			labels := prometheus.MakeLabelPairs(descXID, []string{idx, g.UUID, s.PCIBusID, "nvidia" + idx, s.Name, host, view.driver, pod.Container, pod.Namespace, pod.Name})
 			for _, m := range dcgmMetrics {
-				if readingOK(s, m.field) {
+				if healthcheck.ReadingOK(s, m.field) {
 					ch <- &sharedLabelsMetric{desc: m.desc, typ: m.typ, value: m.value(s), labels: labels}
 				}
 			}

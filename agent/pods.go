@@ -15,14 +15,12 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"chamber.dev/chamber/healthcheck"
 )
 
 // PodRef names the container holding a GPU.
-type PodRef struct {
-	Namespace string
-	Name      string
-	Container string
-}
+type PodRef = healthcheck.PodRef
 
 // PodMapper says which pod holds each GPU. Real nodes ask the kubelet (KubeletPods);
 // tests and the simulator provide their own.

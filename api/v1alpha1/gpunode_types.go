@@ -25,6 +25,24 @@ const (
 	// ConditionNVMLUnavailable is True while the agent cannot initialise NVML (no
 	// driver, no device); the agent keeps retrying.
 	ConditionNVMLUnavailable = "NVMLUnavailable"
+	// ConditionDCGMUnavailable is True while Chamber cannot read the node's GPUs from
+	// the Prometheus that scrapes dcgm-exporter (source DCGM): the query fails or the
+	// node's series are missing or stale. The heartbeat stops meanwhile, so the node's
+	// GPUs count as unreported: never healthy, never idle.
+	ConditionDCGMUnavailable = "DCGMUnavailable"
+)
+
+// ReportSource says who writes a GPUNode's status.
+// +kubebuilder:validation:Enum=Agent;DCGM
+type ReportSource string
+
+// Report sources.
+const (
+	// SourceAgent is Chamber's node agent, reading NVML on the node.
+	SourceAgent ReportSource = "Agent"
+	// SourceDCGM is the chamber-controller reading dcgm-exporter's series from
+	// Prometheus, for a node without an agent. It writes only GPUNodes no agent writes.
+	SourceDCGM ReportSource = "DCGM"
 )
 
 // GPUNodeSpec is empty: a GPUNode is written by the agent on the node of the same
@@ -52,7 +70,11 @@ type GPUNodeStatus struct {
 	// writing when nothing changes.
 	// +optional
 	HeartbeatSeconds int32 `json:"heartbeatSeconds,omitempty"`
-	// Conditions: GPUHealthy, NVMLUnavailable.
+	// Source says who wrote this status: the node agent (Agent; also when empty) or
+	// the controller from dcgm-exporter's series in Prometheus (DCGM).
+	// +optional
+	Source ReportSource `json:"source,omitempty"`
+	// Conditions: GPUHealthy, NVMLUnavailable (agent), DCGMUnavailable (DCGM).
 	// +listType=map
 	// +listMapKey=type
 	// +optional

@@ -1,4 +1,4 @@
-package agent
+package healthcheck
 
 import (
 	"fmt"
@@ -12,10 +12,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	chamberv1alpha1 "chamber.dev/chamber/api/v1alpha1"
-	"chamber.dev/chamber/healthcheck"
 )
 
-// Reasons of the GPUHealthy condition (GPUNode and Node) and of NVMLUnavailable.
+// Reasons of the GPUHealthy condition (GPUNode and Node) and of the source's condition
+// (NVMLUnavailable, DCGMUnavailable).
 const (
 	// ReasonAllGPUsHealthy: GPUHealthy is True.
 	ReasonAllGPUsHealthy = "AllGPUsHealthy"
@@ -29,54 +29,89 @@ const (
 	ReasonNVMLUnavailable = "NVMLUnavailable"
 	// ReasonNVMLAvailable: NVMLUnavailable is False.
 	ReasonNVMLAvailable = "NVMLAvailable"
+	// ReasonDCGMUnavailable: GPUHealthy is Unknown and DCGMUnavailable True (Prometheus
+	// does not answer, or has no fresh series for the node).
+	ReasonDCGMUnavailable = "DCGMUnavailable"
+	// ReasonDCGMAvailable: DCGMUnavailable is False.
+	ReasonDCGMAvailable = "DCGMAvailable"
 )
 
 // maxConditionMessage keeps a condition readable in kubectl; the GPUNode has the rest.
 const maxConditionMessage = 1024
 
-// statusInput is everything one GPUNode status is built from.
-type statusInput struct {
-	now           time.Time
-	gpus          []healthcheck.GPUStatus
-	nvmlErr       error // non-nil while NVML cannot be used
-	driverVersion string
-	pods          map[string]PodRef
-	util          *utilizationWindow
-	window        time.Duration
-	heartbeat     time.Duration
-	// conditions are the last written ones, whose transition times carry over.
-	conditions []metav1.Condition
+// PodRef names the container holding a GPU.
+type PodRef struct {
+	Namespace string
+	Name      string
+	Container string
 }
 
-// buildStatus is the GPUNode status the agent wants published now.
-func buildStatus(in statusInput) chamberv1alpha1.GPUNodeStatus {
+// Source is who reads the GPUs for a GPUNode, with the condition that says when it
+// cannot: the agent through NVML, or the controller through dcgm-exporter's series.
+type Source struct {
+	Name chamberv1alpha1.ReportSource
+	// Condition is True while the source cannot read the GPUs (Err set).
+	Condition string
+	// ReasonUp and UpMessage go with the condition False, ReasonDown with it True
+	// (and with GPUHealthy Unknown).
+	ReasonUp, ReasonDown, UpMessage string
+}
+
+// The two sources of GPU health.
+var (
+	SourceNVML = Source{Name: chamberv1alpha1.SourceAgent, Condition: chamberv1alpha1.ConditionNVMLUnavailable,
+		ReasonUp: ReasonNVMLAvailable, ReasonDown: ReasonNVMLUnavailable, UpMessage: "NVML answers"}
+	SourceDCGM = Source{Name: chamberv1alpha1.SourceDCGM, Condition: chamberv1alpha1.ConditionDCGMUnavailable,
+		ReasonUp: ReasonDCGMAvailable, ReasonDown: ReasonDCGMUnavailable, UpMessage: "Prometheus has dcgm-exporter's series for the node"}
+)
+
+// StatusInput is everything one GPUNode status is built from.
+type StatusInput struct {
+	Now    time.Time
+	Source Source
+	GPUs   []GPUStatus
+	// Err is non-nil while the source cannot read the GPUs.
+	Err           error
+	DriverVersion string
+	// Pods maps device IDs (GPU UUIDs or NVML indices) to the pod holding the GPU.
+	Pods      map[string]PodRef
+	Util      *UtilizationWindow
+	Window    time.Duration
+	Heartbeat time.Duration
+	// Conditions are the last written ones, whose transition times carry over.
+	Conditions []metav1.Condition
+}
+
+// BuildStatus is the GPUNode status to publish now.
+func BuildStatus(in StatusInput) chamberv1alpha1.GPUNodeStatus {
 	s := chamberv1alpha1.GPUNodeStatus{
-		Health:            nodeHealth(in.gpus, in.nvmlErr),
-		DriverVersion:     in.driverVersion,
-		LastHeartbeatTime: &metav1.Time{Time: in.now},
-		HeartbeatSeconds:  int32(in.heartbeat / time.Second),
+		Health:            nodeHealth(in.GPUs, in.Err),
+		DriverVersion:     in.DriverVersion,
+		LastHeartbeatTime: &metav1.Time{Time: in.Now},
+		HeartbeatSeconds:  int32(in.Heartbeat / time.Second),
+		Source:            in.Source.Name,
 	}
-	for _, g := range in.gpus {
+	for _, g := range in.GPUs {
 		s.GPUs = append(s.GPUs, gpuStatus(g, in))
 	}
-	conds := make([]metav1.Condition, len(in.conditions))
-	copy(conds, in.conditions)
-	healthy := gpuHealthyCondition(in.gpus, in.nvmlErr)
-	nvml := metav1.Condition{Type: chamberv1alpha1.ConditionNVMLUnavailable, Status: metav1.ConditionFalse,
-		Reason: ReasonNVMLAvailable, Message: "NVML answers"}
-	if in.nvmlErr != nil {
-		nvml.Status, nvml.Reason, nvml.Message = metav1.ConditionTrue, ReasonNVMLUnavailable, truncate(in.nvmlErr.Error())
+	conds := make([]metav1.Condition, len(in.Conditions))
+	copy(conds, in.Conditions)
+	healthy := GPUHealthyCondition(in.GPUs, in.Err, in.Source)
+	src := metav1.Condition{Type: in.Source.Condition, Status: metav1.ConditionFalse,
+		Reason: in.Source.ReasonUp, Message: in.Source.UpMessage}
+	if in.Err != nil {
+		src.Status, src.Reason, src.Message = metav1.ConditionTrue, in.Source.ReasonDown, truncate(in.Err.Error())
 	}
-	for _, c := range []metav1.Condition{healthy, nvml} {
+	for _, c := range []metav1.Condition{healthy, src} {
 		// SetStatusCondition keeps the old transition time while the status holds.
-		c.LastTransitionTime = metav1.Time{Time: in.now}
+		c.LastTransitionTime = metav1.Time{Time: in.Now}
 		meta.SetStatusCondition(&conds, c)
 	}
 	s.Conditions = conds
 	return s
 }
 
-func gpuStatus(g healthcheck.GPUStatus, in statusInput) chamberv1alpha1.GPUStatus {
+func gpuStatus(g GPUStatus, in StatusInput) chamberv1alpha1.GPUStatus {
 	out := chamberv1alpha1.GPUStatus{
 		Index:     int32(g.Index),
 		UUID:      g.UUID,
@@ -96,22 +131,22 @@ func gpuStatus(g healthcheck.GPUStatus, in statusInput) chamberv1alpha1.GPUStatu
 			Count:      int32(min(f.Count, 1<<31-1)),
 		})
 	}
-	if gpu, mem, ok := in.util.mean(g.Index); ok {
-		u := &chamberv1alpha1.GPUUtilization{GPUPercent: gpu, MemoryPercent: mem, WindowSeconds: int32(in.window / time.Second)}
-		if readingOK(&g.Sample, healthcheck.FieldMemory) {
+	if gpu, mem, ok := in.Util.Mean(g.Index); ok {
+		u := &chamberv1alpha1.GPUUtilization{GPUPercent: gpu, MemoryPercent: mem, WindowSeconds: int32(in.Window / time.Second)}
+		if ReadingOK(&g.Sample, FieldMemory) {
 			u.MemoryUsedMiB = int64(g.Sample.MemoryUsedBytes >> 20)
 		}
 		out.Utilization = u
 	}
-	if p, ok := podOf(g, in.pods); ok {
+	if p, ok := PodOf(g, in.Pods); ok {
 		out.Pod = &chamberv1alpha1.PodReference{Namespace: p.Namespace, Name: p.Name}
 	}
 	return out
 }
 
-// podOf finds the pod holding GPU g: device-plugin IDs are UUIDs, or NVML indices with
+// PodOf finds the pod holding GPU g: device-plugin IDs are UUIDs, or NVML indices with
 // the plugin's index strategy.
-func podOf(g healthcheck.GPUStatus, pods map[string]PodRef) (PodRef, bool) {
+func PodOf(g GPUStatus, pods map[string]PodRef) (PodRef, bool) {
 	if p, ok := pods[g.UUID]; ok && g.UUID != "" {
 		return p, true
 	}
@@ -119,26 +154,26 @@ func podOf(g healthcheck.GPUStatus, pods map[string]PodRef) (PodRef, bool) {
 	return p, ok
 }
 
-func nodeHealth(gpus []healthcheck.GPUStatus, nvmlErr error) chamberv1alpha1.GPUHealth {
+func nodeHealth(gpus []GPUStatus, nvmlErr error) chamberv1alpha1.GPUHealth {
 	if nvmlErr != nil || len(gpus) == 0 {
 		return chamberv1alpha1.GPUUnknown
 	}
-	h := healthcheck.Healthy
+	h := Healthy
 	for _, g := range gpus {
-		h = healthcheck.Worse(h, g.Health)
+		h = Worse(h, g.Health)
 	}
 	return chamberv1alpha1.GPUHealth(h)
 }
 
-// gpuHealthyCondition is True when every GPU is healthy, False naming the faults, and
-// Unknown when the agent cannot tell: silence is never taken for a fault.
-func gpuHealthyCondition(gpus []healthcheck.GPUStatus, nvmlErr error) metav1.Condition {
+// GPUHealthyCondition is True when every GPU is healthy, False naming the faults, and
+// Unknown when the source cannot tell (err): silence is never taken for a fault.
+func GPUHealthyCondition(gpus []GPUStatus, err error, src Source) metav1.Condition {
 	c := metav1.Condition{Type: chamberv1alpha1.ConditionGPUHealthy}
-	switch h := nodeHealth(gpus, nvmlErr); {
-	case nvmlErr != nil:
-		c.Status, c.Reason, c.Message = metav1.ConditionUnknown, ReasonNVMLUnavailable, truncate(nvmlErr.Error())
+	switch h := nodeHealth(gpus, err); {
+	case err != nil:
+		c.Status, c.Reason, c.Message = metav1.ConditionUnknown, src.ReasonDown, truncate(err.Error())
 	case len(gpus) == 0:
-		c.Status, c.Reason, c.Message = metav1.ConditionUnknown, ReasonNoGPUs, "NVML reports no GPUs on this node"
+		c.Status, c.Reason, c.Message = metav1.ConditionUnknown, ReasonNoGPUs, "no GPUs reported on this node"
 	case h == chamberv1alpha1.GPUHealthy:
 		c.Status, c.Reason, c.Message = metav1.ConditionTrue, ReasonAllGPUsHealthy, fmt.Sprintf("%d GPUs healthy", len(gpus))
 	case h == chamberv1alpha1.GPUDegraded:
@@ -152,7 +187,7 @@ func gpuHealthyCondition(gpus []healthcheck.GPUStatus, nvmlErr error) metav1.Con
 // faultSummary names each faulty GPU and its reasons. It leaves out the faults' own
 // messages, which carry rates and temperatures that change every poll: the condition
 // must change only when the faults do, or every poll would be a write.
-func faultSummary(gpus []healthcheck.GPUStatus) string {
+func faultSummary(gpus []GPUStatus) string {
 	var parts []string
 	for _, g := range gpus {
 		if len(g.Faults) == 0 {
@@ -168,12 +203,12 @@ func faultSummary(gpus []healthcheck.GPUStatus) string {
 }
 
 // describeReason adds the catalog's name to an XID, e.g. "XID79 (GPU has fallen off the bus)".
-func describeReason(r healthcheck.Reason) string {
+func describeReason(r Reason) string {
 	code, err := strconv.ParseUint(strings.TrimPrefix(string(r), "XID"), 10, 64)
 	if !strings.HasPrefix(string(r), "XID") || err != nil {
 		return string(r)
 	}
-	if info := healthcheck.LookupXID(code); info.Known {
+	if info := LookupXID(code); info.Known {
 		return fmt.Sprintf("%s (%s)", r, info.Name)
 	}
 	return string(r)
@@ -206,15 +241,15 @@ func significant(s chamberv1alpha1.GPUNodeStatus) chamberv1alpha1.GPUNodeStatus 
 	return s
 }
 
-// changed reports whether status differs from the last written one in a way that must
-// be published before the next heartbeat.
-func changed(last *chamberv1alpha1.GPUNodeStatus, status chamberv1alpha1.GPUNodeStatus) bool {
+// StatusChanged reports whether status differs from the last written one in a way that
+// must be published before the next heartbeat.
+func StatusChanged(last *chamberv1alpha1.GPUNodeStatus, status chamberv1alpha1.GPUNodeStatus) bool {
 	return last == nil || !equality.Semantic.DeepEqual(significant(*last), significant(status))
 }
 
-// nodeCondition is the Node's GPUHealthy condition for the GPUNode's; prev is the last
+// NodeCondition is the Node's GPUHealthy condition for the GPUNode's; prev is the last
 // one written, whose transition time carries over while the status holds.
-func nodeCondition(c metav1.Condition, prev *corev1.NodeCondition, now time.Time) corev1.NodeCondition {
+func NodeCondition(c metav1.Condition, prev *corev1.NodeCondition, now time.Time) corev1.NodeCondition {
 	nc := corev1.NodeCondition{
 		Type:               corev1.NodeConditionType(chamberv1alpha1.ConditionGPUHealthy),
 		Status:             corev1.ConditionStatus(c.Status),
@@ -229,8 +264,8 @@ func nodeCondition(c metav1.Condition, prev *corev1.NodeCondition, now time.Time
 	return nc
 }
 
-// nodeConditionChanged reports whether the Node needs a patch: only status, reason and
+// NodeConditionChanged reports whether the Node needs a patch: only status, reason and
 // message count, so the Node is written on change only (the GPUNode carries the heartbeat).
-func nodeConditionChanged(prev *corev1.NodeCondition, c metav1.Condition) bool {
+func NodeConditionChanged(prev *corev1.NodeCondition, c metav1.Condition) bool {
 	return prev == nil || string(prev.Status) != string(c.Status) || prev.Reason != c.Reason || prev.Message != c.Message
 }
