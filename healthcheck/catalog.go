@@ -99,6 +99,11 @@ const (
 	ReasonNVLinkErrors Reason = "NVLinkErrors"
 	// ReasonNVMLReadError: NVML calls on this GPU failed for Config.ReadErrorPolls polls in a row.
 	ReasonNVMLReadError Reason = "NVMLReadError"
+	// ReasonDCGMHealthFail: a DCGM health watch fails on the GPU (dcgm-exporter's
+	// DCGM_EXP_GPU_HEALTH_STATUS at FAIL); it clears when the watch passes again.
+	ReasonDCGMHealthFail Reason = "DCGMHealthFail"
+	// ReasonDCGMHealthWarn: a DCGM health watch warns on the GPU.
+	ReasonDCGMHealthWarn Reason = "DCGMHealthWarn"
 )
 
 // Finding is one fault condition seen in one poll or one event, before hysteresis.
@@ -124,6 +129,8 @@ var rules = map[Reason]Finding{
 	ReasonPCIeReplays:         {Severity: Degraded, Action: ActionWatch, Message: "high PCIe replay rate"},
 	ReasonNVLinkErrors:        {Severity: Degraded, Action: ActionWatch, Message: "high NVLink error rate"},
 	ReasonNVMLReadError:       {Severity: Degraded, Action: ActionWatch, Message: "NVML reads on this GPU keep failing"},
+	ReasonDCGMHealthFail:      {Severity: Unhealthy, Action: ActionResetGPU, Message: "a DCGM health watch fails"},
+	ReasonDCGMHealthWarn:      {Severity: Degraded, Action: ActionWatch, Message: "a DCGM health watch warns"},
 }
 
 // Rule returns how a non-XID reason is classified; ok is false for unknown reasons and XIDs.

@@ -62,6 +62,13 @@ func Classify(prev *GPUSample, cur GPUSample, elapsed time.Duration, cfg Config)
 	if cur.ThrottleReasons&powerSlowdown != 0 {
 		add(ReasonPowerThrottle, fmt.Sprintf("hardware slowdown at %d mW", cur.PowerMilliwatts))
 	}
+	for _, in := range cur.Incidents {
+		r := ReasonDCGMHealthWarn
+		if in.Fail {
+			r = ReasonDCGMHealthFail
+		}
+		add(r, fmt.Sprintf("DCGM health watch %s: %s", in.System, in.Code))
+	}
 	if len(cur.Errors) > 0 {
 		add(ReasonNVMLReadError, fmt.Sprintf("%d NVML readings failed, first %v", len(cur.Errors), cur.Errors[0]))
 	}

@@ -106,6 +106,8 @@ func TestRules(t *testing.T) {
 		ReasonPCIeReplays:         {Degraded, ActionWatch, false},
 		ReasonNVLinkErrors:        {Degraded, ActionWatch, false},
 		ReasonNVMLReadError:       {Degraded, ActionWatch, false},
+		ReasonDCGMHealthFail:      {Unhealthy, ActionResetGPU, false},
+		ReasonDCGMHealthWarn:      {Degraded, ActionWatch, false},
 	}
 	if len(tests) != len(rules) {
 		t.Fatalf("%d rules, %d rows: add the new rule here", len(rules), len(tests))

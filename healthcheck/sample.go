@@ -142,12 +142,25 @@ type GPUSample struct {
 	PCIeReplays  uint64
 	NVLink       NVLinkErrors
 
+	// Incidents are the health watches' verdicts of a source that runs them (DCGM's,
+	// through dcgm-exporter); the agent's NVML polls have none.
+	Incidents []Incident
+
 	// Lost is set when any call answered ERROR_GPU_IS_LOST; the rest was not read.
 	Lost bool
 	// Unsupported lists readings this GPU or driver does not offer: not a fault.
 	Unsupported FieldSet
 	// Errors lists readings that failed for another reason.
 	Errors []ReadError
+}
+
+// Incident is one failing or warning health watch of DCGM (dcgm-exporter's
+// DCGM_EXP_GPU_HEALTH_STATUS): the subsystem watched (PCIE, NVLINK, MEM, THERMAL, ...)
+// and DCGM's error code.
+type Incident struct {
+	System string
+	Code   string
+	Fail   bool // DCGM_HEALTH_RESULT_FAIL; otherwise a warning
 }
 
 // Snapshot is one poll of every GPU on the node.
