@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"chamber.dev/chamber/controllers/admission"
+	"chamber.dev/chamber/controllers/dcgm"
 	"chamber.dev/chamber/controllers/idlereclaim"
 	"chamber.dev/chamber/controllers/inventory"
 	"chamber.dev/chamber/controllers/isolation"
@@ -62,6 +63,9 @@ type Config struct {
 	// period (Admission.GracePeriod where neither the team nor its pool sets one), as
 	// their terminationGracePeriodSeconds.
 	PodGracePeriods bool
+	// DCGM reads GPU health from a Prometheus that scrapes dcgm-exporter, for nodes
+	// without an agent; off without DCGM.PrometheusURL. Its clock is Clock.
+	DCGM dcgm.Options
 	// SilentAfterHeartbeats is how many of its heartbeats an agent may miss before
 	// every controller takes it for silent (chamber.SilentAfterHeartbeats when 0).
 	SilentAfterHeartbeats int
@@ -76,7 +80,8 @@ type Config struct {
 // DefaultConfig is the controllers' configuration unless flags say otherwise.
 func DefaultConfig() Config {
 	return Config{PriorityTiers: chamberkueue.DefaultPriorityTiers, AccountingInterval: team.DefaultAccountingInterval, Inventory: inventory.DefaultOptions(),
-		Admission: admission.DefaultOptions(), AdmissionCheck: false, IdleReclaim: idlereclaim.DefaultOptions(), Room: room.DefaultOptions(), RoomForBigJobs: true, PodGracePeriods: true}
+		Admission: admission.DefaultOptions(), AdmissionCheck: false, IdleReclaim: idlereclaim.DefaultOptions(), Room: room.DefaultOptions(), RoomForBigJobs: true, PodGracePeriods: true,
+		DCGM: dcgm.DefaultOptions()}
 }
 
 // controllerList is what runs, in start order.
@@ -121,6 +126,14 @@ var controllerList = []struct {
 		opts := cfg.Room
 		opts.Clock = cfg.Clock
 		return room.Register(mgr, opts)
+	}},
+	{"dcgm", func(mgr ctrl.Manager, cfg Config) error {
+		opts := cfg.DCGM
+		opts.Heartbeats = cfg.heartbeats
+		if c, ok := cfg.Clock.(clock.WithTicker); ok {
+			opts.Clock = c
+		}
+		return dcgm.Register(mgr, opts)
 	}},
 	{"priority-tiers", func(mgr ctrl.Manager, cfg Config) error {
 		return mgr.Add(priorityTiers{client: mgr.GetClient(), tiers: cfg.PriorityTiers})

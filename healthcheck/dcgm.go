@@ -81,9 +81,19 @@ func DCGMSelector(matchers string) string {
 }
 
 // DCGMFreshnessQuery is the PromQL that gives each node's newest sample time (in
-// seconds) among the series of DCGMSelector(matchers), by nodeLabel.
+// seconds), by nodeLabel, from the series every dcgm-exporter has (the last XID, or
+// the utilization): timestamp() reads the samples' own times only from a plain
+// selector, and drops the series name, so one selector per name, joined with or.
 func DCGMFreshnessQuery(matchers, nodeLabel string) string {
-	return fmt.Sprintf("max by (%s) (timestamp(%s))", nodeLabel, DCGMSelector(matchers))
+	var parts []string
+	for _, name := range []string{dcgmXIDErrors, dcgmGPUUtil, dcgmGREngineActive} {
+		sel := name
+		if m := strings.TrimSpace(matchers); m != "" {
+			sel += "{" + m + "}"
+		}
+		parts = append(parts, "timestamp("+sel+")")
+	}
+	return fmt.Sprintf("max by (%s) (%s)", nodeLabel, strings.Join(parts, " or "))
 }
 
 // DCGMGPU is one GPU's series in one query, turned into the agent's terms.

@@ -172,7 +172,7 @@ func TestDCGMSelector(t *testing.T) {
 	if !strings.HasPrefix(sel, `{__name__=~"DCGM_FI_DEV_GPU_UTIL|`) || !strings.HasSuffix(sel, `",job="dcgm-exporter"}`) {
 		t.Errorf("selector = %s", sel)
 	}
-	if got := healthcheck.DCGMFreshnessQuery("", "Hostname"); !strings.HasPrefix(got, "max by (Hostname) (timestamp({__name__=~") {
+	if got, want := healthcheck.DCGMFreshnessQuery(`job="x"`, "Hostname"), `max by (Hostname) (timestamp(DCGM_FI_DEV_XID_ERRORS{job="x"}) or timestamp(DCGM_FI_DEV_GPU_UTIL{job="x"}) or timestamp(DCGM_FI_PROF_GR_ENGINE_ACTIVE{job="x"}))`; got != want {
 		t.Errorf("freshness query = %s", got)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -33,8 +34,9 @@ type Options struct {
 	// Controllers is what the controllers are given; Parse fills it in.
 	Controllers controllers.Config
 
-	priorityTiers  string
-	nodeConditions string
+	priorityTiers    string
+	nodeConditions   string
+	dcgmHealthConfig string
 }
 
 // New is the options with their defaults.
@@ -81,6 +83,11 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Isolation.EvictionGracePeriod, "isolation-eviction-grace-period", c.Isolation.EvictionGracePeriod, "checkpoint grace period of workloads on failed GPUs (0: at once; a failed GPU cannot checkpoint); workloads on the healthy GPUs of an isolated node keep their team's")
 	fs.DurationVar(&c.Isolation.DrainTimeout, "isolation-drain-timeout", c.Isolation.DrainTimeout, "how long workloads on the healthy GPUs of a node isolated at node level run on (the node drains) before they are evicted with their team's grace, so the node can be rebooted for its repair; negative: never")
 	fs.StringVar(&c.Isolation.HoldNamespace, "isolation-hold-namespace", c.Isolation.HoldNamespace, "namespace of the pods that hold failing GPUs under GPU-level isolation")
+	fs.StringVar(&c.DCGM.PrometheusURL, "dcgm-prometheus-url", c.DCGM.PrometheusURL, "a Prometheus that scrapes NVIDIA's dcgm-exporter (e.g. http://prometheus.monitoring:9090): Chamber reads GPU health and utilization from it for every node without a Chamber agent; empty: off")
+	fs.StringVar(&c.DCGM.Matchers, "dcgm-matchers", c.DCGM.Matchers, `PromQL label matchers that pick dcgm-exporter's series, without braces (e.g. job="dcgm-exporter"); empty: every series of those names`)
+	fs.StringVar(&c.DCGM.NodeLabel, "dcgm-node-label", c.DCGM.NodeLabel, "the label of dcgm-exporter's series that holds the node's name (dcgm-exporter's Hostname, which is the node's name where it runs with NODE_NAME set)")
+	fs.DurationVar(&c.DCGM.Interval, "dcgm-interval", c.DCGM.Interval, "how often Chamber queries dcgm-exporter's series; at least Prometheus' scrape interval of dcgm-exporter")
+	fs.StringVar(&o.dcgmHealthConfig, "dcgm-health-config", "", "the agent's health rules file (YAML, see the agent's --health-config) for GPUs read through dcgm-exporter; a poll there is one query (--dcgm-interval)")
 	fs.Func("isolation-node-conditions", "node condition types, comma-separated, that report a node's GPUs failed when True (set by Node Problem Detector, NVSentinel or another health checker): such a node is isolated at node level with the condition's reason", func(s string) error {
 		o.nodeConditions = s
 		return nil
@@ -131,6 +138,16 @@ func (o *Options) validate() error {
 	must(c.SilentAfterHeartbeats >= 1, "--silent-after-heartbeats must be at least 1, got %d", c.SilentAfterHeartbeats)
 	notNegative("isolation-eviction-grace-period", c.Isolation.EvictionGracePeriod)
 	must(c.Isolation.HoldNamespace != "", "--isolation-hold-namespace must name a namespace")
+	if err := c.DCGM.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if o.dcgmHealthConfig != "" {
+		data, err := os.ReadFile(o.dcgmHealthConfig)
+		if err == nil {
+			c.DCGM.Health, err = c.DCGM.Health.WithFile(data)
+		}
+		must(err == nil, "--dcgm-health-config %s: %v", o.dcgmHealthConfig, err)
+	}
 	c.Isolation.NodeConditions = nil
 	for _, t := range strings.Split(o.nodeConditions, ",") {
 		t = strings.TrimSpace(t)

@@ -1,0 +1,174 @@
+package isolation_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	chamber "chamber.dev/chamber/api/v1alpha1"
+	"chamber.dev/chamber/controllers/dcgm"
+	"chamber.dev/chamber/healthcheck"
+	"chamber.dev/chamber/test/controlplane"
+)
+
+// dcgmExporter serves what NVIDIA's dcgm-exporter serves for one node of 8 H100s, with
+// its series names and labels (etc/default-counters.csv; the node's name in Hostname,
+// as with NODE_NAME set), and lets a test raise an XID on a GPU.
+type dcgmExporter struct {
+	node string
+	mu   sync.Mutex
+	xid  map[int]int
+}
+
+func (e *dcgmExporter) raiseXID(gpu, xid int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.xid[gpu] = xid
+}
+
+func (e *dcgmExporter) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var b strings.Builder
+	series := []struct{ name, typ, help string }{
+		{"DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %)."},
+		{"DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB)."},
+		{"DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB)."},
+		{"DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered."},
+		{"DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "Whether remapping of rows has failed"},
+	}
+	for _, s := range series {
+		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s %s\n", s.name, s.help, s.name, s.typ)
+		for gpu := range 8 {
+			v := 0
+			switch s.name {
+			case "DCGM_FI_DEV_GPU_UTIL":
+				v = 90
+			case "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE":
+				v = 40960
+			case "DCGM_FI_DEV_XID_ERRORS":
+				v = e.xid[gpu]
+			}
+			fmt.Fprintf(&b, `%s{gpu="%d",UUID="GPU-%s-%d",pci_bus_id="00000000:%02X:00.0",device="nvidia%d",modelName="NVIDIA H100 80GB HBM3",Hostname="%s",DCGM_FI_DRIVER_VERSION="550.54.15"} %d`+"\n",
+				s.name, gpu, e.node, gpu, 0x18+gpu, gpu, e.node, v)
+		}
+	}
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+	_, _ = w.Write([]byte(b.String()))
+}
+
+// startDCGM starts a dcgm-exporter endpoint per node, a real Prometheus scraping them
+// every second, and Chamber's DCGM source reading that Prometheus every second.
+func startDCGM(t *testing.T, nodes ...string) (map[string]*dcgmExporter, *controlplane.Prometheus) {
+	t.Helper()
+	exporters := map[string]*dcgmExporter{}
+	var targets []string
+	for _, n := range nodes {
+		e := &dcgmExporter{node: n, xid: map[int]int{}}
+		srv := httptest.NewServer(e)
+		t.Cleanup(srv.Close)
+		exporters[n] = e
+		targets = append(targets, strings.TrimPrefix(srv.URL, "http://"))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	prom, err := controlplane.StartPrometheus(ctx, "", t.TempDir(), "dcgm-exporter", time.Second, targets...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(prom.Stop)
+	src, err := dcgm.New(k8s, dcgm.Options{PrometheusURL: prom.URL, Matchers: `job="dcgm-exporter"`, Interval: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = src.Start(ctx)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return exporters, prom
+}
+
+func gpuNodeOf(g gomega.Gomega, name string) *chamber.GPUNode {
+	var gn chamber.GPUNode
+	g.Expect(k8s.Get(context.Background(), client.ObjectKey{Name: name}, &gn)).To(gomega.Succeed())
+	return &gn
+}
+
+// Issue 16, test 1. With no Chamber agent on the nodes, a real Prometheus scrapes
+// dcgm-exporter's series of two nodes; Chamber reads them into the nodes' GPUNodes. An
+// XID 79 on one GPU isolates its node and moves the workload there to the other. Then
+// Prometheus stops answering: the other node is isolated for nothing, its workload runs
+// on, and DCGMUnavailable and chamber_dcgm_up say why.
+func TestDCGMThroughPrometheus(t *testing.T) {
+	t.Parallel()
+	g := newG(t)
+	fixture(t, "dcgm", nil, 8)
+	nodes(t, "dcgm", "dcgm-1")
+	exporters, prom := startDCGM(t, "dcgm-1", "dcgm-2")
+	submit(t, "dcgm", "train")
+	var first *corev1.Pod
+	g.Eventually(func(g gomega.Gomega) { first = runningPod(g, "dcgm", "train") }).Should(gomega.Succeed())
+	nodes(t, "dcgm", "dcgm-2")
+
+	for _, n := range []string{"dcgm-1", "dcgm-2"} {
+		g.Eventually(func(g gomega.Gomega) {
+			gn := gpuNodeOf(g, n)
+			g.Expect(gn.Status.Source).To(gomega.Equal(chamber.SourceDCGM))
+			g.Expect(gn.Status.Health).To(gomega.Equal(chamber.GPUHealthy))
+			g.Expect(gn.Status.GPUs).To(gomega.HaveLen(8))
+			g.Expect(gn.Status.GPUs[0].Model).To(gomega.Equal("NVIDIA H100 80GB HBM3"))
+			g.Expect(gn.Status.GPUs[0].Utilization).NotTo(gomega.BeNil())
+			g.Expect(gn.Status.GPUs[0].Utilization.GPUPercent).To(gomega.Equal(int32(90)))
+			g.Expect(gn.Status.DriverVersion).To(gomega.Equal("550.54.15"))
+			g.Expect(gn.OwnerReferences).To(gomega.HaveLen(1), "owned by its Node")
+		}).Should(gomega.Succeed())
+	}
+
+	exporters["dcgm-1"].raiseXID(3, 79)
+	g.Eventually(func(g gomega.Gomega) {
+		isolated(g, "dcgm-1", "XID79")
+		g.Expect(condition(getNode(g, "dcgm-1")).Message).To(gomega.ContainSubstring("XID79 on GPU 3"))
+	}).Should(gomega.Succeed())
+	var moved *corev1.Pod
+	g.Eventually(func(g gomega.Gomega) {
+		moved = runningPod(g, "dcgm", "train")
+		g.Expect(moved.UID).NotTo(gomega.Equal(first.UID))
+		g.Expect(moved.Spec.NodeName).To(gomega.Equal("dcgm-2"))
+	}).Should(gomega.Succeed())
+	evictedByCheck(g, "dcgm", "train")
+	g.Expect(value(g, "chamber_dcgm_up")).To(gomega.Equal(1.0))
+
+	prom.Stop()
+	g.Eventually(func(g gomega.Gomega) {
+		gn := gpuNodeOf(g, "dcgm-2")
+		c := apimeta.FindStatusCondition(gn.Status.Conditions, chamber.ConditionDCGMUnavailable)
+		g.Expect(c).NotTo(gomega.BeNil())
+		g.Expect(c.Status).To(gomega.Equal(metav1.ConditionTrue))
+		g.Expect(c.Message).To(gomega.ContainSubstring("query Prometheus at " + prom.URL))
+		g.Expect(gn.Status.Health).To(gomega.Equal(chamber.GPUUnknown))
+		healthy := apimeta.FindStatusCondition(gn.Status.Conditions, chamber.ConditionGPUHealthy)
+		g.Expect(healthy.Reason).To(gomega.Equal(healthcheck.ReasonDCGMUnavailable))
+	}).Should(gomega.Succeed())
+	g.Expect(value(g, "chamber_dcgm_up")).To(gomega.Equal(0.0))
+	// Its heartbeat stopped with the data: isolation calls the node's health unknown,
+	// which isolates nothing.
+	g.Eventually(func(g gomega.Gomega) {
+		cond := condition(getNode(g, "dcgm-2"))
+		g.Expect(cond).NotTo(gomega.BeNil())
+		g.Expect(cond.Status).To(gomega.Equal(corev1.ConditionUnknown))
+	}).Should(gomega.Succeed())
+	inService(g, "dcgm-2")
+	g.Expect(runningPod(g, "dcgm", "train").UID).To(gomega.Equal(moved.UID), "the moved job runs on")
+}
