@@ -45,7 +45,8 @@ func TestDefaults(t *testing.T) {
 func TestFlagsSetTheConfig(t *testing.T) {
 	o, err := parse("--eviction-grace-period=10m", "--isolation-rate-limit=2.5", "--priority-tiers=gold=10,tin=1",
 		"--admission-check=true", "--idle-window=90s", "--silent-after-heartbeats=5", "--kube-api-qps=50",
-		"--isolation-node-conditions=GPUProblem, KernelDeadlock")
+		"--isolation-node-conditions=GPUProblem, KernelDeadlock",
+		"--dcgm-prometheus-url=http://prometheus.monitoring:9090", `--dcgm-matchers=job="dcgm-exporter"`, "--dcgm-interval=15s")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,6 +54,10 @@ func TestFlagsSetTheConfig(t *testing.T) {
 	if c.Admission.GracePeriod != 10*time.Minute || c.Isolation.RateLimit != 2.5 || !c.AdmissionCheck ||
 		c.Inventory.Fleet.IdleWindow != 90*time.Second || c.SilentAfterHeartbeats != 5 || o.APIQPS != 50 {
 		t.Errorf("flags not applied: %+v (qps %v)", c, o.APIQPS)
+	}
+	if c.DCGM.PrometheusURL != "http://prometheus.monitoring:9090" || c.DCGM.Matchers != `job="dcgm-exporter"` ||
+		c.DCGM.Interval != 15*time.Second || c.DCGM.NodeLabel != "Hostname" {
+		t.Errorf("DCGM source options not applied: %+v", c.DCGM)
 	}
 	if want := []corev1.NodeConditionType{"GPUProblem", "KernelDeadlock"}; !cmp.Equal(want, c.Isolation.NodeConditions) {
 		t.Errorf("isolation node conditions %v, want %v", c.Isolation.NodeConditions, want)
@@ -66,7 +71,8 @@ func TestFlagsSetTheConfig(t *testing.T) {
 func TestBadFlags(t *testing.T) {
 	_, err := parse("--idle-utilization-threshold=150", "--eviction-grace-period=-1s", "--placement-timeout=10ms",
 		"--isolation-rate-burst=0", "--priority-tiers=production", "--kube-api-burst=0", "--isolation-hold-namespace=",
-		"--isolation-node-conditions=GPUProblem,ChamberIsolated")
+		"--isolation-node-conditions=GPUProblem,ChamberIsolated",
+		"--dcgm-prometheus-url=prometheus:9090", `--dcgm-matchers={job="dcgm"}`, "--dcgm-health-config=/nonexistent/health.yaml")
 	if err == nil {
 		t.Fatal("bad flags accepted")
 	}
@@ -79,12 +85,15 @@ func TestBadFlags(t *testing.T) {
 		"--kube-api-burst must be at least 1, got 0",
 		"--isolation-hold-namespace must name a namespace",
 		"--isolation-node-conditions: ChamberIsolated is not a fault condition",
+		`--dcgm-prometheus-url: "prometheus:9090" is not an http(s) URL`,
+		"--dcgm-matchers:",
+		"--dcgm-health-config /nonexistent/health.yaml:",
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not say %q", err, want)
 		}
 	}
-	if n := strings.Count(err.Error(), "\n") + 1; n != 8 {
-		t.Errorf("%d problems reported, want 8:\n%s", n, err)
+	if n := strings.Count(err.Error(), "\n") + 1; n != 11 {
+		t.Errorf("%d problems reported, want 11:\n%s", n, err)
 	}
 }
