@@ -109,6 +109,8 @@ type Source struct {
 	clock  clock.WithTicker
 	log    logr.Logger
 	nodes  map[string]*nodeState
+	// nodeConds is the GPUHealthy condition last set on each Node.
+	nodeConds map[string]string
 }
 
 // nodeState is what the source keeps per node between passes.
@@ -146,7 +148,7 @@ func New(c client.Client, opts Options) (*Source, error) {
 		opts.Heartbeats = fleet.NewHeartbeats(opts.Clock, 0)
 	}
 	return &Source{client: c, api: promv1.NewAPI(pc), opts: opts, clock: opts.Clock,
-		log: ctrl.Log.WithName("dcgm"), nodes: map[string]*nodeState{}}, nil
+		log: ctrl.Log.WithName("dcgm"), nodes: map[string]*nodeState{}, nodeConds: map[string]string{}}, nil
 }
 
 // Register adds the source to the manager when opts name a Prometheus.
@@ -201,6 +203,7 @@ func (s *Source) Pass(ctx context.Context) error {
 	}
 	counts := map[string]float64{stateReporting: 0, stateStale: 0, stateAgent: 0}
 	var errs []error
+	var updates []*update
 	for _, name := range slices.Sorted(maps.Keys(names)) {
 		gn := byName[name]
 		if gn != nil && gn.Status.Source != chamber.SourceDCGM && !s.agentSilent(gn, now) {
@@ -216,22 +219,73 @@ func (s *Source) Pass(ctx context.Context) error {
 		case now.Sub(at) > s.staleAfter():
 			unavailable = fmt.Errorf("the newest dcgm-exporter sample for node %s is from %s, %s ago", name, at.UTC().Format(time.RFC3339), now.Sub(at).Round(time.Second))
 		}
-		var err error
+		var u *update
 		if unavailable != nil {
 			counts[stateStale]++
-			err = s.publishUnavailable(ctx, name, gn, unavailable, now)
+			u = s.unavailable(name, gn, unavailable, now)
 		} else {
 			counts[stateReporting]++
-			err = s.publish(ctx, name, gn, readings[name], fresh[name], now)
+			u = s.reported(name, gn, readings[name], fresh[name], now)
 		}
-		if err != nil {
-			errs = append(errs, err)
+		if u != nil {
+			updates = append(updates, u)
 		}
 	}
 	for state, n := range counts {
 		nodesGauge.WithLabelValues(state).Set(n)
 	}
+	// What changed goes first, heartbeats after: a fault on one node of a thousand is
+	// written at the start of the pass, not after 999 heartbeats.
+	slices.SortStableFunc(updates, func(a, b *update) int {
+		switch {
+		case a.changed == b.changed:
+			return 0
+		case a.changed:
+			return -1
+		}
+		return 1
+	})
+	for _, u := range updates {
+		if err := s.apply(ctx, u, now); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	return errors.Join(append(errs, qerr)...)
+}
+
+// update is one node's GPUNode status to write in this pass, with the Node condition
+// that goes with it.
+type update struct {
+	name    string
+	gn      *chamber.GPUNode // nil: create it
+	status  chamber.GPUNodeStatus
+	healthy metav1.Condition
+	// changed: something other than the heartbeat differs from what is written.
+	changed bool
+	// forget drops the node's health state once written (its data went missing).
+	forget bool
+}
+
+// apply writes u, then the Node's condition.
+func (s *Source) apply(ctx context.Context, u *update, now time.Time) error {
+	if err := s.write(ctx, u.name, u.gn, u.status); err != nil {
+		return err
+	}
+	if u.forget {
+		// The tracker starts again from the next readings: what was raised before
+		// the gap is not carried over a gap nobody saw.
+		delete(s.nodes, u.name)
+	}
+	// The Node is read and patched only when its condition may have changed.
+	key := string(u.healthy.Status) + "/" + u.healthy.Reason + "/" + u.healthy.Message
+	if s.nodeConds[u.name] == key {
+		return nil
+	}
+	if err := s.patchNodeCondition(ctx, u.name, u.healthy, now); err != nil {
+		return err
+	}
+	s.nodeConds[u.name] = key
+	return nil
 }
 
 // Node states of chamber_dcgm_nodes.
@@ -307,9 +361,9 @@ func (s *Source) state(name string) *nodeState {
 	return st
 }
 
-// publish writes a reporting node's status: its GPUs through the agent's rules, the
-// heartbeat its newest sample.
-func (s *Source) publish(ctx context.Context, name string, gn *chamber.GPUNode, gpus map[int]*healthcheck.DCGMGPU, sampled, now time.Time) error {
+// reported is a reporting node's status: its GPUs through the agent's rules, the
+// heartbeat its newest sample; nil when nothing needs writing.
+func (s *Source) reported(name string, gn *chamber.GPUNode, gpus map[int]*healthcheck.DCGMGPU, sampled, now time.Time) *update {
 	st := s.state(name)
 	st.health.Observe(gpus, now)
 	statuses := st.health.Tracker().GPUs()
@@ -333,22 +387,22 @@ func (s *Source) publish(ctx context.Context, name string, gn *chamber.GPUNode, 
 		Util: st.util, Window: s.opts.UtilizationWindow, Heartbeat: s.opts.Interval, Conditions: base,
 	})
 	status.LastHeartbeatTime = &metav1.Time{Time: sampled}
+	changed := gn == nil || healthcheck.StatusChanged(&gn.Status, status)
 	// A new sample is a heartbeat: at most one write a pass, as the agent's.
 	heartbeat := gn == nil || gn.Status.LastHeartbeatTime == nil || !gn.Status.LastHeartbeatTime.Time.Equal(sampled)
-	if !heartbeat && !healthcheck.StatusChanged(&gn.Status, status) {
+	if !changed && !heartbeat {
 		return nil
 	}
-	if err := s.write(ctx, name, gn, status); err != nil {
-		return err
-	}
-	return s.patchNodeCondition(ctx, name, healthcheck.GPUHealthyCondition(statuses, nil, healthcheck.SourceDCGM), now)
+	return &update{name: name, gn: gn, status: status, changed: changed,
+		healthy: healthcheck.GPUHealthyCondition(statuses, nil, healthcheck.SourceDCGM)}
 }
 
-// publishUnavailable says on a node's GPUNode that its readings are missing or stale,
-// keeping its heartbeat: the node falls silent, and nothing reads it as healthy or idle.
-func (s *Source) publishUnavailable(ctx context.Context, name string, gn *chamber.GPUNode, cause error, now time.Time) error {
+// unavailable says on a node's GPUNode that its readings are missing or stale,
+// keeping its heartbeat: the node falls silent, and nothing reads it as healthy or
+// idle. Nil when that is written already, or nothing was ever reported for the node.
+func (s *Source) unavailable(name string, gn *chamber.GPUNode, cause error, now time.Time) *update {
 	if gn == nil {
-		return nil // nothing was ever reported for the node
+		return nil
 	}
 	status := *gn.Status.DeepCopy()
 	status.Source = chamber.SourceDCGM
@@ -362,13 +416,7 @@ func (s *Source) publishUnavailable(ctx context.Context, name string, gn *chambe
 	if !healthcheck.StatusChanged(&gn.Status, status) {
 		return nil
 	}
-	if err := s.write(ctx, name, gn, status); err != nil {
-		return err
-	}
-	// The tracker starts again from the next readings: what was raised before the
-	// gap is not carried over a gap nobody saw.
-	delete(s.nodes, name)
-	return s.patchNodeCondition(ctx, name, healthy, now)
+	return &update{name: name, gn: gn, status: status, healthy: healthy, changed: true, forget: true}
 }
 
 // write creates the GPUNode (owned by its Node) if it does not exist, and replaces its

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
@@ -70,7 +72,7 @@ func (e *dcgmExporter) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 
 // startDCGM starts a dcgm-exporter endpoint per node, a real Prometheus scraping them
 // every second, and Chamber's DCGM source reading that Prometheus every second.
-func startDCGM(t *testing.T, nodes ...string) (map[string]*dcgmExporter, *controlplane.Prometheus) {
+func startDCGM(t testing.TB, nodes ...string) (map[string]*dcgmExporter, *controlplane.Prometheus) {
 	t.Helper()
 	exporters := map[string]*dcgmExporter{}
 	var targets []string
@@ -171,4 +173,56 @@ func TestDCGMThroughPrometheus(t *testing.T) {
 	}).Should(gomega.Succeed())
 	inService(g, "dcgm-2")
 	g.Expect(runningPod(g, "dcgm", "train").UID).To(gomega.Equal(moved.UID), "the moved job runs on")
+}
+
+// BenchmarkDCGMFaultToTaint: 100 kwok nodes without agents, each with its
+// dcgm-exporter endpoint, scraped every second by a real Prometheus that the DCGM
+// source queries every second; an XID 79 appears on one node after another (20), and
+// the time from the exporter serving it to the node's taint is reported as p50 and
+// p99. Issue 16's goal: p99 at most 2 s plus one scrape interval (here 1 s) plus, as
+// Chamber polls Prometheus, one query interval (1 s). Run it alone:
+//
+//	go test ./controllers/isolation -run '^$' -bench DCGMFaultToTaint -benchtime 1x -timeout 30m
+func BenchmarkDCGMFaultToTaint(b *testing.B) {
+	nodeCount, injections := 100, 20
+	if os.Getenv("CHAMBER_BENCH_SMALL") != "" {
+		nodeCount, injections = 10, 3
+	}
+	pool := "dcgmbench"
+	create(b, &chamber.GPUPool{ObjectMeta: metav1.ObjectMeta{Name: pool}, Spec: chamber.GPUPoolSpec{NodeLabels: poolLabels(pool),
+		Isolation: &chamber.IsolationPolicy{MaxIsolatedPercent: ptr.To[int32](100)}}})
+	var names []string
+	for i := range nodeCount {
+		names = append(names, fmt.Sprintf("dcgmbench-%03d", i))
+	}
+	nodes(b, pool, names...)
+	exporters, _ := startDCGM(b, names...)
+	waitFor(b, 3*time.Minute, "every GPUNode written from DCGM", func() bool {
+		var list chamber.GPUNodeList
+		if k8s.List(context.Background(), &list) != nil {
+			return false
+		}
+		n := 0
+		for _, gn := range list.Items {
+			if gn.Status.Source == chamber.SourceDCGM && gn.Status.Health == chamber.GPUHealthy && strings.HasPrefix(gn.Name, "dcgmbench-") {
+				n++
+			}
+		}
+		return n == nodeCount
+	})
+	var toTaint []time.Duration
+	for i := range injections {
+		node := names[i*nodeCount/injections]
+		exporters[node].raiseXID(i%8, 79)
+		injected := time.Now()
+		waitFor(b, time.Minute, "taint on "+node, func() bool {
+			var n corev1.Node
+			return k8s.Get(context.Background(), client.ObjectKey{Name: node}, &n) == nil && tainted(&n)
+		}, 20*time.Millisecond)
+		toTaint = append(toTaint, time.Since(injected))
+	}
+	b.ReportMetric(percentile(toTaint, 50).Seconds(), "taint-p50-s")
+	b.ReportMetric(percentile(toTaint, 99).Seconds(), "taint-p99-s")
+	b.Logf("%d XID 79s in dcgm-exporter's series on %d nodes (scrape 1s, query 1s): fault to taint p50 %s p99 %s",
+		injections, nodeCount, percentile(toTaint, 50), percentile(toTaint, 99))
 }
