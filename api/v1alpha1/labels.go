@@ -65,6 +65,10 @@ const (
 	// the operator cleared, not a new fault: only a report the agent writes after it
 	// can isolate the node again.
 	AnnotationIsolationClearedAt = "chamber.dev/isolation-cleared-at"
+	// AnnotationIsolationPreflight is the preflight Job ("namespace/name") Chamber runs
+	// on an isolated node an operator cleared, while it runs (GPUPool
+	// spec.isolation.preflight).
+	AnnotationIsolationPreflight = "chamber.dev/isolation-preflight"
 )
 
 // ParseGPUIndices reads a list of GPU indices such as AnnotationIsolatedGPUs holds,

@@ -160,4 +160,32 @@ type IsolationPolicy struct {
 	// +kubebuilder:validation:Maximum=1000
 	// +optional
 	RecoveryReports *int32 `json:"recoveryReports,omitempty"`
+	// Preflight proves a node before it returns to service on an operator's clear
+	// (chamber.dev/isolation-clear): once its agent reports no GPU failing, Chamber
+	// runs the preflight on the node (a DCGM diagnostic, an NCCL test) and returns the
+	// node only if it succeeds. Without it, a clear returns the node at once.
+	// +optional
+	Preflight *Preflight `json:"preflight,omitempty"`
+}
+
+// Preflight is a Job Chamber runs on a node before it returns to service.
+type Preflight struct {
+	// PodTemplate names a PodTemplate (core/v1) whose template is the preflight's pod.
+	// Chamber runs it as a Job in the PodTemplate's namespace on the node
+	// (spec.nodeName; it tolerates Chamber's taint and the cordon), never retried:
+	// the Job succeeds or the node stays isolated.
+	PodTemplate PodTemplateReference `json:"podTemplate"`
+	// Timeout fails a preflight that has not succeeded by then (the Job's
+	// activeDeadlineSeconds). Default 30m.
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s')",message="must be a duration of at least 1s, such as 10m"
+	// +optional
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+}
+
+// PodTemplateReference names a PodTemplate.
+type PodTemplateReference struct {
+	// +kubebuilder:validation:MinLength=1
+	Namespace string `json:"namespace"`
+	// +kubebuilder:validation:MinLength=1
+	Name string `json:"name"`
 }

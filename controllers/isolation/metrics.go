@@ -30,6 +30,10 @@ var (
 		Name: "chamber_isolation_recoveries_total",
 		Help: "Isolated nodes returned to service: Recovered (a transient fault cleared) or Cleared (by an operator).",
 	}, []string{"pool", "reason"})
+	preflightFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "chamber_isolation_preflight_failures_total",
+		Help: "Preflight Jobs that failed on a node an operator cleared: the node stayed isolated.",
+	}, []string{"pool"})
 	unknownNodes = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "chamber_isolation_unknown_nodes",
 		Help: "GPU nodes whose agent stopped reporting: their health is unknown and nothing is isolated for it.",
@@ -37,5 +41,5 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(breakerOpen, isolations, withheld, dryRuns, evictions, recoveries, unknownNodes)
+	metrics.Registry.MustRegister(breakerOpen, isolations, withheld, dryRuns, evictions, recoveries, unknownNodes, preflightFailures)
 }

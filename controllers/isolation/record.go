@@ -38,6 +38,9 @@ type record struct {
 	HealthyAt time.Time
 	// ClearedAt is when Chamber last ended an isolation on an operator's clear.
 	ClearedAt time.Time
+	// Preflight is the preflight Job ("namespace/name") running on the node after an
+	// operator's clear; empty when none runs.
+	Preflight string
 }
 
 // readRecord reads the node's record whole. An annotation whose value Chamber cannot
@@ -102,6 +105,13 @@ func readRecord(n *corev1.Node) (record, error) {
 		}
 	}
 	r.ClearedAt = timeAt(chamber.AnnotationIsolationClearedAt, time.RFC3339Nano)
+	if s := a[chamber.AnnotationIsolationPreflight]; s != "" {
+		if ns, name, ok := strings.Cut(s, "/"); !ok || ns == "" || name == "" {
+			bad(chamber.AnnotationIsolationPreflight, "a Job's namespace/name")
+		} else {
+			r.Preflight = s
+		}
+	}
 	return r, errors.Join(errs...)
 }
 
@@ -126,6 +136,7 @@ func (r record) fields() map[string]any {
 	set(chamber.AnnotationIsolationHealthyReports, r.Healthy > 0, func() string {
 		return strconv.Itoa(r.Healthy) + "@" + r.HealthyAt.UTC().Format(time.RFC3339Nano)
 	})
+	set(chamber.AnnotationIsolationPreflight, r.Isolated && r.Preflight != "", func() string { return r.Preflight })
 	return out
 }
 

@@ -418,9 +418,14 @@ func (cp *ControlPlane) startKwok(ctx context.Context) (func() error, error) {
 		return nil, err
 	}
 	stages := filepath.Join(cp.binDir, "kwok-stages.yaml")
+	failing := filepath.Join(cp.Dir, "kwok-pod-fail.yaml")
+	if err := os.WriteFile(failing, []byte(podFailStage), 0o600); err != nil {
+		return nil, err
+	}
 	p, err := cp.run("kwok",
 		"--kubeconfig="+cp.Kubeconfig,
 		"--config="+stages,
+		"--config="+failing,
 		"--manage-all-nodes=false",
 		"--manage-nodes-with-annotation-selector="+KwokNodeAnnotation+"=fake",
 		"--server-address=127.0.0.1:"+strconv.Itoa(port),
@@ -448,6 +453,57 @@ func (cp *ControlPlane) startKwok(ctx context.Context) (func() error, error) {
 		return nil
 	}, nil
 }
+
+// AnnotationPodFail makes a running pod on a kwok node fail (phase Failed, each
+// container terminated with exit code 1) a second later, as a failing test or
+// diagnostic would; kwok's own stages only ever complete a pod.
+const AnnotationPodFail = "chamber.dev/kwok-pod-fail"
+
+// podFailStage is the kwok Stage behind AnnotationPodFail. Its weight outdoes kwok's
+// pod-complete stage (weight 1), which matches such a pod too.
+const podFailStage = `apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: chamber-pod-fail
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: 'DoesNotExist'
+    - key: '.status.phase'
+      operator: 'In'
+      values:
+      - 'Running'
+    - key: '.metadata.annotations["` + AnnotationPodFail + `"]'
+      operator: 'In'
+      values:
+      - 'true'
+  weight: 1000000
+  delay:
+    durationMilliseconds: 1000
+  next:
+    delete: false
+    statusTemplate: |
+      {{ $now := Now }}
+      containerStatuses:
+      {{ range $index, $item := .spec.containers }}
+      - image: {{ $item.image | Quote }}
+        name: {{ $item.name | Quote }}
+        ready: false
+        restartCount: 0
+        started: false
+        state:
+          terminated:
+            exitCode: 1
+            finishedAt: {{ $now | Quote }}
+            reason: Error
+            startedAt: {{ $now | Quote }}
+      {{ end }}
+      phase: Failed
+`
 
 // waitReady polls check every 100ms until it succeeds, the process exits, the
 // timeout passes or ctx ends.
