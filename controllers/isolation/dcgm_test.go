@@ -3,11 +3,9 @@ package isolation_test
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,60 +22,14 @@ import (
 	"chamber.dev/chamber/test/controlplane"
 )
 
-// dcgmExporter serves what NVIDIA's dcgm-exporter serves for one node of 8 H100s, with
-// its series names and labels (etc/default-counters.csv; the node's name in Hostname,
-// as with NODE_NAME set), and lets a test raise an XID on a GPU.
-type dcgmExporter struct {
-	node string
-	mu   sync.Mutex
-	xid  map[int]int
-}
-
-func (e *dcgmExporter) raiseXID(gpu, xid int) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.xid[gpu] = xid
-}
-
-func (e *dcgmExporter) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	var b strings.Builder
-	series := []struct{ name, typ, help string }{
-		{"DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %)."},
-		{"DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB)."},
-		{"DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB)."},
-		{"DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered."},
-		{"DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "Whether remapping of rows has failed"},
-	}
-	for _, s := range series {
-		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s %s\n", s.name, s.help, s.name, s.typ)
-		for gpu := range 8 {
-			v := 0
-			switch s.name {
-			case "DCGM_FI_DEV_GPU_UTIL":
-				v = 90
-			case "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE":
-				v = 40960
-			case "DCGM_FI_DEV_XID_ERRORS":
-				v = e.xid[gpu]
-			}
-			fmt.Fprintf(&b, `%s{gpu="%d",UUID="GPU-%s-%d",pci_bus_id="00000000:%02X:00.0",device="nvidia%d",modelName="NVIDIA H100 80GB HBM3",Hostname="%s",DCGM_FI_DRIVER_VERSION="550.54.15"} %d`+"\n",
-				s.name, gpu, e.node, gpu, 0x18+gpu, gpu, e.node, v)
-		}
-	}
-	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-	_, _ = w.Write([]byte(b.String()))
-}
-
 // startDCGM starts a dcgm-exporter endpoint per node, a real Prometheus scraping them
 // every second, and Chamber's DCGM source reading that Prometheus every second.
-func startDCGM(t testing.TB, nodes ...string) (map[string]*dcgmExporter, *controlplane.Prometheus) {
+func startDCGM(t testing.TB, nodes ...string) (map[string]*controlplane.DCGMExporter, *controlplane.Prometheus) {
 	t.Helper()
-	exporters := map[string]*dcgmExporter{}
+	exporters := map[string]*controlplane.DCGMExporter{}
 	var targets []string
 	for _, n := range nodes {
-		e := &dcgmExporter{node: n, xid: map[int]int{}}
+		e := controlplane.NewDCGMExporter(n)
 		srv := httptest.NewServer(e)
 		t.Cleanup(srv.Close)
 		exporters[n] = e
@@ -138,7 +90,7 @@ func TestDCGMThroughPrometheus(t *testing.T) {
 		}).Should(gomega.Succeed())
 	}
 
-	exporters["dcgm-1"].raiseXID(3, 79)
+	exporters["dcgm-1"].RaiseXID(3, 79)
 	g.Eventually(func(g gomega.Gomega) {
 		isolated(g, "dcgm-1", "XID79")
 		g.Expect(condition(getNode(g, "dcgm-1")).Message).To(gomega.ContainSubstring("XID79 on GPU 3"))
@@ -213,7 +165,7 @@ func BenchmarkDCGMFaultToTaint(b *testing.B) {
 	var toTaint []time.Duration
 	for i := range injections {
 		node := names[i*nodeCount/injections]
-		exporters[node].raiseXID(i%8, 79)
+		exporters[node].RaiseXID(i%8, 79)
 		injected := time.Now()
 		waitFor(b, time.Minute, "taint on "+node, func() bool {
 			var n corev1.Node
