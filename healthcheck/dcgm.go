@@ -11,6 +11,8 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/prometheus/common/model"
+
+	chamberv1alpha1 "chamber.dev/chamber/api/v1alpha1"
 )
 
 // dcgm-exporter's series that Chamber reads, by the names and labels of its
@@ -24,6 +26,7 @@ const (
 	dcgmGPUUtil            = "DCGM_FI_DEV_GPU_UTIL"
 	dcgmMemCopyUtil        = "DCGM_FI_DEV_MEM_COPY_UTIL"
 	dcgmGREngineActive     = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
+	dcgmSMActive           = "DCGM_FI_PROF_SM_ACTIVE"
 	dcgmFBUsed             = "DCGM_FI_DEV_FB_USED"
 	dcgmFBFree             = "DCGM_FI_DEV_FB_FREE"
 	dcgmFBReserved         = "DCGM_FI_DEV_FB_RESERVED"
@@ -55,7 +58,7 @@ const (
 
 // dcgmSeries is every series name DCGMSelector asks for.
 var dcgmSeries = []string{
-	dcgmGPUUtil, dcgmMemCopyUtil, dcgmGREngineActive, dcgmFBUsed, dcgmFBFree, dcgmFBReserved,
+	dcgmGPUUtil, dcgmMemCopyUtil, dcgmGREngineActive, dcgmSMActive, dcgmFBUsed, dcgmFBFree, dcgmFBReserved,
 	dcgmGPUTemp, dcgmPowerUsage, dcgmXIDErrors, dcgmXIDCount, dcgmHealthStatus, dcgmPCIeReplay,
 	dcgmECCSBEVol, dcgmECCDBEVol, dcgmECCSBEAgg, dcgmECCDBEAgg, dcgmRetiredSBE, dcgmRetiredDBE,
 	dcgmRetiredPending, dcgmRemapUncorrectable, dcgmRemapCorrectable, dcgmRemapFailure,
@@ -111,6 +114,8 @@ type DCGMGPU struct {
 	// Pod holds the GPU by dcgm-exporter's pod mapping (pod, namespace, container).
 	Pod    PodRef
 	Driver string
+	// activity holds the utilization series read, by signal; resolve picks one.
+	activity map[chamberv1alpha1.UtilizationSignal]float64
 }
 
 // DCGMReadings are one query's GPUs: node name -> GPU index -> readings.
@@ -154,7 +159,30 @@ func ParseDCGM(v model.Vector, nodeLabel string) (r DCGMReadings, skipped int) {
 		g.identify(s.Metric)
 		g.set(string(s.Metric[model.MetricNameLabel]), s.Metric, value)
 	}
+	for _, gpus := range r {
+		for _, g := range gpus {
+			g.resolve()
+		}
+	}
 	return r, skipped
+}
+
+// utilizationSignals are the utilization series in the order they are believed:
+// SM activity says how much of the GPU works, not only that something runs.
+var utilizationSignals = []chamberv1alpha1.UtilizationSignal{
+	chamberv1alpha1.SignalSMActivity, chamberv1alpha1.SignalGPUUtilization, chamberv1alpha1.SignalGraphicsEngineActivity,
+}
+
+// resolve takes the truest utilization series the GPU has.
+func (g *DCGMGPU) resolve() {
+	for _, sig := range utilizationSignals {
+		if pct, ok := g.activity[sig]; ok {
+			g.Sample.GPUUtilPercent = uint32(min(max(pct, 0)+0.5, 100))
+			g.Sample.UtilizationSignal = sig
+			g.has(FieldUtilization)
+			return
+		}
+	}
 }
 
 func (g *DCGMGPU) identify(m model.Metric) {
@@ -175,6 +203,13 @@ func (g *DCGMGPU) identify(m model.Metric) {
 	}
 }
 
+func (g *DCGMGPU) activityOf(sig chamberv1alpha1.UtilizationSignal, pct float64) {
+	if g.activity == nil {
+		g.activity = map[chamberv1alpha1.UtilizationSignal]float64{}
+	}
+	g.activity[sig] = pct
+}
+
 // has clears f from the sample's Unsupported set: its series is there.
 func (g *DCGMGPU) has(f Field) { g.Sample.Unsupported &^= 1 << f }
 
@@ -183,15 +218,11 @@ func (g *DCGMGPU) set(name string, m model.Metric, v float64) {
 	u := uint64(max(v, 0))
 	switch name {
 	case dcgmGPUUtil:
-		s.GPUUtilPercent = uint32(min(u, 100))
-		g.has(FieldUtilization)
+		g.activityOf(chamberv1alpha1.SignalGPUUtilization, v)
+	case dcgmSMActive:
+		g.activityOf(chamberv1alpha1.SignalSMActivity, v*100) // a ratio
 	case dcgmGREngineActive:
-		// The ratio of time the graphics engine is active: a stand-in where
-		// DCGM_FI_DEV_GPU_UTIL is not exported.
-		if s.Unsupported.Has(FieldUtilization) {
-			s.GPUUtilPercent = uint32(min(max(v, 0)*100+0.5, 100))
-			g.has(FieldUtilization)
-		}
+		g.activityOf(chamberv1alpha1.SignalGraphicsEngineActivity, v*100) // a ratio
 	case dcgmMemCopyUtil:
 		s.MemoryUtilPercent = uint32(min(u, 100))
 	case dcgmFBUsed:

@@ -11,6 +11,7 @@ import (
 	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	chamberv1alpha1 "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/healthcheck"
 )
 
@@ -174,5 +175,44 @@ func TestDCGMSelector(t *testing.T) {
 	}
 	if got, want := healthcheck.DCGMFreshnessQuery(`job="x"`, "Hostname"), `max by (Hostname) (timestamp(DCGM_FI_DEV_XID_ERRORS{job="x"}) or timestamp(DCGM_FI_DEV_GPU_UTIL{job="x"}) or timestamp(DCGM_FI_PROF_GR_ENGINE_ACTIVE{job="x"}))`; got != want {
 		t.Errorf("freshness query = %s", got)
+	}
+}
+
+// TestDCGMUtilizationSignal: SM activity is believed over GPU utilization (a kernel
+// spinning on a few SMs reads 100% busy by the second), the graphics engine's activity
+// only where neither is exported; the sample says which it took.
+func TestDCGMUtilizationSignal(t *testing.T) {
+	const l = `gpu="0",UUID="GPU-aaaa",modelName="NVIDIA H100 80GB HBM3",Hostname="gpu-1"`
+	cases := map[string]struct {
+		series     string
+		wantPct    uint32
+		wantSignal chamberv1alpha1.UtilizationSignal
+	}{
+		"SM activity over GPU utilization": {
+			series:  "DCGM_FI_DEV_GPU_UTIL{" + l + "} 100\nDCGM_FI_PROF_SM_ACTIVE{" + l + "} 0.12\nDCGM_FI_PROF_GR_ENGINE_ACTIVE{" + l + "} 0.99\n",
+			wantPct: 12, wantSignal: chamberv1alpha1.SignalSMActivity,
+		},
+		"GPU utilization over the graphics engine": {
+			series:  "DCGM_FI_PROF_GR_ENGINE_ACTIVE{" + l + "} 0.99\nDCGM_FI_DEV_GPU_UTIL{" + l + "} 40\n",
+			wantPct: 40, wantSignal: chamberv1alpha1.SignalGPUUtilization,
+		},
+		"the graphics engine alone": {
+			series:  "DCGM_FI_PROF_GR_ENGINE_ACTIVE{" + l + "} 0.5\n",
+			wantPct: 50, wantSignal: chamberv1alpha1.SignalGraphicsEngineActivity,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			r, _ := healthcheck.ParseDCGM(parse(t, tc.series), "Hostname")
+			s := r["gpu-1"][0].Sample
+			if s.GPUUtilPercent != tc.wantPct || s.UtilizationSignal != tc.wantSignal || s.Unsupported.Has(healthcheck.FieldUtilization) {
+				t.Errorf("utilization %d%% by %s (unsupported %v), want %d%% by %s", s.GPUUtilPercent, s.UtilizationSignal,
+					s.Unsupported.Has(healthcheck.FieldUtilization), tc.wantPct, tc.wantSignal)
+			}
+		})
+	}
+	r, _ := healthcheck.ParseDCGM(parse(t, "DCGM_FI_DEV_XID_ERRORS{"+l+"} 0\n"), "Hostname")
+	if !r["gpu-1"][0].Sample.Unsupported.Has(healthcheck.FieldUtilization) {
+		t.Error("no utilization series, and the utilization is not unsupported: it would read as idle")
 	}
 }

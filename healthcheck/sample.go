@@ -4,6 +4,8 @@ import (
 	"math/bits"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	chamberv1alpha1 "chamber.dev/chamber/api/v1alpha1"
 )
 
 // Field names one NVML reading, so errors and unsupported readings are reported per field.
@@ -131,6 +133,9 @@ type GPUSample struct {
 	MemoryUsedBytes   uint64
 	GPUUtilPercent    uint32
 	MemoryUtilPercent uint32
+	// UtilizationSignal is what GPUUtilPercent measures (empty: NVML's GPU
+	// utilization).
+	UtilizationSignal chamberv1alpha1.UtilizationSignal
 	TemperatureC      uint32
 	PowerMilliwatts   uint32
 	// ThrottleReasons is NVML's clocks-event reason bit mask (nvml.ClocksEventReason*).

@@ -1,6 +1,7 @@
 package healthcheck
 
 import (
+	"cmp"
 	"fmt"
 	"strconv"
 	"strings"
@@ -132,7 +133,8 @@ func gpuStatus(g GPUStatus, in StatusInput) chamberv1alpha1.GPUStatus {
 		})
 	}
 	if gpu, mem, ok := in.Util.Mean(g.Index); ok {
-		u := &chamberv1alpha1.GPUUtilization{GPUPercent: gpu, MemoryPercent: mem, WindowSeconds: int32(in.Window / time.Second)}
+		u := &chamberv1alpha1.GPUUtilization{GPUPercent: gpu, MemoryPercent: mem, WindowSeconds: int32(in.Window / time.Second),
+			Signal: cmp.Or(g.Sample.UtilizationSignal, chamberv1alpha1.SignalGPUUtilization)}
 		if ReadingOK(&g.Sample, FieldMemory) {
 			u.MemoryUsedMiB = int64(g.Sample.MemoryUsedBytes >> 20)
 		}

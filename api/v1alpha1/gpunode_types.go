@@ -140,7 +140,8 @@ type GPUFault struct {
 
 // GPUUtilization is a GPU's use averaged over a window.
 type GPUUtilization struct {
-	// GPUPercent is the mean of NVML's GPU utilization (share of time a kernel ran).
+	// GPUPercent is the mean of the GPU's utilization over the window, as Signal
+	// measures it.
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=100
 	GPUPercent int32 `json:"gpuPercent"`
@@ -155,7 +156,29 @@ type GPUUtilization struct {
 	// WindowSeconds is the length of the window averaged.
 	// +optional
 	WindowSeconds int32 `json:"windowSeconds,omitempty"`
+	// Signal is what GPUPercent measures: SMActivity where the source has it, else
+	// GPUUtilization (also when empty).
+	// +optional
+	Signal UtilizationSignal `json:"signal,omitempty"`
 }
+
+// UtilizationSignal is what a GPU's utilization measures.
+// +kubebuilder:validation:Enum=GPUUtilization;SMActivity;GraphicsEngineActivity
+type UtilizationSignal string
+
+// Utilization signals, from the coarsest to the truest.
+const (
+	// SignalGPUUtilization is the share of time a kernel ran (NVML's utilization,
+	// DCGM_FI_DEV_GPU_UTIL): one kernel on one SM, or a kernel spinning, counts as
+	// fully busy.
+	SignalGPUUtilization UtilizationSignal = "GPUUtilization"
+	// SignalGraphicsEngineActivity is the share of time the graphics engine was
+	// active (DCGM_FI_PROF_GR_ENGINE_ACTIVE), read where GPU utilization is not.
+	SignalGraphicsEngineActivity UtilizationSignal = "GraphicsEngineActivity"
+	// SignalSMActivity is the share of SM cycles with a warp resident, over all SMs
+	// (DCGM_FI_PROF_SM_ACTIVE): a kernel that occupies a few SMs reads low.
+	SignalSMActivity UtilizationSignal = "SMActivity"
+)
 
 // PodReference names the pod holding a GPU.
 type PodReference struct {
