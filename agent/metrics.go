@@ -46,6 +46,8 @@ const mib = 1 << 20
 var dcgmMetrics = []dcgmMetric{
 	dcgm("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", prometheus.GaugeValue, healthcheck.FieldUtilization,
 		func(s *healthcheck.GPUSample) float64 { return float64(s.GPUUtilPercent) }),
+	dcgm("DCGM_FI_PROF_SM_ACTIVE", "The ratio of cycles an SM has at least 1 warp assigned (NVML GPM's SM utilization; Hopper and later).", prometheus.GaugeValue, healthcheck.FieldSMActivity,
+		func(s *healthcheck.GPUSample) float64 { return s.SMActivityPercent / 100 }),
 	dcgm("DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).", prometheus.GaugeValue, healthcheck.FieldUtilization,
 		func(s *healthcheck.GPUSample) float64 { return float64(s.MemoryUtilPercent) }),
 	dcgm("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", prometheus.GaugeValue, healthcheck.FieldMemory,

@@ -123,7 +123,7 @@ type DCGMReadings map[string]map[int]*DCGMGPU
 
 // readable are the fields a DCGM series can fill; each starts Unsupported and is
 // cleared by the series that carries it.
-var readable = []Field{FieldMemory, FieldUtilization, FieldTemperature, FieldPower, FieldThrottle,
+var readable = []Field{FieldMemory, FieldUtilization, FieldSMActivity, FieldTemperature, FieldPower, FieldThrottle,
 	FieldECCVolatileCorrected, FieldECCVolatileUncorrected, FieldECCAggregateCorrected,
 	FieldECCAggregateUncorrected, FieldRetiredPagesSingleBit, FieldRetiredPagesDoubleBit,
 	FieldRetiredPagesPending, FieldRemappedRows, FieldPCIeReplay, FieldNVLink}
@@ -170,11 +170,16 @@ func ParseDCGM(v model.Vector, nodeLabel string) (r DCGMReadings, skipped int) {
 // utilizationSignals are the utilization series in the order they are believed:
 // SM activity says how much of the GPU works, not only that something runs.
 var utilizationSignals = []chamberv1alpha1.UtilizationSignal{
-	chamberv1alpha1.SignalSMActivity, chamberv1alpha1.SignalGPUUtilization, chamberv1alpha1.SignalGraphicsEngineActivity,
+	chamberv1alpha1.SignalGPUUtilization, chamberv1alpha1.SignalGraphicsEngineActivity,
 }
 
-// resolve takes the truest utilization series the GPU has.
+// resolve takes the truest utilization series the GPU has: SM activity as its own
+// reading, the rest as its utilization.
 func (g *DCGMGPU) resolve() {
+	if pct, ok := g.activity[chamberv1alpha1.SignalSMActivity]; ok {
+		g.Sample.SMActivityPercent, g.Sample.SMActivityRead = min(max(pct, 0), 100), true
+		g.has(FieldSMActivity)
+	}
 	for _, sig := range utilizationSignals {
 		if pct, ok := g.activity[sig]; ok {
 			g.Sample.GPUUtilPercent = uint32(min(max(pct, 0)+0.5, 100))

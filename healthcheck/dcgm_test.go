@@ -1,6 +1,7 @@
 package healthcheck_test
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -178,27 +179,29 @@ func TestDCGMSelector(t *testing.T) {
 	}
 }
 
-// TestDCGMUtilizationSignal: SM activity is believed over GPU utilization (a kernel
-// spinning on a few SMs reads 100% busy by the second), the graphics engine's activity
-// only where neither is exported; the sample says which it took.
+// TestDCGMUtilizationSignal: SM activity is read as its own reading (the utilization
+// window believes it over GPU utilization: a kernel spinning on a few SMs reads 100%
+// busy by the second); the graphics engine's activity stands in for GPU utilization
+// only where that is not exported, and the sample says which it took.
 func TestDCGMUtilizationSignal(t *testing.T) {
 	const l = `gpu="0",UUID="GPU-aaaa",modelName="NVIDIA H100 80GB HBM3",Hostname="gpu-1"`
 	cases := map[string]struct {
 		series     string
 		wantPct    uint32
 		wantSignal chamberv1alpha1.UtilizationSignal
+		wantSM     float64 // -1: no SM activity
 	}{
-		"SM activity over GPU utilization": {
+		"SM activity beside GPU utilization": {
 			series:  "DCGM_FI_DEV_GPU_UTIL{" + l + "} 100\nDCGM_FI_PROF_SM_ACTIVE{" + l + "} 0.12\nDCGM_FI_PROF_GR_ENGINE_ACTIVE{" + l + "} 0.99\n",
-			wantPct: 12, wantSignal: chamberv1alpha1.SignalSMActivity,
+			wantPct: 100, wantSignal: chamberv1alpha1.SignalGPUUtilization, wantSM: 12,
 		},
 		"GPU utilization over the graphics engine": {
 			series:  "DCGM_FI_PROF_GR_ENGINE_ACTIVE{" + l + "} 0.99\nDCGM_FI_DEV_GPU_UTIL{" + l + "} 40\n",
-			wantPct: 40, wantSignal: chamberv1alpha1.SignalGPUUtilization,
+			wantPct: 40, wantSignal: chamberv1alpha1.SignalGPUUtilization, wantSM: -1,
 		},
 		"the graphics engine alone": {
 			series:  "DCGM_FI_PROF_GR_ENGINE_ACTIVE{" + l + "} 0.5\n",
-			wantPct: 50, wantSignal: chamberv1alpha1.SignalGraphicsEngineActivity,
+			wantPct: 50, wantSignal: chamberv1alpha1.SignalGraphicsEngineActivity, wantSM: -1,
 		},
 	}
 	for name, tc := range cases {
@@ -208,6 +211,9 @@ func TestDCGMUtilizationSignal(t *testing.T) {
 			if s.GPUUtilPercent != tc.wantPct || s.UtilizationSignal != tc.wantSignal || s.Unsupported.Has(healthcheck.FieldUtilization) {
 				t.Errorf("utilization %d%% by %s (unsupported %v), want %d%% by %s", s.GPUUtilPercent, s.UtilizationSignal,
 					s.Unsupported.Has(healthcheck.FieldUtilization), tc.wantPct, tc.wantSignal)
+			}
+			if has := s.SMActivityRead && !s.Unsupported.Has(healthcheck.FieldSMActivity); has != (tc.wantSM >= 0) || has && math.Abs(s.SMActivityPercent-tc.wantSM) > 1e-9 {
+				t.Errorf("SM activity %v%% (read %v), want %v", s.SMActivityPercent, has, tc.wantSM)
 			}
 		})
 	}

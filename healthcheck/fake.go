@@ -15,15 +15,17 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 )
 
-// fakeModels are the go-nvml fakes NewFake knows, with their NVLink count per GPU.
+// fakeModels are the go-nvml fakes NewFake knows, with their NVLink count per GPU and
+// whether the GPU has GPM (performance monitoring: Hopper and later).
 var fakeModels = map[string]struct {
 	new     func() *server.Server
 	nvlinks int
+	gpm     bool
 }{
-	"dgxa100": {dgxa100.New, 12},
-	"dgxh100": {dgxh100.New, 18},
-	"dgxh200": {dgxh200.New, 18},
-	"dgxb200": {dgxb200.New, 18},
+	"dgxa100": {dgxa100.New, 12, false},
+	"dgxh100": {dgxh100.New, 18, true},
+	"dgxh200": {dgxh200.New, 18, true},
+	"dgxb200": {dgxb200.New, 18, true},
 }
 
 // FakeModels lists the models NewFake accepts.
@@ -61,6 +63,11 @@ type fakeGPU struct {
 	replays    int
 	nvlinks    int
 	nvlinkErrs uint64 // on link 0's CRC_FLIT counter
+	gpm        bool   // the GPU has GPM
+	// sm is the SM activity GPM reports when smSet; otherwise it follows the GPU
+	// utilization, as it does for a job that uses every SM.
+	sm    float64
+	smSet bool
 }
 
 // NewFake returns fake GPUs for a model: "dgxh100", "dgxa100", "dgxh200" or "dgxb200",
@@ -89,7 +96,7 @@ func NewFake(model string) (*FakeGPUs, error) {
 	}
 	for _, d := range f.Devices {
 		dev := d.(*server.Device)
-		g := &fakeGPU{dev: dev, handle: fakeDevice{dev}, failRet: nvml.SUCCESS, tempC: 35, powerMW: 70_000, nvlinks: m.nvlinks}
+		g := &fakeGPU{dev: dev, handle: fakeDevice{dev}, failRet: nvml.SUCCESS, tempC: 35, powerMW: 70_000, nvlinks: m.nvlinks, gpm: m.gpm}
 		f.gpus = append(f.gpus, g)
 		f.setDeviceFuncs(g)
 	}
@@ -129,6 +136,56 @@ func (d fakeDevice) GetMemoryInfo() (nvml.Memory, nvml.Return) { return d.GetMem
 // GetUtilizationRates answers the injected utilization.
 func (d fakeDevice) GetUtilizationRates() (nvml.Utilization, nvml.Return) {
 	return d.GetUtilizationRatesFunc()
+}
+
+// GpmQueryDeviceSupport answers whether the fake GPU has GPM.
+func (d fakeDevice) GpmQueryDeviceSupport() (nvml.GpmSupport, nvml.Return) {
+	return d.GpmQueryDeviceSupportFunc()
+}
+
+// GpmSampleGet takes a GPM sample of the fake GPU.
+func (d fakeDevice) GpmSampleGet(s nvml.GpmSample) nvml.Return { return d.GpmSampleGetFunc(s) }
+
+// fakeGPMSample is a GPM sample of a fake GPU: its SM activity when taken.
+type fakeGPMSample struct {
+	sm    float64
+	taken bool
+}
+
+// Free frees nothing: the sample is garbage-collected.
+func (s *fakeGPMSample) Free() nvml.Return { return nvml.SUCCESS }
+
+// Get takes the sample on device.
+func (s *fakeGPMSample) Get(device nvml.Device) nvml.Return { return device.GpmSampleGet(s) }
+
+// MigGet is not supported by the fake.
+func (s *fakeGPMSample) MigGet(nvml.Device, int) nvml.Return { return nvml.ERROR_NOT_SUPPORTED }
+
+// GpmSampleAlloc allocates a fake GPM sample. It shadows the moq mock's, which records
+// every call.
+func (f *FakeGPUs) GpmSampleAlloc() (nvml.GpmSample, nvml.Return) {
+	return &fakeGPMSample{}, nvml.SUCCESS
+}
+
+// GpmMetricsGet computes GPM metrics between two fake samples: SM utilization (SM
+// activity) over the interval is what the GPU was set to when the second was taken
+// (settings change between polls, and hold until the next); other metrics are not
+// supported.
+func (f *FakeGPUs) GpmMetricsGet(m *nvml.GpmMetricsGetType) nvml.Return {
+	s1, ok1 := m.Sample1.(*fakeGPMSample)
+	s2, ok2 := m.Sample2.(*fakeGPMSample)
+	if !ok1 || !ok2 || !s1.taken || !s2.taken || m.NumMetrics > uint32(len(m.Metrics)) {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	for i := range m.NumMetrics {
+		met := &m.Metrics[i]
+		if nvml.GpmMetricId(met.MetricId) != nvml.GPM_METRIC_SM_UTIL {
+			met.NvmlReturn = uint32(nvml.ERROR_NOT_SUPPORTED)
+			continue
+		}
+		met.Value, met.NvmlReturn = s2.sm, uint32(nvml.SUCCESS)
+	}
+	return nvml.SUCCESS
 }
 
 // GetTemperature answers the injected temperature.
@@ -197,6 +254,33 @@ func (f *FakeGPUs) answer(g *fakeGPU) nvml.Return {
 // a poll goroutine reads it.
 func (f *FakeGPUs) setDeviceFuncs(g *fakeGPU) {
 	d := g.dev
+	d.GpmQueryDeviceSupportFunc = func() (nvml.GpmSupport, nvml.Return) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		sup := nvml.GpmSupport{Version: nvml.GPM_SUPPORT_VERSION}
+		if g.gpm {
+			sup.IsSupportedDevice = 1
+		}
+		return sup, f.answer(g)
+	}
+	d.GpmSampleGetFunc = func(s nvml.GpmSample) nvml.Return {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		fs, ok := s.(*fakeGPMSample)
+		switch {
+		case !g.gpm:
+			return nvml.ERROR_NOT_SUPPORTED
+		case !ok:
+			return nvml.ERROR_INVALID_ARGUMENT
+		case f.answer(g) != nvml.SUCCESS:
+			return f.answer(g)
+		}
+		fs.sm, fs.taken = float64(g.util.Gpu), true
+		if g.smSet {
+			fs.sm = g.sm
+		}
+		return nvml.SUCCESS
+	}
 	uuid, name := d.GetUUIDFunc, d.GetNameFunc
 	d.GetUUIDFunc = func() (string, nvml.Return) {
 		f.mu.Lock()
@@ -494,6 +578,19 @@ func (f *FakeGPUs) SetUtilization(i int, gpuPercent, memoryPercent uint32) error
 	}
 	return f.update(i, func(g *fakeGPU) []nvml.EventData {
 		g.util = nvml.Utilization{Gpu: gpuPercent, Memory: memoryPercent}
+		return nil
+	})
+}
+
+// SetSMActivity sets the SM activity GPU i's GPM reports (percent of SM cycles with a
+// warp resident), apart from its utilization: a kernel spinning on a few SMs reads
+// 100% utilization and little SM activity. Unset, it follows the utilization.
+func (f *FakeGPUs) SetSMActivity(i int, percent float64) error {
+	if percent < 0 || percent > 100 {
+		return fmt.Errorf("SM activity is a percentage, got %v", percent)
+	}
+	return f.update(i, func(g *fakeGPU) []nvml.EventData {
+		g.sm, g.smSet = percent, true
 		return nil
 	})
 }

@@ -10,6 +10,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	chamberv1alpha1 "chamber.dev/chamber/api/v1alpha1"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -353,7 +355,8 @@ func TestNVMLErrorsOnOneGPUDoNotHideOthers(t *testing.T) {
 		got = append(got, summary{g.UUID != "", g.Name, g.MemoryTotalBytes, g.GPUUtilPercent, g.Lost, g.Errors, g.Unsupported.Names()})
 	}
 	// H100s retire no pages (they remap rows): NVML answers not supported, no fault.
-	unsupported := []string{"retiredPagesSingleBit", "retiredPagesDoubleBit", "retiredPagesPending"}
+	// SM activity needs a second GPM sample: none in a first poll.
+	unsupported := []string{"retiredPagesSingleBit", "retiredPagesDoubleBit", "retiredPagesPending", "smActivity"}
 	healthy := summary{UUIDKnown: true, Name: "NVIDIA H100 80GB HBM3", MemoryTotal: 80 << 30, Unsupported: unsupported}
 	want := []summary{healthy, healthy, healthy, healthy, healthy, healthy, healthy, healthy}
 	want[0].GPUUtil = 55
@@ -363,7 +366,8 @@ func TestNVMLErrorsOnOneGPUDoNotHideOthers(t *testing.T) {
 		{FieldECCVolatileUncorrected, nvml.ERROR_UNKNOWN}, {FieldECCAggregateCorrected, nvml.ERROR_UNKNOWN},
 		{FieldECCAggregateUncorrected, nvml.ERROR_UNKNOWN}, {FieldRetiredPagesSingleBit, nvml.ERROR_UNKNOWN},
 		{FieldRetiredPagesDoubleBit, nvml.ERROR_UNKNOWN}, {FieldRetiredPagesPending, nvml.ERROR_UNKNOWN},
-		{FieldRemappedRows, nvml.ERROR_UNKNOWN}, {FieldPCIeReplay, nvml.ERROR_UNKNOWN}, {FieldNVLink, nvml.ERROR_UNKNOWN}}}
+		{FieldRemappedRows, nvml.ERROR_UNKNOWN}, {FieldPCIeReplay, nvml.ERROR_UNKNOWN}, {FieldNVLink, nvml.ERROR_UNKNOWN}},
+		Unsupported: []string{"smActivity"}}
 	want[6] = summary{Lost: true, Errors: []ReadError{{FieldUUID, nvml.ERROR_GPU_IS_LOST}}}
 	if diff := cmp.Diff(want, got, cmpopts.EquateEmpty()); diff != "" {
 		t.Errorf("samples (-want +got):\n%s", diff)
@@ -492,5 +496,59 @@ func TestMonitorLoops(t *testing.T) {
 	gpus.Close() // wakes the event wait at once
 	if err := m.Wait(); err != nil {
 		t.Errorf("Wait() = %v", err)
+	}
+}
+
+// TestSMActivityThroughGPM: on Hopper the reader takes SM activity from NVML's GPM,
+// from the second poll on, apart from the utilization (a kernel spinning on a few SMs);
+// the utilization window then believes it. An A100 has no GPM: the utilization stands.
+func TestSMActivityThroughGPM(t *testing.T) {
+	h100, err := NewFake("dgxh100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := errors.Join(h100.SetUtilization(0, 100, 10), h100.SetSMActivity(0, 12), h100.SetUtilization(1, 60, 10)); err != nil {
+		t.Fatal(err)
+	}
+	r := NewReader(h100)
+	defer r.Close()
+	first, err := r.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.GPUs[0].SMActivityRead || !first.GPUs[0].Unsupported.Has(FieldSMActivity) {
+		t.Errorf("first poll: SM activity %v read, want none yet", first.GPUs[0].SMActivityPercent)
+	}
+	second, err := r.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g0, g1 := second.GPUs[0], second.GPUs[1]
+	if !g0.SMActivityRead || g0.SMActivityPercent != 12 || g0.GPUUtilPercent != 100 {
+		t.Errorf("GPU 0: SM activity %v (read %v), utilization %d; want 12 beside 100", g0.SMActivityPercent, g0.SMActivityRead, g0.GPUUtilPercent)
+	}
+	if !g1.SMActivityRead || g1.SMActivityPercent != 60 {
+		t.Errorf("GPU 1: SM activity %v (read %v), want 60, its utilization", g1.SMActivityPercent, g1.SMActivityRead)
+	}
+	w := NewUtilizationWindow(time.Minute)
+	now := time.Now()
+	w.Observe([]GPUStatus{{Index: 0, Sample: g0, LastPoll: now}}, now)
+	if pct, _, ok := w.Mean(0); !ok || pct != 12 || w.Signal(0) != chamberv1alpha1.SignalSMActivity {
+		t.Errorf("window: %d%% by %s, want 12%% by SMActivity", pct, w.Signal(0))
+	}
+
+	a100, err := NewFake("dgxa100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ra := NewReader(a100)
+	for range 2 {
+		s, err := ra.Read()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g := s.GPUs[0]; g.SMActivityRead || !g.Unsupported.Has(FieldSMActivity) || len(g.Errors) != 0 {
+			t.Errorf("A100: SM activity read %v, unsupported %v, errors %v; want unsupported, no error", g.SMActivityRead, g.Unsupported.Has(FieldSMActivity), g.Errors)
+		}
 	}
 }

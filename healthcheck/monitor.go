@@ -125,6 +125,11 @@ func (m *Monitor) Err() error {
 // and shuts NVML down.
 func (m *Monitor) Wait() error {
 	m.wg.Wait()
+	if m.reader != nil {
+		m.pollMu.Lock()
+		m.reader.Close()
+		m.pollMu.Unlock()
+	}
 	var errs []error
 	if m.watcher != nil {
 		errs = append(errs, m.watcher.Close())

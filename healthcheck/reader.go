@@ -30,6 +30,8 @@ type Reader struct {
 	unsupported   map[int]FieldSet
 	links         map[int][]int // NVLink links that exist on the GPU
 	driverVersion string
+	// gpm is each GPU's last GPM sample, to which the next poll's is compared.
+	gpm map[int]nvml.GpmSample
 }
 
 type identity struct{ uuid, name, pciBusID string }
@@ -41,6 +43,15 @@ func NewReader(lib nvml.Interface) *Reader {
 		ids:         map[int]identity{},
 		unsupported: map[int]FieldSet{},
 		links:       map[int][]int{},
+		gpm:         map[int]nvml.GpmSample{},
+	}
+}
+
+// Close frees the GPM samples the Reader keeps (before NVML shuts down).
+func (r *Reader) Close() {
+	for i, s := range r.gpm {
+		s.Free()
+		delete(r.gpm, i)
 	}
 }
 
@@ -121,7 +132,66 @@ func (r *Reader) readGPU(s *GPUSample) {
 			return
 		}
 	}
+	r.readSMActivity(g, dev)
 	r.readNVLink(g, dev)
+}
+
+// readSMActivity reads the share of SM cycles with a warp resident since the last poll,
+// from NVML's GPU performance monitoring (GPM: Hopper and later). A GPU without GPM,
+// or whose GPM calls fail, has no such reading (unsupported, not an error: the older
+// utilization stands in); the first poll has none yet, GPM needing two samples.
+func (r *Reader) readSMActivity(g gpuRead, dev nvml.Device) {
+	if g.skip(FieldSMActivity) {
+		return
+	}
+	// unsupported: the GPU or driver has no GPM (remembered, as other readings'), the
+	// GPU is lost, or this poll's GPM calls failed (this poll only: the next tries
+	// again). GPM trouble is never a fault: the older utilization stands in.
+	unsupported := func(ret nvml.Return) {
+		switch ret {
+		case nvml.SUCCESS, nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_FUNCTION_NOT_FOUND:
+			g.ok(FieldSMActivity, nvml.ERROR_NOT_SUPPORTED)
+		case nvml.ERROR_GPU_IS_LOST:
+			g.ok(FieldSMActivity, ret)
+		default:
+			g.s.Unsupported = g.s.Unsupported.With(FieldSMActivity)
+		}
+		if prev := r.gpm[g.s.Index]; prev != nil {
+			prev.Free()
+			delete(r.gpm, g.s.Index)
+		}
+	}
+	prev := r.gpm[g.s.Index]
+	if prev == nil {
+		if sup, ret := dev.GpmQueryDeviceSupport(); ret != nvml.SUCCESS || sup.IsSupportedDevice == 0 {
+			unsupported(ret)
+			return
+		}
+	}
+	cur, ret := r.lib.GpmSampleAlloc()
+	if ret != nvml.SUCCESS {
+		unsupported(ret)
+		return
+	}
+	if ret := dev.GpmSampleGet(cur); ret != nvml.SUCCESS {
+		cur.Free()
+		unsupported(ret)
+		return
+	}
+	r.gpm[g.s.Index] = cur
+	if prev == nil {
+		// This poll's reading is not there yet; the GPU has it from the next poll on.
+		g.s.Unsupported = g.s.Unsupported.With(FieldSMActivity)
+		return
+	}
+	defer prev.Free()
+	m := nvml.GpmMetricsGetType{NumMetrics: 1, Sample1: prev, Sample2: cur}
+	m.Metrics[0].MetricId = uint32(nvml.GPM_METRIC_SM_UTIL)
+	if ret := r.lib.GpmMetricsGet(&m); ret != nvml.SUCCESS || nvml.Return(m.Metrics[0].NvmlReturn) != nvml.SUCCESS {
+		g.s.Unsupported = g.s.Unsupported.With(FieldSMActivity) // this poll only
+		return
+	}
+	g.s.SMActivityPercent, g.s.SMActivityRead = min(max(m.Metrics[0].Value, 0), 100), true
 }
 
 func (r *Reader) readIdentity(g gpuRead, dev nvml.Device) bool {

@@ -32,6 +32,7 @@ const (
 	FieldRemappedRows
 	FieldPCIeReplay
 	FieldNVLink
+	FieldSMActivity
 	fieldCount
 )
 
@@ -39,7 +40,7 @@ var fieldNames = [fieldCount]string{
 	"handle", "uuid", "name", "pci", "memory", "utilization", "temperature", "power",
 	"throttle", "eccVolatileCorrected", "eccVolatileUncorrected", "eccAggregateCorrected",
 	"eccAggregateUncorrected", "retiredPagesSingleBit", "retiredPagesDoubleBit",
-	"retiredPagesPending", "remappedRows", "pcieReplay", "nvlink",
+	"retiredPagesPending", "remappedRows", "pcieReplay", "nvlink", "smActivity",
 }
 
 // String returns the field's name as used in logs and status.
@@ -136,6 +137,13 @@ type GPUSample struct {
 	// UtilizationSignal is what GPUUtilPercent measures (empty: NVML's GPU
 	// utilization).
 	UtilizationSignal chamberv1alpha1.UtilizationSignal
+	// SMActivityPercent is the share of SM cycles with a warp resident over the
+	// last poll interval (NVML's GPM SM utilization on Hopper and later; DCGM's
+	// DCGM_FI_PROF_SM_ACTIVE). Unsupported where the GPU has no GPM, and in a
+	// GPU's first poll (GPM needs two samples): SMActivityRead says when it holds
+	// a reading.
+	SMActivityPercent float64
+	SMActivityRead    bool
 	TemperatureC      uint32
 	PowerMilliwatts   uint32
 	// ThrottleReasons is NVML's clocks-event reason bit mask (nvml.ClocksEventReason*).

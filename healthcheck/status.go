@@ -1,7 +1,6 @@
 package healthcheck
 
 import (
-	"cmp"
 	"fmt"
 	"strconv"
 	"strings"
@@ -134,7 +133,7 @@ func gpuStatus(g GPUStatus, in StatusInput) chamberv1alpha1.GPUStatus {
 	}
 	if gpu, mem, ok := in.Util.Mean(g.Index); ok {
 		u := &chamberv1alpha1.GPUUtilization{GPUPercent: gpu, MemoryPercent: mem, WindowSeconds: int32(in.Window / time.Second),
-			Signal: cmp.Or(g.Sample.UtilizationSignal, chamberv1alpha1.SignalGPUUtilization)}
+			Signal: in.Util.Signal(g.Index)}
 		if ReadingOK(&g.Sample, FieldMemory) {
 			u.MemoryUsedMiB = int64(g.Sample.MemoryUsedBytes >> 20)
 		}

@@ -1,12 +1,16 @@
 package healthcheck
 
 import (
+	"cmp"
 	"math"
 	"time"
+
+	chamberv1alpha1 "chamber.dev/chamber/api/v1alpha1"
 )
 
 // UtilizationWindow keeps each GPU's utilization readings over a window, one per poll,
-// for the mean published in the GPUNode. NVML's own utilization is a sample over the
+// for the mean published in the GPUNode: its SM activity where the poll has it, else
+// its utilization. NVML's own utilization is a sample over the
 // last fraction of a second; a window of polls is what says "this GPU is idle".
 type UtilizationWindow struct {
 	span    time.Duration
@@ -17,6 +21,20 @@ type UtilizationWindow struct {
 type utilizationSample struct {
 	at       time.Time
 	gpu, mem uint32
+	signal   chamberv1alpha1.UtilizationSignal
+}
+
+// activity is what a poll says of how busy the GPU was, and by which signal: SM
+// activity where the poll has it, else the GPU's utilization; ok is false when the
+// poll has neither.
+func activity(s *GPUSample) (pct uint32, signal chamberv1alpha1.UtilizationSignal, ok bool) {
+	if s.SMActivityRead && ReadingOK(s, FieldSMActivity) {
+		return uint32(min(max(s.SMActivityPercent, 0)+0.5, 100)), chamberv1alpha1.SignalSMActivity, true
+	}
+	if ReadingOK(s, FieldUtilization) {
+		return s.GPUUtilPercent, cmp.Or(s.UtilizationSignal, chamberv1alpha1.SignalGPUUtilization), true
+	}
+	return 0, "", false
 }
 
 func NewUtilizationWindow(span time.Duration) *UtilizationWindow {
@@ -31,10 +49,15 @@ func (w *UtilizationWindow) Observe(gpus []GPUStatus, now time.Time) {
 			continue
 		}
 		w.seen[g.Index] = g.LastPoll
-		if !ReadingOK(&g.Sample, FieldUtilization) {
+		pct, signal, ok := activity(&g.Sample)
+		if !ok {
 			continue
 		}
-		w.samples[g.Index] = append(w.samples[g.Index], utilizationSample{at: g.LastPoll, gpu: g.Sample.GPUUtilPercent, mem: g.Sample.MemoryUtilPercent})
+		var mem uint32
+		if ReadingOK(&g.Sample, FieldUtilization) {
+			mem = g.Sample.MemoryUtilPercent
+		}
+		w.samples[g.Index] = append(w.samples[g.Index], utilizationSample{at: g.LastPoll, gpu: pct, mem: mem, signal: signal})
 	}
 	w.trim(now)
 }
@@ -71,6 +94,15 @@ func (w *UtilizationWindow) Mean(i int) (gpu, mem int32, ok bool) {
 	}
 	n := float64(len(s))
 	return int32(math.Round(float64(sumGPU) / n)), int32(math.Round(float64(sumMem) / n)), true
+}
+
+// Signal is what GPU i's latest reading in the window measures; empty when there is
+// none.
+func (w *UtilizationWindow) Signal(i int) chamberv1alpha1.UtilizationSignal {
+	if w == nil || len(w.samples[i]) == 0 {
+		return ""
+	}
+	return w.samples[i][len(w.samples[i])-1].signal
 }
 
 // ReadingOK reports whether a sample holds a usable value for f.
