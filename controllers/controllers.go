@@ -66,6 +66,10 @@ type Config struct {
 	// DCGM reads GPU health from a Prometheus that scrapes dcgm-exporter, for nodes
 	// without an agent; off without DCGM.PrometheusURL. Its clock is Clock.
 	DCGM dcgm.Options
+	// MonitoringOnly runs Chamber as monitoring alone, the way it runs on a cluster
+	// without Kueue: the fleet inventory and its metrics, and the DCGM source. Nothing
+	// is compiled into Kueue, nothing evicted, tainted or written but GPUNodes.
+	MonitoringOnly bool
 	// SilentAfterHeartbeats is how many of its heartbeats an agent may miss before
 	// every controller takes it for silent (chamber.SilentAfterHeartbeats when 0).
 	SilentAfterHeartbeats int
@@ -86,11 +90,14 @@ func DefaultConfig() Config {
 
 // controllerList is what runs, in start order.
 var controllerList = []struct {
-	name  string
-	setup func(mgr ctrl.Manager, cfg Config) error
+	name string
+	// monitoring: the controller runs in monitoring-only mode too (it needs no Kueue
+	// and changes nothing but Chamber's own reports).
+	monitoring bool
+	setup      func(mgr ctrl.Manager, cfg Config) error
 }{
-	{"pool", func(mgr ctrl.Manager, _ Config) error { return pool.Register(mgr) }},
-	{"team", func(mgr ctrl.Manager, cfg Config) error {
+	{"pool", false, func(mgr ctrl.Manager, _ Config) error { return pool.Register(mgr) }},
+	{"team", false, func(mgr ctrl.Manager, cfg Config) error {
 		opts := team.Options{AccountingInterval: cfg.AccountingInterval, Clock: cfg.Clock,
 			PodGracePeriods: cfg.PodGracePeriods, EvictionGrace: cfg.Admission.GracePeriod}
 		if cfg.AdmissionCheck {
@@ -98,28 +105,28 @@ var controllerList = []struct {
 		}
 		return team.Register(mgr, opts)
 	}},
-	{"admission", func(mgr ctrl.Manager, cfg Config) error {
+	{"admission", false, func(mgr ctrl.Manager, cfg Config) error {
 		opts := cfg.Admission
 		opts.Check, opts.Clock, opts.Heartbeats = cfg.AdmissionCheck, cfg.Clock, cfg.heartbeats
 		return admission.Register(mgr, opts)
 	}},
-	{"inventory", func(mgr ctrl.Manager, cfg Config) error {
+	{"inventory", true, func(mgr ctrl.Manager, cfg Config) error {
 		inv := cfg.Inventory
-		inv.Clock, inv.Fleet.Heartbeats = cfg.Clock, cfg.heartbeats
+		inv.Clock, inv.Fleet.Heartbeats, inv.WithoutKueue = cfg.Clock, cfg.heartbeats, cfg.MonitoringOnly
 		_, err := inventory.Register(mgr, inv)
 		return err
 	}},
-	{"isolation", func(mgr ctrl.Manager, cfg Config) error {
+	{"isolation", false, func(mgr ctrl.Manager, cfg Config) error {
 		opts := cfg.Isolation
 		opts.Clock, opts.Heartbeats = cfg.Clock, cfg.heartbeats
 		return isolation.Register(mgr, opts)
 	}},
-	{"idlereclaim", func(mgr ctrl.Manager, cfg Config) error {
+	{"idlereclaim", false, func(mgr ctrl.Manager, cfg Config) error {
 		opts := cfg.IdleReclaim
 		opts.Clock, opts.Heartbeats = cfg.Clock, cfg.heartbeats
 		return idlereclaim.Register(mgr, opts)
 	}},
-	{"room", func(mgr ctrl.Manager, cfg Config) error {
+	{"room", false, func(mgr ctrl.Manager, cfg Config) error {
 		if !cfg.RoomForBigJobs {
 			return nil
 		}
@@ -127,7 +134,7 @@ var controllerList = []struct {
 		opts.Clock = cfg.Clock
 		return room.Register(mgr, opts)
 	}},
-	{"dcgm", func(mgr ctrl.Manager, cfg Config) error {
+	{"dcgm", true, func(mgr ctrl.Manager, cfg Config) error {
 		opts := cfg.DCGM
 		opts.Heartbeats = cfg.heartbeats
 		if c, ok := cfg.Clock.(clock.WithTicker); ok {
@@ -135,7 +142,7 @@ var controllerList = []struct {
 		}
 		return dcgm.Register(mgr, opts)
 	}},
-	{"priority-tiers", func(mgr ctrl.Manager, cfg Config) error {
+	{"priority-tiers", false, func(mgr ctrl.Manager, cfg Config) error {
 		return mgr.Add(priorityTiers{client: mgr.GetClient(), tiers: cfg.PriorityTiers})
 	}},
 }
@@ -149,14 +156,20 @@ func Names() []string {
 	return names
 }
 
-// Setup registers every controller with the manager: controllerList is what runs.
+// Setup registers every controller with the manager: controllerList is what runs (in
+// monitoring-only mode, those marked for it).
 // It returns the name of the one that failed.
 func Setup(mgr ctrl.Manager, cfg Config) (string, error) {
 	cfg.heartbeats = fleet.NewHeartbeats(cfg.Clock, cfg.SilentAfterHeartbeats)
-	if err := chamberkueue.SetupIndexes(context.Background(), mgr.GetFieldIndexer()); err != nil {
-		return "indexes", err
+	if !cfg.MonitoringOnly {
+		if err := chamberkueue.SetupIndexes(context.Background(), mgr.GetFieldIndexer()); err != nil {
+			return "indexes", err
+		}
 	}
 	for _, c := range controllerList {
+		if cfg.MonitoringOnly && !c.monitoring {
+			continue
+		}
 		if err := c.setup(mgr, cfg); err != nil {
 			return c.name, err
 		}

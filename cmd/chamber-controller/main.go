@@ -11,6 +11,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -21,6 +22,7 @@ import (
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers"
 	"chamber.dev/chamber/controllers/options"
+	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
 func main() {
@@ -42,6 +44,22 @@ func main() {
 
 	kube := ctrl.GetConfigOrDie()
 	kube.QPS, kube.Burst = float32(o.APIQPS), o.APIBurst
+	if !cfg.MonitoringOnly {
+		// Without Kueue, Chamber is monitoring: the first step, before anyone changes
+		// how jobs are queued.
+		dc, err := discovery.NewDiscoveryClientForConfig(kube)
+		if err != nil {
+			fail("discovery client: %v", err)
+		}
+		served, err := chamberkueue.Served(dc)
+		if err != nil {
+			fail("ask the API server whether it serves Kueue's API: %v", err)
+		}
+		if !served {
+			log.Info("The API server does not serve Kueue's API (kueue.x-k8s.io/v1beta2): running as monitoring only; install Kueue and restart for teams, pools, placement and fault isolation")
+			cfg.MonitoringOnly = true
+		}
+	}
 	mgr, err := ctrl.NewManager(kube, ctrl.Options{
 		Scheme:                  scheme,
 		Cache:                   controllers.CacheOptions(),
@@ -64,7 +82,8 @@ func main() {
 	log.Info("starting", "priorityTiers", cfg.PriorityTiers, "accountingInterval", cfg.AccountingInterval,
 		"idleThresholdPercent", cfg.Inventory.Fleet.IdleThresholdPercent, "idleWindow", cfg.Inventory.Fleet.IdleWindow,
 		"perGPUMetrics", cfg.Inventory.PerGPUMetrics, "admissionCheck", cfg.AdmissionCheck,
-		"placementTimeout", cfg.Admission.PlacementTimeout, "evictionGracePeriod", cfg.Admission.GracePeriod)
+		"placementTimeout", cfg.Admission.PlacementTimeout, "evictionGracePeriod", cfg.Admission.GracePeriod,
+		"monitoringOnly", cfg.MonitoringOnly, "dcgmPrometheus", cfg.DCGM.PrometheusURL)
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
 		fail("run manager: %v", err)
 	}

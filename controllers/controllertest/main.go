@@ -30,13 +30,19 @@ var Config *rest.Config
 // the control plane in *k8s, and returns their exit code. Controller logs are
 // discarded unless CHAMBER_TEST_LOGS is set.
 func Main(m *testing.M, cfg controllers.Config, k8s *client.Client) int {
+	return MainWith(m, controlplane.Full(), cfg, k8s)
+}
+
+// MainWith is Main on a control plane of the given components (one without Kueue, for
+// monitoring only).
+func MainWith(m *testing.M, plane controlplane.Options, cfg controllers.Config, k8s *client.Client) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ctrl.SetLogger(logr.Discard())
 	if os.Getenv("CHAMBER_TEST_LOGS") != "" {
 		ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
 	}
-	cp, err := controlplane.Start(ctx, controlplane.Full())
+	cp, err := controlplane.Start(ctx, plane)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

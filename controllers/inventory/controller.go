@@ -36,6 +36,9 @@ type Options struct {
 	// Registerer receives the exporter; controller-runtime's metrics registry (the
 	// manager's /metrics) when nil.
 	Registerer prometheus.Registerer
+	// WithoutKueue leaves Kueue's objects unwatched (a cluster without Kueue): no
+	// queue, quota or wait figures, the rest all the same.
+	WithoutKueue bool
 }
 
 // DefaultOptions are the inventory's options unless flags say otherwise.
@@ -54,7 +57,7 @@ func Register(mgr ctrl.Manager, opts Options) (*fleet.Model, error) {
 	if err := opts.Registerer.Register(exporter.New(model, exporter.Options{PerGPU: opts.PerGPUMetrics})); err != nil {
 		return nil, fmt.Errorf("register fleet metrics: %w", err)
 	}
-	f := &feeder{cache: mgr.GetCache(), model: model, log: mgr.GetLogger().WithName("inventory")}
+	f := &feeder{cache: mgr.GetCache(), model: model, log: mgr.GetLogger().WithName("inventory"), withoutKueue: opts.WithoutKueue}
 	if err := mgr.Add(f); err != nil {
 		return nil, err
 	}
@@ -65,9 +68,10 @@ func Register(mgr ctrl.Manager, opts Options) (*fleet.Model, error) {
 // that one replica exports the fleet; the others show nothing (the model is not
 // synced there) rather than a second copy of every counter.
 type feeder struct {
-	cache cache.Cache
-	model *fleet.Model
-	log   logr.Logger
+	cache        cache.Cache
+	model        *fleet.Model
+	log          logr.Logger
+	withoutKueue bool
 }
 
 var _ manager.LeaderElectionRunnable = (*feeder)(nil)
@@ -91,6 +95,9 @@ func (f *feeder) Start(ctx context.Context) error {
 		{&kueue.Workload{}, handle(m.SetWorkload, func(o *kueue.Workload) { m.DeleteWorkload(o.Namespace, o.Name) })},
 		{&kueue.ClusterQueue{}, handle(m.SetClusterQueue, func(o *kueue.ClusterQueue) { m.DeleteClusterQueue(o.Name) })},
 		{&kueue.LocalQueue{}, handle(m.SetLocalQueue, func(o *kueue.LocalQueue) { m.DeleteLocalQueue(o.Namespace, o.Name) })},
+	}
+	if f.withoutKueue {
+		watches = watches[:5] // Chamber's and Kubernetes' own
 	}
 	var synced []toolscache.InformerSynced
 	for _, w := range watches {
