@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
+	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers/admission"
 	"chamber.dev/chamber/controllers/dcgm"
 	"chamber.dev/chamber/controllers/idlereclaim"
@@ -22,7 +23,6 @@ import (
 	"chamber.dev/chamber/controllers/pool"
 	"chamber.dev/chamber/controllers/room"
 	"chamber.dev/chamber/controllers/team"
-	"chamber.dev/chamber/fleet"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
@@ -78,7 +78,7 @@ type Config struct {
 
 	// heartbeats is the one record of when each agent was heard, which every
 	// controller reads (Setup makes it).
-	heartbeats *fleet.Heartbeats
+	heartbeats *chamber.Heartbeats
 }
 
 // DefaultConfig is the controllers' configuration unless flags say otherwise.
@@ -160,7 +160,7 @@ func Names() []string {
 // monitoring-only mode, those marked for it).
 // It returns the name of the one that failed.
 func Setup(mgr ctrl.Manager, cfg Config) (string, error) {
-	cfg.heartbeats = fleet.NewHeartbeats(cfg.Clock, cfg.SilentAfterHeartbeats)
+	cfg.heartbeats = chamber.NewHeartbeats(cfg.Clock, cfg.SilentAfterHeartbeats)
 	if !cfg.MonitoringOnly {
 		if err := chamberkueue.SetupIndexes(context.Background(), mgr.GetFieldIndexer()); err != nil {
 			return "indexes", err

@@ -18,6 +18,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
+
+	chamber "chamber.dev/chamber/api/v1alpha1"
 )
 
 // Defaults of Options.
@@ -47,7 +49,7 @@ type Options struct {
 	Clock clock.PassiveClock
 	// Heartbeats tells when each agent goes silent (its utilization stops counting):
 	// one of its own on Clock when nil.
-	Heartbeats *Heartbeats
+	Heartbeats *chamber.Heartbeats
 }
 
 // DefaultOptions are the options the controller uses unless flags say otherwise.
@@ -116,7 +118,7 @@ func New(opts Options) *Model {
 		opts.Clock = clock.RealClock{}
 	}
 	if opts.Heartbeats == nil {
-		opts.Heartbeats = NewHeartbeats(opts.Clock, 0)
+		opts.Heartbeats = chamber.NewHeartbeats(opts.Clock, 0)
 	}
 	return &Model{
 		opts:    opts,

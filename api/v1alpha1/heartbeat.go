@@ -10,7 +10,7 @@ import "time"
 // nothing) and their utilization unread (silence reclaims nothing). The time since
 // the last write is measured on the reader's clock, from when the reader saw the
 // heartbeat change, never from the agent's own timestamp: a node whose clock runs
-// behind the controller's does not look silent (fleet.Heartbeats).
+// behind the controller's does not look silent (Heartbeats).
 const (
 	// SilentAfterHeartbeats is how many heartbeat intervals an agent may go without a
 	// write before it is silent, unless the controller is told otherwise.

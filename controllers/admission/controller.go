@@ -27,7 +27,6 @@ import (
 	utiltas "sigs.k8s.io/kueue/pkg/util/tas"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
-	"chamber.dev/chamber/fleet"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
@@ -50,7 +49,7 @@ type Options struct {
 	// Clock is the time source; the real clock when nil.
 	Clock clock.Clock
 	// Heartbeats tells which agents are silent; one of its own on Clock when nil.
-	Heartbeats *fleet.Heartbeats
+	Heartbeats *chamber.Heartbeats
 }
 
 // Defaults of Options.
@@ -106,7 +105,7 @@ func Register(mgr ctrl.Manager, opts Options) error {
 		opts.Clock = clock.RealClock{}
 	}
 	if opts.Heartbeats == nil {
-		opts.Heartbeats = fleet.NewHeartbeats(opts.Clock, 0)
+		opts.Heartbeats = chamber.NewHeartbeats(opts.Clock, 0)
 	}
 	m, err := newMetrics()
 	if err != nil {

@@ -13,7 +13,6 @@ import (
 	utiltas "sigs.k8s.io/kueue/pkg/util/tas"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
-	"chamber.dev/chamber/fleet"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
@@ -56,7 +55,7 @@ func (n NodeGPUs) HealthyFree() int64 {
 // to the workload being checked. gpuNode is the agent's report (nil: no agent); a
 // silent agent's (chamber.SilentAfterHeartbeats, as heard says at now) is not believed
 // either way: silence marks nothing as failing.
-func nodeGPUs(node *corev1.Node, pods []corev1.Pod, own func(*corev1.Pod) bool, gpuNode *chamber.GPUNode, heard *fleet.Heartbeats, now time.Time) NodeGPUs {
+func nodeGPUs(node *corev1.Node, pods []corev1.Pod, own func(*corev1.Pod) bool, gpuNode *chamber.GPUNode, heard *chamber.Heartbeats, now time.Time) NodeGPUs {
 	alloc := node.Status.Allocatable[chamberkueue.ResourceGPU]
 	n := NodeGPUs{Name: node.Name, Allocatable: alloc.Value(), Schedulable: chamberkueue.Schedulable(node), Withheld: chamberkueue.WithheldGPUs(node)}
 	for i := range pods {

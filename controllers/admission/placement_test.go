@@ -14,7 +14,6 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
-	"chamber.dev/chamber/fleet"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
@@ -114,7 +113,7 @@ func TestNodeGPUs(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			got := nodeGPUs(tc.node, tc.pods, own, tc.agent, fleet.NewHeartbeats(clocktesting.NewFakePassiveClock(now), 0), now)
+			got := nodeGPUs(tc.node, tc.pods, own, tc.agent, chamber.NewHeartbeats(clocktesting.NewFakePassiveClock(now), 0), now)
 			if got.HealthyFree() != tc.wantFree {
 				t.Errorf("HealthyFree() = %d, want %d", got.HealthyFree(), tc.wantFree)
 			}

@@ -38,7 +38,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
-	"chamber.dev/chamber/fleet"
 	"chamber.dev/chamber/healthcheck"
 )
 
@@ -72,7 +71,7 @@ type Options struct {
 	Clock clock.WithTicker
 	// Heartbeats tells when a node's agent was last heard: a GPUNode an agent writes
 	// is the agent's while it is not silent.
-	Heartbeats *fleet.Heartbeats
+	Heartbeats *chamber.Heartbeats
 }
 
 // DefaultOptions are the defaults, without a Prometheus: the source is off.
@@ -145,7 +144,7 @@ func New(c client.Client, opts Options) (*Source, error) {
 		opts.Clock = clock.RealClock{}
 	}
 	if opts.Heartbeats == nil {
-		opts.Heartbeats = fleet.NewHeartbeats(opts.Clock, 0)
+		opts.Heartbeats = chamber.NewHeartbeats(opts.Clock, 0)
 	}
 	return &Source{client: c, api: promv1.NewAPI(pc), opts: opts, clock: opts.Clock,
 		log: ctrl.Log.WithName("dcgm"), nodes: map[string]*nodeState{}, nodeConds: map[string]string{}}, nil

@@ -32,7 +32,6 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
-	"chamber.dev/chamber/fleet"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
@@ -77,7 +76,7 @@ type Options struct {
 	// Clock is the time source; the real clock when nil.
 	Clock clock.PassiveClock
 	// Heartbeats tells which agents are silent; one of its own on Clock when nil.
-	Heartbeats *fleet.Heartbeats
+	Heartbeats *chamber.Heartbeats
 }
 
 // DefaultInterval is the default of Options.Interval.
@@ -146,7 +145,7 @@ func newController(c client.Client, reader client.Reader, recorder events.EventR
 		opts.Clock = clock.RealClock{}
 	}
 	if opts.Heartbeats == nil {
-		opts.Heartbeats = fleet.NewHeartbeats(opts.Clock, 0)
+		opts.Heartbeats = chamber.NewHeartbeats(opts.Clock, 0)
 	}
 	return &Controller{client: c, reader: reader, recorder: recorder, opts: opts, idle: map[types.NamespacedName]*idleWorkload{}}
 }

@@ -13,7 +13,6 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
-	"chamber.dev/chamber/fleet"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
@@ -78,7 +77,7 @@ type usage struct {
 // pod's GPUs are below the threshold only if every GPU of the node is; the fleet
 // inventory's guess of which GPUs a pod holds is good for dashboards, not for
 // evicting someone.
-func measure(pods []corev1.Pod, nodes map[string]*chamber.GPUNode, heard *fleet.Heartbeats, threshold int32, now time.Time) usage {
+func measure(pods []corev1.Pod, nodes map[string]*chamber.GPUNode, heard *chamber.Heartbeats, threshold int32, now time.Time) usage {
 	var u usage
 	for i := range pods {
 		p := &pods[i]
@@ -107,7 +106,7 @@ func measure(pods []corev1.Pod, nodes map[string]*chamber.GPUNode, heard *fleet.
 }
 
 // podBelow is "" when the pod's GPUs are all below threshold, else why not.
-func podBelow(p *corev1.Pod, gn *chamber.GPUNode, heard *fleet.Heartbeats, threshold int32, now time.Time) string {
+func podBelow(p *corev1.Pod, gn *chamber.GPUNode, heard *chamber.Heartbeats, threshold int32, now time.Time) string {
 	if gn == nil {
 		return fmt.Sprintf("node %s has no agent report", p.Spec.NodeName)
 	}

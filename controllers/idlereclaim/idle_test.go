@@ -16,7 +16,6 @@ import (
 	utiltesting "sigs.k8s.io/kueue/pkg/util/testing/v1beta2"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
-	"chamber.dev/chamber/fleet"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
@@ -198,7 +197,7 @@ func TestMeasure(t *testing.T) {
 			for _, n := range tc.nodes {
 				nodes[n.Name] = n
 			}
-			got := measure(pods, nodes, fleet.NewHeartbeats(clocktesting.NewFakePassiveClock(start), 0), 5, start)
+			got := measure(pods, nodes, chamber.NewHeartbeats(clocktesting.NewFakePassiveClock(start), 0), 5, start)
 			if got.gpus != tc.wantGPUs || got.idle != tc.wantIdle {
 				t.Errorf("measure = %d GPUs, idle %v (%s); want %d GPUs, idle %v", got.gpus, got.idle, got.why, tc.wantGPUs, tc.wantIdle)
 			}

@@ -37,7 +37,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
-	"chamber.dev/chamber/fleet"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
@@ -111,7 +110,7 @@ type Options struct {
 	Clock clock.PassiveClock
 	// Heartbeats tells which agents are silent: a silent agent's node has Unknown
 	// health, never a reason to isolate. One of its own on Clock when nil.
-	Heartbeats *fleet.Heartbeats
+	Heartbeats *chamber.Heartbeats
 }
 
 // DefaultOptions are the options unless flags say otherwise.
@@ -137,7 +136,7 @@ func (o Options) withDefaults() Options {
 		o.Clock = clock.RealClock{}
 	}
 	if o.Heartbeats == nil {
-		o.Heartbeats = fleet.NewHeartbeats(o.Clock, 0)
+		o.Heartbeats = chamber.NewHeartbeats(o.Clock, 0)
 	}
 	return o
 }

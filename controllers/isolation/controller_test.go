@@ -23,7 +23,6 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
-	"chamber.dev/chamber/fleet"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 	"chamber.dev/chamber/test/controlplane"
 )
@@ -136,7 +135,7 @@ func TestIsolationLevel(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			level, why := readReport(tc.gn, fleet.NewHeartbeats(clocktesting.NewFakePassiveClock(start), 0), start).level(tc.pool)
+			level, why := readReport(tc.gn, chamber.NewHeartbeats(clocktesting.NewFakePassiveClock(start), 0), start).level(tc.pool)
 			if diff := cmp.Diff([]string{string(tc.wantLevel), tc.wantWhy}, []string{string(level), why}); diff != "" {
 				t.Errorf("level, why (-want +got):\n%s", diff)
 			}
@@ -182,7 +181,7 @@ func TestReadReport(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			r := readReport(tc.gn, fleet.NewHeartbeats(clocktesting.NewFakePassiveClock(start), 0), start)
+			r := readReport(tc.gn, chamber.NewHeartbeats(clocktesting.NewFakePassiveClock(start), 0), start)
 			got := []any{r.health, r.hasAgent, r.describe(), r.persistent(), r.failingGPUs(), r.unknownReason}
 			want := []any{tc.wantHealth, tc.wantAgent, tc.wantDescribe, tc.wantPersist, tc.wantFailing, tc.wantUnknownRe}
 			if diff := cmp.Diff(want, got); diff != "" {

@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
-	"chamber.dev/chamber/fleet"
 	"chamber.dev/chamber/healthcheck"
 )
 
@@ -36,7 +35,7 @@ type report struct {
 	// unknownReason and unknownMessage say why health is Unknown.
 	unknownReason, unknownMessage string
 	heartbeat                     time.Time
-	// heardAt is when this controller heard the report (fleet.Heartbeats); interval
+	// heardAt is when this controller heard the report (chamber.Heartbeats); interval
 	// the agent's heartbeat interval.
 	heardAt  time.Time
 	interval time.Duration
@@ -51,7 +50,7 @@ type report struct {
 
 // readReport reads the agent's GPUNode (nil when there is none). A silent agent's
 // report (heard says when) is Unknown: silence is never a fault.
-func readReport(gn *chamber.GPUNode, heard *fleet.Heartbeats, now time.Time) report {
+func readReport(gn *chamber.GPUNode, heard *chamber.Heartbeats, now time.Time) report {
 	if gn == nil || gn.Status.LastHeartbeatTime == nil {
 		// No agent, or one that has not reported yet: nothing to watch.
 		return report{health: chamber.GPUUnknown}

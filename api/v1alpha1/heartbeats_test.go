@@ -1,4 +1,4 @@
-package fleet_test
+package v1alpha1_test
 
 import (
 	"testing"
@@ -8,8 +8,9 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
-	"chamber.dev/chamber/fleet"
 )
+
+var start = time.Date(2026, 11, 15, 12, 0, 0, 0, time.UTC)
 
 func beat(node string, at time.Time, every time.Duration) *chamber.GPUNode {
 	gn := &chamber.GPUNode{}
@@ -29,7 +30,7 @@ func TestHeartbeatsOnTheReadersClock(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			clock := clocktesting.NewFakePassiveClock(start)
-			h := fleet.NewHeartbeats(clock, 0)
+			h := chamber.NewHeartbeats(clock, 0)
 			// The agent writes every 30 s. At the first write the controller sees, a
 			// node 10 minutes behind looks silent by its own timestamp (the one time
 			// that timestamp is read); from its next write on it is heard.
@@ -62,7 +63,7 @@ func TestHeartbeatsOnTheReadersClock(t *testing.T) {
 // by the agent's own timestamp is silent; a report without a heartbeat always is.
 func TestHeartbeatsFirstSight(t *testing.T) {
 	clock := clocktesting.NewFakePassiveClock(start)
-	h := fleet.NewHeartbeats(clock, 0)
+	h := chamber.NewHeartbeats(clock, 0)
 	dead := beat("dead", start.Add(-time.Hour), 30*time.Second)
 	if !h.Silent(dead, start) {
 		t.Error("an agent that last wrote an hour ago is not silent at first sight")
@@ -87,10 +88,10 @@ func TestHeartbeatsFirstSight(t *testing.T) {
 func TestHeartbeatsInterval(t *testing.T) {
 	clock := clocktesting.NewFakePassiveClock(start)
 	unsaid := beat("n1", start, 0)
-	if got, want := fleet.NewHeartbeats(clock, 0).SilentAt(unsaid), start.Add(90*time.Second); !got.Equal(want) {
+	if got, want := chamber.NewHeartbeats(clock, 0).SilentAt(unsaid), start.Add(90*time.Second); !got.Equal(want) {
 		t.Errorf("no heartbeatSeconds: SilentAt = %s, want %s", got, want)
 	}
-	if got, want := fleet.NewHeartbeats(clock, 5).SilentAt(beat("n1", start, 10*time.Second)), start.Add(50*time.Second); !got.Equal(want) {
+	if got, want := chamber.NewHeartbeats(clock, 5).SilentAt(beat("n1", start, 10*time.Second)), start.Add(50*time.Second); !got.Equal(want) {
 		t.Errorf("five missed 10 s heartbeats: SilentAt = %s, want %s", got, want)
 	}
 }

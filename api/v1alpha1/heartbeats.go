@@ -1,17 +1,15 @@
-package fleet
+package v1alpha1
 
 import (
 	"sync"
 	"time"
 
 	"k8s.io/utils/clock"
-
-	chamber "chamber.dev/chamber/api/v1alpha1"
 )
 
 // Heartbeats tells when each node's agent was last heard, on this process's clock:
 // the moment it first saw the GPUNode's current lastHeartbeatTime. Whether an agent
-// is silent (chamber.SilentAfterHeartbeats) is judged from that moment, never from
+// is silent (SilentAfterHeartbeats) is judged from that moment, never from
 // the agent's own timestamp, the way the node lifecycle controller judges a kubelet's
 // lease: a node whose clock runs behind the controller's does not look silent, one
 // whose clock runs ahead does not look alive after it stopped.
@@ -23,6 +21,7 @@ import (
 //
 // Every reader of GPUNodes in one process shares one Heartbeats; it is safe for
 // concurrent use.
+// +kubebuilder:object:generate=false
 type Heartbeats struct {
 	clock  clock.PassiveClock
 	missed int
@@ -37,20 +36,20 @@ type heard struct {
 }
 
 // NewHeartbeats starts a record on the clock (the real clock when nil) in which an
-// agent is silent after missing missed heartbeats (chamber.SilentAfterHeartbeats when
+// agent is silent after missing missed heartbeats (SilentAfterHeartbeats when
 // 0 or less).
 func NewHeartbeats(c clock.PassiveClock, missed int) *Heartbeats {
 	if c == nil {
 		c = clock.RealClock{}
 	}
 	if missed <= 0 {
-		missed = chamber.SilentAfterHeartbeats
+		missed = SilentAfterHeartbeats
 	}
 	return &Heartbeats{clock: c, missed: missed, heard: map[string]heard{}}
 }
 
 // SilentAfter is how long after its last write gn's agent is silent.
-func (h *Heartbeats) SilentAfter(gn *chamber.GPUNode) time.Duration {
+func (h *Heartbeats) SilentAfter(gn *GPUNode) time.Duration {
 	return time.Duration(h.missed) * gn.Status.HeartbeatInterval()
 }
 
@@ -58,7 +57,7 @@ func (h *Heartbeats) SilentAfter(gn *chamber.GPUNode) time.Duration {
 // has never written one. A reader that sees every update (an informer's handler)
 // makes it exact; one that looks only now and then makes it later, which delays a
 // verdict of silence and never hastens one.
-func (h *Heartbeats) HeardAt(gn *chamber.GPUNode) time.Time {
+func (h *Heartbeats) HeardAt(gn *GPUNode) time.Time {
 	hb := gn.Status.LastHeartbeatTime
 	if hb == nil {
 		return time.Time{}
@@ -80,7 +79,7 @@ func (h *Heartbeats) HeardAt(gn *chamber.GPUNode) time.Time {
 
 // SilentAt is when the agent becomes silent unless it writes again; zero when it has
 // never written (silent from the start).
-func (h *Heartbeats) SilentAt(gn *chamber.GPUNode) time.Time {
+func (h *Heartbeats) SilentAt(gn *GPUNode) time.Time {
 	at := h.HeardAt(gn)
 	if at.IsZero() {
 		return at
@@ -90,7 +89,7 @@ func (h *Heartbeats) SilentAt(gn *chamber.GPUNode) time.Time {
 
 // Silent says whether the agent is silent at now: it never wrote, or it has not
 // written for SilentAfter on this process's clock.
-func (h *Heartbeats) Silent(gn *chamber.GPUNode, now time.Time) bool {
+func (h *Heartbeats) Silent(gn *GPUNode, now time.Time) bool {
 	at := h.SilentAt(gn)
 	return at.IsZero() || !now.Before(at)
 }
