@@ -15,9 +15,9 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
+	"chamber.dev/chamber/controllers/controllertest"
 	"chamber.dev/chamber/controllers/dcgm"
 	"chamber.dev/chamber/test/controlplane"
 )
@@ -70,7 +70,7 @@ func TestSourceLeavesAgentsAlone(t *testing.T) {
 		g.Expect(gn.Status.Source).To(gomega.Equal(chamber.SourceDCGM))
 		g.Expect(gn.Status.GPUs).To(gomega.HaveLen(8))
 		g.Expect(gn.OwnerReferences).To(gomega.ConsistOf(gomega.HaveField("UID", gomega.BeEquivalentTo("uid-2"))))
-		g.Expect(gaugeOf(g, "chamber_dcgm_nodes", "agent")).To(gomega.Equal(1.0), "both nodes' series read")
+		g.Expect(controllertest.MetricValue(g, "chamber_dcgm_nodes", "state", "agent")).To(gomega.Equal(1.0), "both nodes' series read")
 	}).Should(gomega.Succeed())
 	g.Expect(get(g, "with-agent").Status.Source).To(gomega.Equal(chamber.SourceAgent), "the agent's GPUNode is the agent's")
 	var node corev1.Node
@@ -96,21 +96,4 @@ func TestSourceLeavesAgentsAlone(t *testing.T) {
 		g.Expect(src.Pass(ctx)).To(gomega.Succeed())
 		g.Expect(get(g, "with-agent").Status.Source).To(gomega.Equal(chamber.SourceDCGM))
 	}).Should(gomega.Succeed())
-}
-
-// gaugeOf finds a series of the controller's registry by its one label value.
-func gaugeOf(g gomega.Gomega, name, value string) float64 {
-	families, err := metrics.Registry.Gather()
-	g.Expect(err).NotTo(gomega.HaveOccurred())
-	for _, mf := range families {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if len(m.GetLabel()) == 1 && m.GetLabel()[0].GetValue() == value {
-				return m.GetGauge().GetValue()
-			}
-		}
-	}
-	return 0
 }

@@ -22,7 +22,6 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 	testingjob "sigs.k8s.io/kueue/pkg/util/testingjobs/job"
 
@@ -241,30 +240,7 @@ func reconcileNode(t *testing.T, name string) {
 // value reads one series from the controller's metrics registry; labels are name,
 // value pairs. Absent series read 0.
 func value(g gomega.Gomega, name string, labels ...string) float64 {
-	families, err := metrics.Registry.Gather()
-	g.Expect(err).NotTo(gomega.HaveOccurred())
-	for _, mf := range families {
-		if mf.GetName() != name {
-			continue
-		}
-	series:
-		for _, m := range mf.GetMetric() {
-			have := map[string]string{}
-			for _, l := range m.GetLabel() {
-				have[l.GetName()] = l.GetValue()
-			}
-			for i := 0; i+1 < len(labels); i += 2 {
-				if have[labels[i]] != labels[i+1] {
-					continue series
-				}
-			}
-			if m.Gauge != nil {
-				return m.GetGauge().GetValue()
-			}
-			return m.GetCounter().GetValue()
-		}
-	}
-	return 0
+	return controllertest.MetricValue(g, name, labels...)
 }
 
 // evictedByCheck: Chamber evicted the job's workload for a GPU fault at least once.

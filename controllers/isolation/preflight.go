@@ -74,8 +74,8 @@ func (c *Controller) preflight(ctx context.Context, node *corev1.Node, pool *cha
 		return reconcile.Result{}, c.release(ctx, node, pool, ReasonCleared,
 			fmt.Sprintf("an operator cleared the isolation (%s) and preflight Job %s succeeded", chamber.AnnotationIsolationClear, rec.Preflight))
 	case jobCondition(&job, batchv1.JobFailed) != nil:
-		cond := jobCondition(&job, batchv1.JobFailed)
-		failed = strings.TrimSuffix(cond.Reason+": "+cond.Message, ": ")
+		c := jobCondition(&job, batchv1.JobFailed)
+		failed = strings.TrimSuffix(c.Reason+": "+c.Message, ": ")
 	default:
 		return reconcile.Result{RequeueAfter: preflightPoll}, nil
 	}

@@ -15,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/discovery"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers"
@@ -38,23 +37,7 @@ func TestMain(m *testing.M) {
 
 // gpus is the value of chamber_gpus for a pool and state.
 func gpus(g gomega.Gomega, pool, state string) float64 {
-	families, err := metrics.Registry.Gather()
-	g.Expect(err).NotTo(gomega.HaveOccurred())
-	for _, mf := range families {
-		if mf.GetName() != "chamber_gpus" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			have := map[string]string{}
-			for _, l := range m.GetLabel() {
-				have[l.GetName()] = l.GetValue()
-			}
-			if have["pool"] == pool && have["state"] == state {
-				return m.GetGauge().GetValue()
-			}
-		}
-	}
-	return 0
+	return controllertest.MetricValue(g, "chamber_gpus", "pool", pool, "state", state)
 }
 
 // TestMonitoringWithoutKueue: on a cluster without Kueue, Chamber in monitoring-only
