@@ -30,16 +30,13 @@ const h100 = "NVIDIA-H100-80GB-HBM3"
 var k8s client.Client
 
 // TestMain runs one control plane (Kueue, kube-scheduler, kwok) and Chamber's
-// controllers in-process: room is made after 2 s of waiting (again after 90 s for a
+// controllers in-process: room is made after 2 s of waiting (again after 30 s for a
 // waiter that still waits), and the moved workloads' pods get 1 s to checkpoint.
 func TestMain(m *testing.M) {
 	cfg := controllers.DefaultConfig()
 	cfg.Room.MinWait = 2 * time.Second
 	cfg.Room.Interval = time.Second
-	// Long enough for the waiter to be admitted on a loaded machine (make test runs
-	// packages side by side): at 30 s the paused jobs once resumed first, and room was
-	// made a second time on the other node.
-	cfg.Room.Settle = 90 * time.Second
+	cfg.Room.Settle = 30 * time.Second
 	cfg.Admission.GracePeriod = time.Second
 	os.Exit(controllertest.Main(m, cfg, &k8s))
 }
