@@ -122,6 +122,14 @@ const (
 	// On the Workload, optional: a grace period (Go duration) replacing the team's
 	// and tier's; "0s" evicts at once.
 	AnnotationEvictionGracePeriod = "chamber.dev/eviction-grace-period"
+	// On the Workload, optional: "true" asks for a pause, not a requeue: the workload
+	// is deactivated (spec.active false) before it is evicted, so that Kueue cannot
+	// admit it again in between; whoever asked for it resumes it.
+	AnnotationEvictionPause = "chamber.dev/eviction-pause"
+	// On the Workload: the reason of the pause Chamber's admission controller carried
+	// out (it deactivated the workload for that request), until the requester takes
+	// the workload over; it tells a pause of Chamber's from a user's deactivation.
+	AnnotationEvictionPaused = "chamber.dev/eviction-paused"
 
 	// On the pods: the notice, the time (RFC 3339) the pod will be stopped. A pod
 	// sees it through the downward API (annotations in a volume update live).

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -428,6 +429,13 @@ func (c *Controller) stampRequestedAt(ctx context.Context, wl *kueue.Workload, a
 }
 
 // evict evicts the workload (chamberkueue.Evict): Kueue stops its job and requeues it.
+// A pause deactivates it too, at once: left active, Kueue would requeue it as soon as
+// its pods are gone and could admit it again before its requester deactivated it
+// (seen under load: a workload paused for a big job took back the room made for it
+// within a second). The eviction comes first so that its condition and Kueue's
+// scheduling statistics carry Chamber's reason (deactivated first, Kueue evicts it
+// itself, as Deactivated); the deactivation follows in the same reconcile, one write,
+// sooner than Kueue's stop of the job and its pods.
 func (c *Controller) evict(ctx context.Context, wl *kueue.Workload, e chamberkueue.Eviction) error {
 	msg := fmt.Sprintf("Evicted by Chamber (%s): %s", e.Reason, e.Message)
 	if evicted, err := chamberkueue.Evict(ctx, c.client, wl, e.Reason, msg, c.opts.Clock.Now()); err != nil || !evicted {
@@ -435,6 +443,13 @@ func (c *Controller) evict(ctx context.Context, wl *kueue.Workload, e chamberkue
 	}
 	c.metrics.evictions.WithLabelValues(e.Reason).Inc()
 	c.recorder.Eventf(wl, nil, corev1.EventTypeWarning, e.Reason, "Evict", "%s", msg)
+	if e.Pause && (wl.Spec.Active == nil || *wl.Spec.Active) {
+		err := chamberkueue.PatchWorkload(ctx, c.client, wl, ptr.To(false), map[string]any{chamber.AnnotationEvictionPaused: e.Reason})
+		if client.IgnoreNotFound(err) != nil {
+			// The requester sees it evicted and active, and deactivates it itself.
+			return fmt.Errorf("pause workload %s/%s: %w", wl.Namespace, wl.Name, err)
+		}
+	}
 	return nil
 }
 
@@ -513,6 +528,7 @@ func (c *Controller) clearEviction(ctx context.Context, wl *kueue.Workload) erro
 	err := chamberkueue.PatchAnnotations(ctx, c.client, wl, map[string]any{
 		chamber.AnnotationEvictionReason: nil, chamber.AnnotationEvictionMessage: nil,
 		chamber.AnnotationEvictionRequestedAt: nil, chamber.AnnotationEvictionGracePeriod: nil,
+		chamber.AnnotationEvictionPause: nil,
 	})
 	if client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("clear eviction request of workload %s/%s: %w", wl.Namespace, wl.Name, err)

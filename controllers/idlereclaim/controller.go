@@ -286,6 +286,7 @@ func (c *Controller) reconcile(ctx context.Context, wl *kueue.Workload) (reconci
 // The mark comes after the request, so that no state of the cache shows the mark
 // without the request; failed, the next reconcile writes it.
 func (c *Controller) reclaim(ctx context.Context, key types.NamespacedName, wl *kueue.Workload, team string, use usage, idleFor time.Duration, reclaimedFor string, e chamberkueue.Eviction) error {
+	e.Pause = true // the hold keeps it out of its queue
 	if err := chamberkueue.RequestEviction(ctx, c.client, wl, e); err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
+	chamber "chamber.dev/chamber/api/v1alpha1"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
@@ -122,21 +123,42 @@ func (c *Controller) markReclaimed(ctx context.Context, key types.NamespacedName
 	return nil
 }
 
+// pausedUnmarked handles a workload Chamber's eviction paused for idle reclaim before
+// the reclaim's mark (markReclaimed, written after the request) shows: the mark is
+// written now if this controller still knows it, and the workload let go (activated,
+// Kueue requeues it) if it does not, as after a restart between the two writes.
+func (c *Controller) pausedUnmarked(ctx context.Context, wl *kueue.Workload) error {
+	key := client.ObjectKeyFromObject(wl)
+	switch mine := c.reclaimedRecord(key, wl.UID); {
+	case mine == nil:
+		return c.patch(ctx, wl, ptr.To(true), map[string]any{chamber.AnnotationEvictionPaused: nil})
+	case !mine.marked:
+		return c.markReclaimed(ctx, key, wl, mine.reclaimedFor, mine.reclaimedAt)
+	}
+	return nil // marked: the cache is behind
+}
+
 // reconcileHold holds a reclaimed workload back from its queue and lets it go again.
 // done is true when the workload is being held (or released) and nothing else is to
 // be done with it now.
 func (c *Controller) reconcileHold(ctx context.Context, wl *kueue.Workload) (done bool, res reconcile.Result, err error) {
 	a := wl.Annotations
 	waiter := a[AnnotationReclaimedFor]
+	active := wl.Spec.Active == nil || *wl.Spec.Active
+	pausedForUs := !active && (chamberkueue.Paused(wl) == ReasonIdleReclaim || chamberkueue.Paused(wl) == ReasonIdleTimeLimit)
+	if waiter == "" && pausedForUs && wl.DeletionTimestamp == nil {
+		return true, reconcile.Result{RequeueAfter: c.opts.Interval}, c.pausedUnmarked(ctx, wl)
+	}
 	if waiter == "" || wl.DeletionTimestamp != nil || apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadFinished) {
 		return false, reconcile.Result{}, nil
 	}
-	active := wl.Spec.Active == nil || *wl.Spec.Active
 	evicted := apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadEvicted)
 	admitted := apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadAdmitted)
 
 	if a[AnnotationHeld] != "true" {
 		switch {
+		case pausedForUs:
+			// Chamber's eviction deactivated it for this reclaim: hold it.
 		case !active:
 			// Someone else deactivated it: theirs to bring back.
 			return false, reconcile.Result{}, c.clearReclaimed(ctx, wl)
@@ -153,7 +175,7 @@ func (c *Controller) reconcileHold(ctx context.Context, wl *kueue.Workload) (don
 		if c.wrote(key, wl.UID, func(r *idleWorkload) bool { return r.held }) {
 			return true, reconcile.Result{RequeueAfter: c.opts.Interval}, nil // the cache is behind
 		}
-		if err := c.patch(ctx, wl, ptr.To(false), map[string]any{AnnotationHeld: "true"}); err != nil {
+		if err := c.patch(ctx, wl, ptr.To(false), map[string]any{AnnotationHeld: "true", chamber.AnnotationEvictionPaused: nil}); err != nil {
 			return true, reconcile.Result{}, err
 		}
 		c.remember(key, wl.UID, idleWorkload{held: true})
@@ -247,7 +269,7 @@ func (c *Controller) clearReclaimed(ctx context.Context, wl *kueue.Workload) err
 // reclaimMarksRemoved is the annotation patch that ends a reclaim and its pause;
 // AnnotationReclaims stays.
 func reclaimMarksRemoved() map[string]any {
-	return map[string]any{AnnotationReclaimedFor: nil, AnnotationReclaimedAt: nil, AnnotationHeld: nil}
+	return map[string]any{AnnotationReclaimedFor: nil, AnnotationReclaimedAt: nil, AnnotationHeld: nil, chamber.AnnotationEvictionPaused: nil}
 }
 
 // patch merges annotations (nil values remove) and, when active is set, spec.active

@@ -445,7 +445,7 @@ func (c *Controller) move(ctx context.Context, wl *kueue.Workload, p plan, pause
 			msg = fmt.Sprintf("paused to make room on node %s for %s/%s (priority %d), which waits for %d GPUs; its ClusterQueue %s borrows these GPUs beyond its nominal quota; it stays paused until that workload is admitted (at most %s), then Kueue requeues it",
 				rooms, wl.Namespace, wl.Name, priority(wl), slices.Max(chamberkueue.WorkloadPodGPUs(wl)), m.queue, c.opts.Settle)
 		}
-		err := chamberkueue.RequestEviction(ctx, c.client, &target, chamberkueue.Eviction{Reason: ReasonRoomForBigJob, Message: msg, RequestedAt: now})
+		err := chamberkueue.RequestEviction(ctx, c.client, &target, chamberkueue.Eviction{Reason: ReasonRoomForBigJob, Message: msg, RequestedAt: now, Pause: paused})
 		if err != nil {
 			return err
 		}

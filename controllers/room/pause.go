@@ -22,11 +22,12 @@ import (
 // Why a paused workload is held: Kueue puts an evicted workload back in its queue at
 // once, while the waiter it was paused for sits in Kueue's list of inadmissible
 // workloads until the quota it freed is seen, so the paused workload took its GPUs and
-// quota straight back (seen here with Kueue v0.19.2, as idle reclaim saw). So once
-// Kueue has evicted it, Chamber deactivates it (spec.active false: Kueue neither
-// queues nor admits it, its Job stays, suspended) until the waiter holds quota, no
-// longer waits for room, or is gone, and at the latest Settle after the pause; then it
-// activates it again and Kueue requeues it.
+// quota straight back (seen here with Kueue v0.19.2, as idle reclaim saw). So the
+// eviction is a pause (chamberkueue.Eviction.Pause): Chamber's admission controller
+// deactivates the workload (spec.active false: Kueue neither queues nor admits it,
+// its Job stays, suspended) before it evicts it, and this controller holds it so until
+// the waiter holds quota, no longer waits for room, or is gone, and at the latest
+// Settle after the pause; then it activates it again and Kueue requeues it.
 
 // Events on a paused workload.
 const (
@@ -39,18 +40,25 @@ const (
 func (c *Controller) reconcilePaused(ctx context.Context, wl *kueue.Workload) (res reconcile.Result, done bool, err error) {
 	a := wl.Annotations
 	waiter := a[chamber.AnnotationRoomPausedFor]
+	active := wl.Spec.Active == nil || *wl.Spec.Active
+	pausedForUs := !active && chamberkueue.Paused(wl) == ReasonRoomForBigJob
 	if waiter == "" {
+		if pausedForUs && wl.DeletionTimestamp == nil {
+			// Paused by Chamber's eviction for room whose marks are gone: let it go.
+			return reconcile.Result{}, true, c.patchPaused(ctx, wl, ptr.To(true), pauseMarksRemoved())
+		}
 		return reconcile.Result{}, false, nil
 	}
 	if wl.DeletionTimestamp != nil || apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadFinished) {
 		return reconcile.Result{}, true, c.patchPaused(ctx, wl, nil, pauseMarksRemoved())
 	}
-	active := wl.Spec.Active == nil || *wl.Spec.Active
 	if a[chamber.AnnotationRoomHeld] != "true" {
 		evicted := apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadEvicted)
 		reserved := apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadQuotaReserved)
 		e, asked := chamberkueue.RequestedEviction(wl)
 		switch {
+		case pausedForUs:
+			// Chamber's eviction deactivated it for this pause: hold it.
 		case !active:
 			// Someone else deactivated it: theirs to bring back.
 			return reconcile.Result{}, true, c.patchPaused(ctx, wl, nil, pauseMarksRemoved())
@@ -61,7 +69,7 @@ func (c *Controller) reconcilePaused(ctx context.Context, wl *kueue.Workload) (r
 			return reconcile.Result{}, true, c.patchPaused(ctx, wl, nil, pauseMarksRemoved())
 		}
 		// Kueue evicts it (or already has): keep it out of the queue.
-		if err := c.patchPaused(ctx, wl, ptr.To(false), map[string]any{chamber.AnnotationRoomHeld: "true"}); err != nil {
+		if err := c.patchPaused(ctx, wl, ptr.To(false), map[string]any{chamber.AnnotationRoomHeld: "true", chamber.AnnotationEvictionPaused: nil}); err != nil {
 			return reconcile.Result{}, true, err
 		}
 		c.recorder.Eventf(wl, nil, corev1.EventTypeNormal, ReasonPaused, "Pause",
@@ -117,7 +125,7 @@ func (c *Controller) waiterDone(ctx context.Context, waiter string) (string, err
 }
 
 func pauseMarksRemoved() map[string]any {
-	return map[string]any{chamber.AnnotationRoomPausedFor: nil, chamber.AnnotationRoomPausedAt: nil, chamber.AnnotationRoomHeld: nil}
+	return map[string]any{chamber.AnnotationRoomPausedFor: nil, chamber.AnnotationRoomPausedAt: nil, chamber.AnnotationRoomHeld: nil, chamber.AnnotationEvictionPaused: nil}
 }
 
 // patchPaused sets the workload's spec.active (unless nil) and annotations.

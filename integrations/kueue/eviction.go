@@ -68,7 +68,14 @@ type Eviction struct {
 	RequestedAt time.Time
 	// GracePeriod replaces the team's and tier's when set; zero evicts at once.
 	GracePeriod *time.Duration
+	// Pause deactivates the workload as it is evicted, before Kueue could requeue
+	// it, and marks it paused for Reason (Paused); the requester resumes it.
+	Pause bool
 }
+
+// Paused is the reason of the eviction request the workload was paused for, when it
+// was deactivated by Chamber's eviction and nobody has taken it over since.
+func Paused(wl *kueue.Workload) string { return wl.Annotations[chamber.AnnotationEvictionPaused] }
 
 // RequestEviction asks for wl to be evicted. Chamber's admission controller notifies the
 // pods, waits out the grace period (or the job's checkpoint), then evicts it (Evict)
@@ -86,6 +93,10 @@ func RequestEviction(ctx context.Context, c client.Client, wl *kueue.Workload, e
 		chamber.AnnotationEvictionMessage:     e.Message,
 		chamber.AnnotationEvictionRequestedAt: e.RequestedAt.UTC().Format(time.RFC3339),
 		chamber.AnnotationEvictionGracePeriod: nil,
+		chamber.AnnotationEvictionPause:       nil,
+	}
+	if e.Pause {
+		annotations[chamber.AnnotationEvictionPause] = "true"
 	}
 	if e.GracePeriod != nil {
 		annotations[chamber.AnnotationEvictionGracePeriod] = e.GracePeriod.String()
@@ -128,7 +139,7 @@ func RequestedEviction(wl *kueue.Workload) (Eviction, bool) {
 	if reason == "" {
 		return Eviction{}, false
 	}
-	e := Eviction{Reason: reason, Message: a[chamber.AnnotationEvictionMessage]}
+	e := Eviction{Reason: reason, Message: a[chamber.AnnotationEvictionMessage], Pause: a[chamber.AnnotationEvictionPause] == "true"}
 	if t, err := time.Parse(time.RFC3339, a[chamber.AnnotationEvictionRequestedAt]); err == nil {
 		e.RequestedAt = t
 	}

@@ -38,9 +38,10 @@ func TestRequestedEvictionRoundTrip(t *testing.T) {
 	wl := &kueue.Workload{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
 		chamber.AnnotationEvictionReason: "GPUFault", chamber.AnnotationEvictionMessage: "XID 79 on node-3",
 		chamber.AnnotationEvictionRequestedAt: now.Format(time.RFC3339), chamber.AnnotationEvictionGracePeriod: grace.String(),
+		chamber.AnnotationEvictionPause: "true",
 	}}}
 	got, ok := RequestedEviction(wl)
-	want := Eviction{Reason: "GPUFault", Message: "XID 79 on node-3", RequestedAt: now, GracePeriod: &grace}
+	want := Eviction{Reason: "GPUFault", Message: "XID 79 on node-3", RequestedAt: now, GracePeriod: &grace, Pause: true}
 	if !ok {
 		t.Fatal("RequestedEviction() found none")
 	}
