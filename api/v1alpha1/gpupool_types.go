@@ -66,7 +66,7 @@ type GPUPoolSpec struct {
 	// TeamModelUsage.Withheld, and given back as the GPUs return; Kueue then never
 	// admits against GPUs that are gone, and a team whose quota is guaranteed gets it
 	// by preemption instead of waiting behind GPUs that do not exist. Default false:
-	// the guarantee costs preemptions while GPUs are out (the README's measurement).
+	// the guarantee costs preemptions while GPUs are out (docs/teams-and-pools.md measures it).
 	// +optional
 	QuotasFollowHealth *bool `json:"quotasFollowHealth,omitempty"`
 }

@@ -89,33 +89,8 @@ func account(team *chamber.Team, prices map[string]float64, now time.Time) {
 	s.Cost = fmt.Sprintf("%.2f", cost)
 }
 
-// budgetUsed is the share of the budget spent: the larger of the GPU-hour and the
-// money shares. Zero without a budget.
-func budgetUsed(team *chamber.Team) float64 {
-	b, s := team.Spec.Budget, team.Status.Spend
-	if b == nil || s == nil {
-		return 0
-	}
-	used := 0.0
-	if b.GPUHours != nil {
-		hours := float64(s.GPUSeconds) / 3600
-		if *b.GPUHours == 0 {
-			used = max(used, exceededRatio)
-		} else {
-			used = max(used, hours/float64(*b.GPUHours))
-		}
-	}
-	if b.Cost != "" {
-		limit, _ := strconv.ParseFloat(b.Cost, 64)
-		spent, _ := strconv.ParseFloat(s.Cost, 64)
-		if limit == 0 {
-			used = max(used, exceededRatio)
-		} else {
-			used = max(used, spent/limit)
-		}
-	}
-	return used
-}
+// budgetUsed is the share of the budget spent (chamber.Team.BudgetUsed).
+func budgetUsed(team *chamber.Team) float64 { return team.BudgetUsed() }
 
 func budgetState(team *chamber.Team) (exceeded, warning bool) {
 	used := budgetUsed(team)

@@ -1,0 +1,175 @@
+// Command kubectl-chamber is Chamber's kubectl plugin: the fleet's GPUs by state, the
+// teams' quotas and use, why a job waits, and the operator's return of a repaired
+// node, read from the cluster's objects through the user's kubeconfig (kubectl's own
+// flags: --kubeconfig, --context, -n). Installed on the PATH, kubectl runs it as
+// `kubectl chamber`.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+	"sigs.k8s.io/yaml"
+
+	chamber "chamber.dev/chamber/api/v1alpha1"
+)
+
+var scheme = runtime.NewScheme()
+
+func init() {
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(kueue.AddToScheme(scheme))
+	utilruntime.Must(chamber.AddToScheme(scheme))
+}
+
+func main() {
+	if err := newRoot(streams{Out: os.Stdout, ErrOut: os.Stderr}, nil).Execute(); err != nil {
+		os.Exit(1)
+	}
+}
+
+// streams are where the commands write.
+type streams struct{ Out, ErrOut io.Writer }
+
+// options are the flags every command shares.
+type options struct {
+	// kubeconfig and overrides are kubectl's connection flags (--kubeconfig,
+	// --context, -n, --as, ...), bound as kubectl binds them (client-go's clientcmd).
+	kubeconfig string
+	overrides  clientcmd.ConfigOverrides
+	output     string
+	streams    streams
+	// now is the clock ages are measured on.
+	now func() time.Time
+	// newClient connects to the cluster.
+	newClient func() (client.Client, error)
+}
+
+// newRoot is the plugin's command. connect, when set, replaces the connection the
+// kubeconfig flags describe.
+func newRoot(out streams, connect func() (client.Client, error)) *cobra.Command {
+	o := &options{streams: out, now: time.Now, newClient: connect}
+	if o.newClient == nil {
+		o.newClient = func() (client.Client, error) {
+			cfg, err := o.clientConfig().ClientConfig()
+			if err != nil {
+				return nil, err
+			}
+			cfg.UserAgent = "kubectl-chamber"
+			return client.New(cfg, client.Options{Scheme: scheme})
+		}
+	}
+	root := &cobra.Command{
+		Use:           "kubectl-chamber",
+		Short:         "Chamber's view of the GPU fleet: GPUs by state, teams, why a job waits",
+		SilenceUsage:  true,
+		SilenceErrors: false,
+		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl chamber"},
+	}
+	root.SetOut(out.Out)
+	root.SetErr(out.ErrOut)
+	root.PersistentFlags().StringVar(&o.kubeconfig, clientcmd.RecommendedConfigPathFlag, "", "path to the kubeconfig file (else $KUBECONFIG, else ~/.kube/config)")
+	clientcmd.BindOverrideFlags(&o.overrides, root.PersistentFlags(), clientcmd.RecommendedConfigOverrideFlags(""))
+	root.PersistentFlags().StringVarP(&o.output, "output", "o", "", "output format: wide, json or yaml (a table when empty)")
+	root.AddCommand(o.statusCommand(), o.gpusCommand(), o.nodesCommand(), o.teamsCommand(), o.whyCommand(), o.clearCommand())
+	return root
+}
+
+// checkOutput rejects an output format the command does not print.
+func (o *options) checkOutput() error {
+	switch o.output {
+	case "", "wide", "json", "yaml":
+		return nil
+	}
+	return fmt.Errorf("--output %q: want wide, json or yaml, or none for a table", o.output)
+}
+
+// structured prints v as JSON or YAML when -o asks for it; false when a table is wanted.
+func (o *options) structured(v any) (bool, error) {
+	switch o.output {
+	case "json":
+		enc := json.NewEncoder(o.streams.Out)
+		enc.SetIndent("", "  ")
+		return true, enc.Encode(v)
+	case "yaml":
+		out, err := yaml.Marshal(v)
+		if err != nil {
+			return true, err
+		}
+		_, err = o.streams.Out.Write(out)
+		return true, err
+	}
+	return false, nil
+}
+
+func (o *options) wide() bool { return o.output == "wide" }
+
+// clientConfig is the kubeconfig with the flags' overrides, as kubectl loads it.
+func (o *options) clientConfig() clientcmd.ClientConfig {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = o.kubeconfig
+	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &o.overrides)
+}
+
+// namespace is -n, else the kubeconfig context's namespace.
+func (o *options) namespace() (string, error) {
+	ns, _, err := o.clientConfig().Namespace()
+	return ns, err
+}
+
+func (o *options) context(cmd *cobra.Command) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(cmd.Context(), 30*time.Second)
+}
+
+// table writes rows under a header, columns aligned as kubectl aligns them.
+type table struct{ w *tabwriter.Writer }
+
+func newTable(out io.Writer, header ...string) *table {
+	t := &table{w: tabwriter.NewWriter(out, 0, 8, 3, ' ', 0)}
+	t.row(header...)
+	return t
+}
+
+func (t *table) row(cells ...string) {
+	fmt.Fprintln(t.w, strings.Join(cells, "\t"))
+}
+
+func (t *table) flush() error { return t.w.Flush() }
+
+// age prints a duration as kubectl does: the largest unit or two.
+func age(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "0s"
+	case d < 2*time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < 10*time.Minute:
+		return fmt.Sprintf("%dm%ds", int(d.Minutes()), int(d.Seconds())%60)
+	case d < 3*time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh%dm", int(d.Hours()), int(d.Minutes())%60)
+	}
+	return fmt.Sprintf("%dd%dh", int(d.Hours())/24, int(d.Hours())%24)
+}
+
+// orNone prints "<none>" for an empty cell, as kubectl does.
+func orNone(s string) string {
+	if s == "" {
+		return "<none>"
+	}
+	return s
+}

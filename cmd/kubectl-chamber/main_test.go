@@ -1,0 +1,239 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	testingjob "sigs.k8s.io/kueue/pkg/util/testingjobs/job"
+	"sigs.k8s.io/yaml"
+
+	chamber "chamber.dev/chamber/api/v1alpha1"
+	"chamber.dev/chamber/controllers"
+	"chamber.dev/chamber/controllers/controllertest"
+	"chamber.dev/chamber/fleet"
+	"chamber.dev/chamber/healthcheck"
+	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/test/controlplane"
+)
+
+const h100 = "NVIDIA-H100-80GB-HBM3"
+
+var k8s client.Client
+
+func TestMain(m *testing.M) {
+	os.Exit(controllertest.Main(m, controllers.DefaultConfig(), &k8s))
+}
+
+// run runs kubectl chamber with args against the test's control plane and returns
+// what it printed.
+func run(g gomega.Gomega, args ...string) string {
+	out, err := runErr(args...)
+	g.Expect(err).NotTo(gomega.HaveOccurred(), "kubectl chamber %s: %s", strings.Join(args, " "), out)
+	return out
+}
+
+func runErr(args ...string) (string, error) {
+	var out, errOut bytes.Buffer
+	root := newRoot(streams{Out: &out, ErrOut: &errOut}, func() (client.Client, error) { return k8s, nil })
+	root.SetArgs(args)
+	err := root.Execute()
+	return out.String() + errOut.String(), err
+}
+
+func create(t *testing.T, obj client.Object) {
+	t.Helper()
+	if err := k8s.Create(context.Background(), obj); err != nil {
+		t.Fatalf("create %T %s: %v", obj, obj.GetName(), err)
+	}
+}
+
+func job(ns, name string, gpus int) *testingjob.JobWrapper {
+	return testingjob.MakeJob(name, ns).Queue("default").Suspend(false).
+		RequestAndLimit(chamberkueue.ResourceGPU, fmt.Sprint(gpus)).
+		PodAnnotation("pod-complete.stage.kwok.x-k8s.io/delay", "10m").
+		PodAnnotation("pod-complete.stage.kwok.x-k8s.io/jitter-delay", "10m")
+}
+
+// A fleet of two pools: in ops, a team running a 4-GPU job and waiting for 8 more
+// GPUs than its quota leaves, a team whose budget is spent, and a node isolated for
+// an XID 79; in lab, a notebook paused at its interactive idle time limit. Every
+// command's answer is checked against the objects and against the controller's own
+// metrics (the plugin reads the same fleet model).
+func TestCommands(t *testing.T) {
+	g := gomega.NewWithT(t)
+	g.SetDefaultEventuallyTimeout(2 * time.Minute)
+	g.SetDefaultEventuallyPollingInterval(250 * time.Millisecond)
+	ctx := context.Background()
+
+	ops := map[string]string{"chamber.dev/test-pool": "ops"}
+	lab := map[string]string{"chamber.dev/test-pool": "lab"}
+	create(t, &chamber.GPUPool{ObjectMeta: metav1.ObjectMeta{Name: "ops"}, Spec: chamber.GPUPoolSpec{NodeLabels: ops,
+		Prices: []chamber.GPUPrice{{Model: h100, PerGPUHour: "2.50"}}}})
+	create(t, &chamber.GPUPool{ObjectMeta: metav1.ObjectMeta{Name: "lab"}, Spec: chamber.GPUPoolSpec{NodeLabels: lab,
+		IdleReclaim: &chamber.IdleReclaimPolicy{Enabled: ptr.To(true), InteractiveIdleLimit: &metav1.Duration{Duration: 3 * time.Second}}}})
+	g.Expect(controlplane.CreateGPUNodes(ctx, k8s,
+		controlplane.GPUNode{Name: "ops-1", GPUs: 8, Product: h100, Labels: ops},
+		controlplane.GPUNode{Name: "ops-2", GPUs: 8, Product: h100, Labels: ops},
+		controlplane.GPUNode{Name: "lab-1", GPUs: 8, Product: h100, Labels: lab})).To(gomega.Succeed())
+	fakes := map[string]*healthcheck.FakeGPUs{}
+	for _, n := range []string{"ops-1", "ops-2", "lab-1"} {
+		fake, err := healthcheck.NewFake("dgxh100")
+		g.Expect(err).NotTo(gomega.HaveOccurred())
+		fakes[n] = fake
+		controllertest.RunAgent(t, n, fake, nil, nil)
+	}
+	for _, ns := range []string{"ml", "broke", "nb"} {
+		create(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	}
+	create(t, &chamber.Team{ObjectMeta: metav1.ObjectMeta{Name: "ml"}, Spec: chamber.TeamSpec{Pool: "ops", Namespaces: []string{"ml"},
+		Quotas: []chamber.TeamQuota{{Model: h100, GPUs: 8}}, Preemption: &chamber.TeamPreemption{ReclaimWithinCohort: "Never"}}})
+	create(t, &chamber.Team{ObjectMeta: metav1.ObjectMeta{Name: "broke"}, Spec: chamber.TeamSpec{Pool: "ops", Namespaces: []string{"broke"},
+		Quotas: []chamber.TeamQuota{{Model: h100, GPUs: 0}},
+		Budget: &chamber.TeamBudget{GPUHours: ptr.To[int64](0), OnExceeded: chamber.BudgetHold}}})
+	create(t, &chamber.Team{ObjectMeta: metav1.ObjectMeta{Name: "nb"}, Spec: chamber.TeamSpec{Pool: "lab", Namespaces: []string{"nb"},
+		Quotas: []chamber.TeamQuota{{Model: h100, GPUs: 8}},
+		// A notebook has no checkpoint to wait for: paused at once.
+		Eviction: &chamber.EvictionPolicy{GracePeriod: &metav1.Duration{}}}})
+
+	// ops-2's GPU 3 fails first, so that nothing lands there.
+	g.Expect(fakes["ops-2"].RaiseXID(3, 79)).To(gomega.Succeed())
+	g.Eventually(func(g gomega.Gomega) {
+		var n corev1.Node
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Name: "ops-2"}, &n)).To(gomega.Succeed())
+		g.Expect(n.Annotations).To(gomega.HaveKey(chamber.AnnotationIsolatedAt))
+	}).Should(gomega.Succeed())
+	create(t, job("ml", "train", 4).NodeSelector(corev1.LabelHostname, "ops-1").Obj())
+	g.Eventually(func(g gomega.Gomega) { g.Expect(running(g, "ml", "train")).To(gomega.BeTrue()) }).Should(gomega.Succeed())
+	create(t, job("ml", "waits", 8).Obj())
+	create(t, job("broke", "j", 1).Obj())
+	create(t, job("nb", "notebook", 2).PodAnnotation(chamber.LabelInteractive, "true").Obj())
+
+	t.Run("why", func(t *testing.T) {
+		g := gomega.NewWithT(t)
+		g.SetDefaultEventuallyTimeout(2 * time.Minute)
+		g.SetDefaultEventuallyPollingInterval(250 * time.Millisecond)
+		var v whyView
+		g.Eventually(func(g gomega.Gomega) {
+			g.Expect(json.Unmarshal([]byte(run(g, "why", "waits", "-n", "ml", "-o", "json")), &v)).To(gomega.Succeed())
+			g.Expect(v.State).To(gomega.Equal("Waiting"))
+			g.Expect(v.Team).To(gomega.Equal("ml"))
+			g.Expect(strings.Join(v.Reasons, "\n")).To(gomega.ContainSubstring("insufficient unused quota"))
+		}).Should(gomega.Succeed())
+		g.Eventually(func(g gomega.Gomega) {
+			g.Expect(json.Unmarshal([]byte(run(g, "why", "j", "-n", "broke", "-o", "json")), &v)).To(gomega.Succeed())
+			g.Expect(v.State).To(gomega.Equal("Waiting"))
+			reasons := strings.Join(v.Reasons, "\n")
+			g.Expect(reasons).To(gomega.ContainSubstring("team broke"))
+			g.Expect(reasons).To(gomega.ContainSubstring("budget"))
+			g.Expect(reasons).To(gomega.ContainSubstring("is stopped"))
+		}).Should(gomega.Succeed())
+		g.Eventually(func(g gomega.Gomega) {
+			out := run(g, "why", "notebook", "-n", "nb")
+			g.Expect(out).To(gomega.ContainSubstring("Paused"))
+			g.Expect(out).To(gomega.ContainSubstring("interactive idle time limit"))
+			g.Expect(out).To(gomega.ContainSubstring(`"spec":{"active":true}`))
+			g.Expect(out).To(gomega.ContainSubstring("IdleReclaimPaused"), "the pause's Event")
+		}).Should(gomega.Succeed())
+		out := run(g, "why", "train", "-n", "ml")
+		g.Expect(out).To(gomega.ContainSubstring("Running"))
+		_, err := runErr("why", "nosuchjob", "-n", "ml")
+		g.Expect(err).To(gomega.MatchError(gomega.ContainSubstring(`no Kueue workload of a job "nosuchjob" in namespace ml`)))
+	})
+
+	t.Run("gpus and status agree with chamber_gpus", func(t *testing.T) {
+		g := gomega.NewWithT(t)
+		g.SetDefaultEventuallyTimeout(time.Minute)
+		g.SetDefaultEventuallyPollingInterval(250 * time.Millisecond)
+		g.Eventually(func(g gomega.Gomega) {
+			var rows []gpuRow
+			g.Expect(json.Unmarshal([]byte(run(g, "gpus", "-o", "json")), &rows)).To(gomega.Succeed())
+			count := map[string]map[string]int{}
+			for _, r := range rows {
+				if r.Pool != "ops" && r.Pool != "lab" {
+					continue
+				}
+				if count[r.Pool] == nil {
+					count[r.Pool] = map[string]int{}
+				}
+				count[r.Pool][r.State]++
+				if r.Node == "ops-2" && r.Index == 3 {
+					g.Expect(r.State).To(gomega.Equal("unhealthy"))
+					g.Expect(r.Faults).To(gomega.ContainElement("XID79"))
+				}
+				if r.Node == "ops-1" && r.State == "busy" {
+					g.Expect(r.Pod).To(gomega.HavePrefix("ml/train-"))
+					g.Expect(r.Team).To(gomega.Equal("ml"))
+				}
+			}
+			g.Expect(count["ops"]).To(gomega.Equal(map[string]int{"busy": 4, "free": 4, "unhealthy": 1, "isolated": 7}))
+			g.Expect(count["lab"]).To(gomega.Equal(map[string]int{"free": 8}), "the notebook is paused")
+			for pool, states := range count {
+				for _, s := range fleet.States {
+					g.Expect(controllertest.MetricValue(g, "chamber_gpus", "pool", pool, "state", s.String())).To(gomega.Equal(float64(states[s.String()])),
+						"chamber_gpus{pool=%q,state=%q}", pool, s)
+				}
+			}
+		}).Should(gomega.Succeed())
+
+		var v statusView
+		g.Expect(yaml.Unmarshal([]byte(run(g, "status", "-o", "yaml")), &v)).To(gomega.Succeed())
+		g.Expect(v.Counts.Isolated).To(gomega.BeNumerically(">=", 7))
+		g.Expect(v.Isolated).To(gomega.ContainElement(gomega.HaveField("Name", "ops-2")))
+		g.Expect(v.Teams).To(gomega.ContainElement(gomega.And(gomega.HaveField("Team", "broke"), gomega.HaveField("Reason", chamber.ConditionBudgetExceeded))))
+		out := run(g, "status")
+		g.Expect(out).To(gomega.ContainSubstring("Out of service:"))
+		g.Expect(out).To(gomega.MatchRegexp(`ops-2\s+ops\s+1\s+7\s+XID79`))
+	})
+
+	t.Run("nodes and teams", func(t *testing.T) {
+		g := gomega.NewWithT(t)
+		var nodes []nodeRow
+		g.Expect(json.Unmarshal([]byte(run(g, "nodes", "-o", "json")), &nodes)).To(gomega.Succeed())
+		g.Expect(nodes).To(gomega.ContainElement(gomega.And(gomega.HaveField("Name", "ops-2"), gomega.HaveField("Unhealthy", 1),
+			gomega.HaveField("Isolation", gomega.ContainSubstring("XID79")), gomega.HaveField("Source", "Agent"))))
+		out := run(g, "nodes", "-o", "wide")
+		g.Expect(out).To(gomega.MatchRegexp(`(?m)^NODE\s+MODEL\s+GPUS\s+FREE\s+BUSY\s+IDLE\s+UNHEALTHY\s+ISOLATED\s+REPORT\s+ISOLATION\s+POOL\s+SOURCE$`))
+		g.Expect(out).To(gomega.MatchRegexp(`(?m)^lab-1\s+` + h100 + `\s+8\s+8\s+0\s+0\s+0\s+0\s+\d+s ago\s+<none>\s+lab\s+Agent$`))
+
+		var teams []teamRow
+		g.Expect(json.Unmarshal([]byte(run(g, "teams", "-o", "json")), &teams)).To(gomega.Succeed())
+		g.Expect(teams).To(gomega.ContainElement(teamRow{Team: "ml", Pool: "ops", Model: h100, Quota: 8, InUse: 4, Pending: 1}))
+		g.Expect(teams).To(gomega.ContainElement(gomega.And(gomega.HaveField("Team", "broke"), gomega.HaveField("Budget", gomega.ContainSubstring("exceeded")))))
+		_, err := runErr("teams", "-o", "xml")
+		g.Expect(err).To(gomega.MatchError(gomega.ContainSubstring(`--output "xml": want wide, json or yaml`)))
+	})
+
+	t.Run("clear", func(t *testing.T) {
+		g := gomega.NewWithT(t)
+		_, err := runErr("clear", "lab-1")
+		g.Expect(err).To(gomega.MatchError(gomega.ContainSubstring("node lab-1 is not isolated by Chamber")))
+		g.Expect(run(g, "clear", "ops-2")).To(gomega.ContainSubstring("node/ops-2: clear asked (was isolated for XID79"))
+		var n corev1.Node
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Name: "ops-2"}, &n)).To(gomega.Succeed())
+		// Chamber may have acted on it already: the clear is consumed with the isolation.
+		g.Expect(n.Annotations[chamber.AnnotationIsolationClear] == "true" || n.Annotations[chamber.AnnotationIsolatedAt] == "").To(gomega.BeTrue())
+	})
+}
+
+// running says whether the job has a running pod.
+func running(g gomega.Gomega, ns, job string) bool {
+	var pods corev1.PodList
+	g.Expect(k8s.List(context.Background(), &pods, client.InNamespace(ns), client.MatchingLabels{"job-name": job})).To(gomega.Succeed())
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
+			return true
+		}
+	}
+	return false
+}

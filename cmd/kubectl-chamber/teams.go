@@ -1,0 +1,127 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	chamber "chamber.dev/chamber/api/v1alpha1"
+	chamberkueue "chamber.dev/chamber/integrations/kueue"
+)
+
+// teamRow is one team's quota and use of one GPU model.
+type teamRow struct {
+	Team  string `json:"team"`
+	Pool  string `json:"pool"`
+	Model string `json:"model"`
+	// Quota is the team's nominal quota; Withheld the part of it Chamber holds back
+	// while the pool's GPUs are short (quotasFollowHealth).
+	Quota    int64 `json:"quota"`
+	Withheld int64 `json:"withheld,omitempty"`
+	InUse    int64 `json:"inUse"`
+	Borrowed int64 `json:"borrowed"`
+	Lent     int64 `json:"lent"`
+	// Idle is how many of the GPUs the team's pods hold are idle.
+	Idle    int   `json:"idle"`
+	Pending int32 `json:"pendingWorkloads"`
+	// Budget is the share of the period's budget spent, when the team has one.
+	Budget string `json:"budgetUsed,omitempty"`
+}
+
+func (o *options) teamsCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "teams",
+		Short: "Every team: quota, GPUs in use, borrowed and lent, idle, workloads waiting, budget spent",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cl, err := o.loadCluster(cmd)
+			if err != nil {
+				return err
+			}
+			rows := cl.teamRows()
+			if done, err := o.structured(rows); done {
+				return err
+			}
+			t := newTable(o.streams.Out, "TEAM", "POOL", "MODEL", "QUOTA", "IN USE", "BORROWED", "LENT", "IDLE", "PENDING", "BUDGET")
+			for _, r := range rows {
+				quota := fmt.Sprint(r.Quota)
+				if r.Withheld > 0 {
+					quota += fmt.Sprintf(" (-%d)", r.Withheld)
+				}
+				t.row(r.Team, r.Pool, r.Model, quota, fmt.Sprint(r.InUse), fmt.Sprint(r.Borrowed), fmt.Sprint(r.Lent), fmt.Sprint(r.Idle),
+					fmt.Sprint(r.Pending), orNone(r.Budget))
+			}
+			return t.flush()
+		},
+	}
+}
+
+func (cl *cluster) teamRows() []teamRow {
+	idle := map[[2]string]int{}
+	for _, ts := range cl.snap.Teams {
+		for _, m := range ts.Models {
+			idle[[2]string{ts.Team, m.Model}] = m.Idle
+		}
+	}
+	var rows []teamRow
+	for _, t := range cl.teams {
+		budget := budgetUsed(&t)
+		for _, m := range t.Status.Models {
+			rows = append(rows, teamRow{Team: t.Name, Pool: t.Spec.Pool, Model: m.Model, Quota: m.Quota, Withheld: m.Withheld,
+				InUse: m.InUse, Borrowed: m.Borrowed, Lent: m.Lent, Idle: idle[[2]string{t.Name, m.Model}],
+				Pending: t.Status.PendingWorkloads, Budget: budget})
+		}
+		if len(t.Status.Models) == 0 {
+			rows = append(rows, teamRow{Team: t.Name, Pool: t.Spec.Pool, Pending: t.Status.PendingWorkloads, Budget: budget})
+		}
+	}
+	return rows
+}
+
+// budgetUsed is the share of the team's budget spent in the period ("" without one).
+func budgetUsed(t *chamber.Team) string {
+	if t.Spec.Budget == nil {
+		return ""
+	}
+	out := fmt.Sprintf("%.0f%%", t.BudgetUsed()*100)
+	if apimeta.IsStatusConditionTrue(t.Status.Conditions, chamber.ConditionBudgetExceeded) {
+		out += " (exceeded)"
+	}
+	return out
+}
+
+func (o *options) clearCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "clear NODE",
+		Short: "Return a repaired node to service: what annotating it chamber.dev/isolation-clear=true does (with the pool's preflight, if any)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := o.newClient()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := o.context(cmd)
+			defer cancel()
+			var node corev1.Node
+			if err := c.Get(ctx, client.ObjectKey{Name: args[0]}, &node); err != nil {
+				return fmt.Errorf("get node %s: %w", args[0], err)
+			}
+			if node.Annotations[chamber.AnnotationIsolatedAt] == "" {
+				return fmt.Errorf("node %s is not isolated by Chamber (no %s annotation): nothing to clear", node.Name, chamber.AnnotationIsolatedAt)
+			}
+			if err := chamberkueue.PatchAnnotations(ctx, c, &node, map[string]any{chamber.AnnotationIsolationClear: "true"}); err != nil {
+				return fmt.Errorf("clear node %s: %w", node.Name, err)
+			}
+			fmt.Fprintf(o.streams.Out, "node/%s: clear asked (was isolated for %s); Chamber returns it to service", node.Name, orNone(node.Annotations[chamber.AnnotationIsolationReason]))
+			if node.Annotations[chamber.AnnotationIsolationPreflight] == "" {
+				fmt.Fprint(o.streams.Out, " once its pool's preflight passes, if the pool has one")
+			}
+			fmt.Fprintln(o.streams.Out, "; follow it with: kubectl chamber nodes")
+			return nil
+		},
+	}
+}
+
