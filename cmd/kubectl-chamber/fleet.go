@@ -314,16 +314,16 @@ func isolation(node *corev1.Node, how string) string {
 
 // statusView is the fleet in one screen.
 type statusView struct {
-	GPUs       int           `json:"gpus"`
-	Nodes      int           `json:"nodes"`
-	Counts     stateCounts   `json:"counts"`
-	Efficiency *float64      `json:"efficiency,omitempty"`
+	GPUs       int         `json:"gpus"`
+	Nodes      int         `json:"nodes"`
+	Counts     stateCounts `json:"counts"`
+	Efficiency *float64    `json:"efficiency,omitempty"`
 	// IdleCost is what the idle GPUs cost an hour at their pools' prices.
-	IdleCost   float64       `json:"idleCostPerHour"`
-	Pools      []poolRow     `json:"pools"`
-	Isolated   []nodeRow     `json:"isolatedNodes,omitempty"`
-	Teams      []teamWarning `json:"teamWarnings,omitempty"`
-	Pending    int           `json:"pendingWorkloads"`
+	IdleCost float64       `json:"idleCostPerHour"`
+	Pools    []poolRow     `json:"pools"`
+	Isolated []nodeRow     `json:"isolatedNodes,omitempty"`
+	Teams    []teamWarning `json:"teamWarnings,omitempty"`
+	Pending  int           `json:"pendingWorkloads"`
 }
 
 type stateCounts struct {

@@ -22,10 +22,10 @@ import (
 // whyView says what holds a job, in words, from Kueue's and Chamber's marks on its
 // Workload, its team and its recent Events.
 type whyView struct {
-	Job          string      `json:"job"`
-	Workload     string      `json:"workload"`
-	ClusterQueue string      `json:"clusterQueue,omitempty"`
-	Team         string      `json:"team,omitempty"`
+	Job          string `json:"job"`
+	Workload     string `json:"workload"`
+	ClusterQueue string `json:"clusterQueue,omitempty"`
+	Team         string `json:"team,omitempty"`
 	// State is Running, Admitting, Waiting, Paused or Finished.
 	State   string      `json:"state"`
 	Reasons []string    `json:"reasons"`
