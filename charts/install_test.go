@@ -3,6 +3,7 @@ package charts_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
@@ -17,11 +18,13 @@ import (
 	"github.com/onsi/gomega"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 	testingjob "sigs.k8s.io/kueue/pkg/util/testingjobs/job"
@@ -45,6 +48,9 @@ teams:
     namespaces: [vision]
     quotas:
     - {model: NVIDIA-H100-80GB-HBM3, gpus: 16}
+metrics:
+  readers:
+  - {name: prometheus, namespace: monitoring}
 `
 
 // TestInstall is `helm install` on a real control plane (kube-controller-manager runs
@@ -76,6 +82,12 @@ func TestInstall(t *testing.T) {
 	delete(cpuNode.Status.Allocatable, chamberkueue.ResourceGPU)
 	g.Expect(c.Create(ctx, cpuNode)).To(gomega.Succeed())
 	g.Expect(c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "vision"}})).To(gomega.Succeed())
+	// Prometheus's ServiceAccount, which the values make a reader of the controller's
+	// metrics, and one that is not.
+	g.Expect(c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "monitoring"}})).To(gomega.Succeed())
+	for _, sa := range []string{"prometheus", "nobody"} {
+		g.Expect(c.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "monitoring", Name: sa}})).To(gomega.Succeed())
+	}
 
 	dir := t.TempDir()
 	valuesFile := filepath.Join(dir, "values.yaml")
@@ -147,14 +159,15 @@ func TestInstall(t *testing.T) {
 	}
 
 	// The fleet is visible: each node's GPUs published, counted in the controller's
-	// metrics, the pool and the team compiled into Kueue.
+	// metrics (read as Prometheus would), the pool and the team compiled into Kueue.
+	readerToken := token(t, c, "prometheus")
 	g.Eventually(func(g gomega.Gomega) {
 		for _, n := range gpuNodes {
 			var gn chamber.GPUNode
 			g.Expect(c.Get(ctx, client.ObjectKey{Name: n.Name}, &gn)).To(gomega.Succeed())
 			g.Expect(gn.Status.GPUs).To(gomega.HaveLen(8), "GPUs of %s", n.Name)
 		}
-		g.Expect(gpusInMetrics(g, metricsPort)).To(gomega.Equal(16.0))
+		g.Expect(gpusInMetrics(g, metricsPort, readerToken)).To(gomega.Equal(16.0))
 		for _, n := range gpuNodes {
 			var node corev1.Node
 			g.Expect(c.Get(ctx, client.ObjectKey{Name: n.Name}, &node)).To(gomega.Succeed())
@@ -171,6 +184,10 @@ func TestInstall(t *testing.T) {
 	}, 3*time.Minute, time.Second).Should(gomega.Succeed())
 	t.Logf("fleet visible %v after the containers started (16 GPUs on 2 nodes in GPUNodes and the controller's metrics)",
 		time.Since(started).Round(100*time.Millisecond))
+	// The metrics are the chart's readers' alone: no token, 401; a token of a
+	// ServiceAccount the chart did not make a reader, 403.
+	g.Expect(metricsStatus(g, metricsPort, "")).To(gomega.Equal(http.StatusUnauthorized))
+	g.Expect(metricsStatus(g, metricsPort, token(t, c, "nobody"))).To(gomega.Equal(http.StatusForbidden))
 
 	// A job submitted the Kueue way is admitted and runs on one of the GPU nodes.
 	job := testingjob.MakeJob("train", "vision").Queue("default").Suspend(false).
@@ -347,11 +364,12 @@ func run(t *testing.T, ctx context.Context, path string, args, env []string) {
 	})
 }
 
-// gpusInMetrics is the sum of chamber_gpus on the controller's metrics endpoint.
-func gpusInMetrics(g gomega.Gomega, port int) float64 {
-	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
-	g.Expect(err).NotTo(gomega.HaveOccurred())
+// gpusInMetrics is the sum of chamber_gpus on the controller's metrics endpoint, read
+// over HTTPS with a bearer token, as Prometheus reads it.
+func gpusInMetrics(g gomega.Gomega, port int, bearer string) float64 {
+	resp := getMetrics(g, port, bearer)
 	defer resp.Body.Close()
+	g.Expect(resp.StatusCode).To(gomega.Equal(http.StatusOK))
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(resp.Body)
 	g.Expect(err).NotTo(gomega.HaveOccurred())
@@ -362,6 +380,38 @@ func gpusInMetrics(g gomega.Gomega, port int) float64 {
 		sum += m.GetGauge().GetValue()
 	}
 	return sum
+}
+
+func metricsStatus(g gomega.Gomega, port int, bearer string) int {
+	resp := getMetrics(g, port, bearer)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func getMetrics(g gomega.Gomega, port int, bearer string) *http.Response {
+	// The controller's certificate is self-signed unless --metrics-cert-dir says
+	// otherwise: Prometheus' ServiceMonitor skips its verification too.
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	req, err := http.NewRequest(http.MethodGet, fmt.Sprintf("https://127.0.0.1:%d/metrics", port), nil)
+	g.Expect(err).NotTo(gomega.HaveOccurred())
+	if bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+bearer)
+	}
+	resp, err := hc.Do(req)
+	g.Expect(err).NotTo(gomega.HaveOccurred())
+	return resp
+}
+
+// token is a token of the ServiceAccount monitoring/name (the TokenRequest API, as
+// a projected token in Prometheus's pod).
+func token(t *testing.T, c client.Client, name string) string {
+	t.Helper()
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "monitoring", Name: name}}
+	req := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}
+	if err := c.SubResource("token").Create(context.Background(), sa, req); err != nil {
+		t.Fatalf("token of service account monitoring/%s: %v", name, err)
+	}
+	return req.Status.Token
 }
 
 func freePort(t *testing.T) int {

@@ -16,7 +16,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
@@ -63,7 +62,7 @@ func main() {
 	mgr, err := ctrl.NewManager(kube, ctrl.Options{
 		Scheme:                  scheme,
 		Cache:                   controllers.CacheOptions(),
-		Metrics:                 metricsserver.Options{BindAddress: o.MetricsAddr},
+		Metrics:                 o.MetricsServer(),
 		HealthProbeBindAddress:  o.ProbeAddr,
 		LeaderElection:          o.LeaderElect,
 		LeaderElectionID:        "chamber-controller.chamber.dev",

@@ -9,10 +9,13 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers"
@@ -24,6 +27,12 @@ import (
 type Options struct {
 	// MetricsAddr serves /metrics ("0": off); ProbeAddr /healthz and /readyz.
 	MetricsAddr, ProbeAddr string
+	// MetricsSecure serves /metrics over HTTPS to clients the API server authenticates
+	// (TokenReview) and authorizes (SubjectAccessReview: get on the non-resource URL
+	// /metrics), with the certificate in MetricsCertDir (tls.crt, tls.key; reloaded
+	// when it changes), else a self-signed one made at start.
+	MetricsSecure  bool
+	MetricsCertDir string
 	// LeaderElect elects a leader among replicas, its Lease in LeaderElectionNamespace
 	// (default: the pod's own).
 	LeaderElect             bool
@@ -59,6 +68,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	c := &o.Controllers
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", o.MetricsAddr, "address of the Prometheus metrics endpoint; 0 turns it off")
 	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", o.ProbeAddr, "address of /healthz and /readyz")
+	fs.BoolVar(&o.MetricsSecure, "metrics-secure", o.MetricsSecure, "serve /metrics over HTTPS, only to clients the API server authenticates and authorizes for get on /metrics (a ServiceAccount token)")
+	fs.StringVar(&o.MetricsCertDir, "metrics-cert-dir", o.MetricsCertDir, "directory of the metrics endpoint's tls.crt and tls.key under --metrics-secure (default: a self-signed certificate)")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "elect a leader, for more than one replica")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", o.LeaderElectionNamespace, "namespace of the leader election Lease (default: the pod's own; required out of cluster)")
 	fs.Float64Var(&o.APIQPS, "kube-api-qps", o.APIQPS, "queries per second to the API server (Kueue's own default: its check round trips are on Kueue's admission path)")
@@ -139,6 +150,13 @@ func (o *Options) validate() error {
 	must(c.SilentAfterHeartbeats >= 1, "--silent-after-heartbeats must be at least 1, got %d", c.SilentAfterHeartbeats)
 	notNegative("isolation-eviction-grace-period", c.Isolation.EvictionGracePeriod)
 	must(c.Isolation.HoldNamespace != "", "--isolation-hold-namespace must name a namespace")
+	if o.MetricsCertDir != "" {
+		must(o.MetricsSecure, "--metrics-cert-dir needs --metrics-secure (the certificate is for HTTPS)")
+		for _, f := range []string{"tls.crt", "tls.key"} {
+			_, err := os.Stat(filepath.Join(o.MetricsCertDir, f))
+			must(err == nil, "--metrics-cert-dir: %v", err)
+		}
+	}
 	if err := c.DCGM.Validate(); err != nil {
 		errs = append(errs, err)
 	}
@@ -169,4 +187,15 @@ func formatTiers(tiers []chamberkueue.PriorityTier) string {
 		parts[i] = fmt.Sprintf("%s=%d", t.Name, t.Value)
 	}
 	return strings.Join(parts, ",")
+}
+
+// MetricsServer is the manager's metrics endpoint as the flags describe it.
+func (o *Options) MetricsServer() metricsserver.Options {
+	out := metricsserver.Options{BindAddress: o.MetricsAddr}
+	if o.MetricsSecure {
+		out.SecureServing = true
+		out.FilterProvider = filters.WithAuthenticationAndAuthorization
+		out.CertDir = o.MetricsCertDir
+	}
+	return out
 }

@@ -97,3 +97,29 @@ func TestBadFlags(t *testing.T) {
 		t.Errorf("%d problems reported, want 11:\n%s", n, err)
 	}
 }
+
+// TestMetricsSecure: --metrics-secure serves /metrics over HTTPS behind the API
+// server's authentication and authorization; a certificate directory needs it and
+// both files of the pair.
+func TestMetricsSecure(t *testing.T) {
+	o, err := parse()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := o.MetricsServer(); m.SecureServing || m.FilterProvider != nil || m.BindAddress != ":8080" {
+		t.Errorf("default metrics server %+v, want plain HTTP on :8080", m)
+	}
+	if o, err = parse("--metrics-secure", "--metrics-bind-address=:8443"); err != nil {
+		t.Fatal(err)
+	}
+	if m := o.MetricsServer(); !m.SecureServing || m.FilterProvider == nil || m.BindAddress != ":8443" {
+		t.Errorf("--metrics-secure gives %+v, want HTTPS with the authentication and authorization filter", m)
+	}
+	dir := t.TempDir()
+	_, err = parse("--metrics-cert-dir=" + dir)
+	for _, want := range []string{"--metrics-cert-dir needs --metrics-secure", "tls.crt", "tls.key"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("--metrics-cert-dir of an empty directory without --metrics-secure: error %v, want it to say %q", err, want)
+		}
+	}
+}
