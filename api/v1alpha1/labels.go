@@ -26,8 +26,14 @@ const AnnotationIdleReclaim = "chamber.dev/idle-reclaim"
 // InteractiveIdleLimit applies to it, and once paused it waits for its user.
 const LabelInteractive = "chamber.dev/interactive"
 
-// Annotations an operator sets to end what fault isolation did; Chamber removes them.
+// Annotations an operator sets to start or end an isolation; Chamber removes them.
 const (
+	// AnnotationIsolate on a node asks Chamber to isolate it, its value saying why (a
+	// repair, maintenance): as for a hardware fault, the node is tainted and cordoned
+	// and its workloads get notice and are evicted, until an operator clears it
+	// (AnnotationIsolationClear, which removes this annotation too). It bypasses the
+	// pool's dry run, rate limit and circuit breaker, and does not count toward it.
+	AnnotationIsolate = "chamber.dev/isolate"
 	// AnnotationIsolationClear "true" on a node ends its isolation (after a hardware
 	// fault was repaired).
 	AnnotationIsolationClear = "chamber.dev/isolation-clear"

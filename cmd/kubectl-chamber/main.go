@@ -84,7 +84,7 @@ func newRoot(out streams, connect func() (client.Client, error)) *cobra.Command 
 	root.PersistentFlags().StringVar(&o.kubeconfig, clientcmd.RecommendedConfigPathFlag, "", "path to the kubeconfig file (else $KUBECONFIG, else ~/.kube/config)")
 	clientcmd.BindOverrideFlags(&o.overrides, root.PersistentFlags(), clientcmd.RecommendedConfigOverrideFlags(""))
 	root.PersistentFlags().StringVarP(&o.output, "output", "o", "", "output format: wide, json or yaml (a table when empty)")
-	root.AddCommand(o.statusCommand(), o.gpusCommand(), o.nodesCommand(), o.teamsCommand(), o.whyCommand(), o.clearCommand())
+	root.AddCommand(o.statusCommand(), o.gpusCommand(), o.nodesCommand(), o.teamsCommand(), o.whyCommand(), o.isolateCommand(), o.clearCommand())
 	return root
 }
 

@@ -224,6 +224,47 @@ func TestCommands(t *testing.T) {
 		// Chamber may have acted on it already: the clear is consumed with the isolation.
 		g.Expect(n.Annotations[chamber.AnnotationIsolationClear] == "true" || n.Annotations[chamber.AnnotationIsolatedAt] == "").To(gomega.BeTrue())
 	})
+
+	t.Run("isolate and clear", func(t *testing.T) {
+		g := gomega.NewWithT(t)
+		g.SetDefaultEventuallyTimeout(time.Minute)
+		g.SetDefaultEventuallyPollingInterval(250 * time.Millisecond)
+		_, err := runErr("isolate", "ops-1")
+		g.Expect(err).To(gomega.MatchError(gomega.ContainSubstring("--reason is required")))
+		g.Expect(run(g, "isolate", "ops-1", "--reason", "fan replacement")).To(gomega.ContainSubstring("node/ops-1: isolation asked"))
+		node := func(g gomega.Gomega) *corev1.Node {
+			var n corev1.Node
+			g.Expect(k8s.Get(ctx, client.ObjectKey{Name: "ops-1"}, &n)).To(gomega.Succeed())
+			return &n
+		}
+		// Out of service as for a hardware fault: tainted, cordoned, its job given notice.
+		g.Eventually(func(g gomega.Gomega) {
+			n := node(g)
+			g.Expect(n.Spec.Unschedulable).To(gomega.BeTrue())
+			g.Expect(n.Spec.Taints).To(gomega.ContainElement(gomega.HaveField("Key", chamber.TaintGPUUnhealthy)))
+			wl := controllertest.WorkloadOf(g, k8s, "ml", "train")
+			_, asked := chamberkueue.RequestedEviction(wl)
+			g.Expect(asked || controllertest.EvictedByChamber(wl, chamberkueue.ReasonGPUFault)).To(gomega.BeTrue(), "train is neither given notice nor evicted")
+		}).Should(gomega.Succeed())
+		g.Eventually(func(g gomega.Gomega) {
+			g.Expect(run(g, "why", "train", "-n", "ml")).To(gomega.ContainSubstring("isolated by an operator: fan replacement"))
+		}).Should(gomega.Succeed())
+		var nodes []nodeRow
+		g.Expect(json.Unmarshal([]byte(run(g, "nodes", "-o", "json")), &nodes)).To(gomega.Succeed())
+		g.Expect(nodes).To(gomega.ContainElement(gomega.And(gomega.HaveField("Name", "ops-1"),
+			gomega.HaveField("Isolation", gomega.ContainSubstring("isolated by an operator: fan replacement")))))
+
+		g.Expect(run(g, "clear", "ops-1")).To(gomega.ContainSubstring("node/ops-1: clear asked"))
+		g.Eventually(func(g gomega.Gomega) {
+			n := node(g)
+			g.Expect(n.Spec.Unschedulable).To(gomega.BeFalse())
+			g.Expect(n.Spec.Taints).NotTo(gomega.ContainElement(gomega.HaveField("Key", chamber.TaintGPUUnhealthy)))
+			g.Expect(n.Annotations).NotTo(gomega.HaveKey(chamber.AnnotationIsolate))
+			g.Expect(n.Annotations).NotTo(gomega.HaveKey(chamber.AnnotationIsolatedAt))
+		}).Should(gomega.Succeed())
+		_, err = runErr("isolate", "nosuchnode", "--reason", "x")
+		g.Expect(err).To(gomega.MatchError(gomega.ContainSubstring("get node nosuchnode")))
+	})
 }
 
 // running says whether the job has a running pod.

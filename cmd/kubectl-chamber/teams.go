@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
@@ -99,20 +101,16 @@ func (o *options) clearCommand() *cobra.Command {
 		Short: "Return a repaired node to service: what annotating it chamber.dev/isolation-clear=true does (with the pool's preflight, if any)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := o.newClient()
-			if err != nil {
-				return err
-			}
 			ctx, cancel := o.context(cmd)
 			defer cancel()
-			var node corev1.Node
-			if err := c.Get(ctx, client.ObjectKey{Name: args[0]}, &node); err != nil {
-				return fmt.Errorf("get node %s: %w", args[0], err)
+			c, node, err := o.node(ctx, args[0])
+			if err != nil {
+				return err
 			}
 			if node.Annotations[chamber.AnnotationIsolatedAt] == "" {
 				return fmt.Errorf("node %s is not isolated by Chamber (no %s annotation): nothing to clear", node.Name, chamber.AnnotationIsolatedAt)
 			}
-			if err := chamberkueue.PatchAnnotations(ctx, c, &node, map[string]any{chamber.AnnotationIsolationClear: "true"}); err != nil {
+			if err := chamberkueue.PatchAnnotations(ctx, c, node, map[string]any{chamber.AnnotationIsolationClear: "true"}); err != nil {
 				return fmt.Errorf("clear node %s: %w", node.Name, err)
 			}
 			fmt.Fprintf(o.streams.Out, "node/%s: clear asked (was isolated for %s); Chamber returns it to service", node.Name, orNone(node.Annotations[chamber.AnnotationIsolationReason]))
@@ -123,4 +121,52 @@ func (o *options) clearCommand() *cobra.Command {
 			return nil
 		},
 	}
+}
+
+func (o *options) isolateCommand() *cobra.Command {
+	var reason string
+	cmd := &cobra.Command{
+		Use:   "isolate NODE --reason TEXT",
+		Short: "Take a node out of service through Chamber (annotation chamber.dev/isolate): tainted and cordoned, its workloads given notice and evicted, until `clear`",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if strings.TrimSpace(reason) == "" {
+				return fmt.Errorf("--reason is required: say why the node goes out of service (it is the isolation's reason in Events and `kubectl chamber nodes`)")
+			}
+			ctx, cancel := o.context(cmd)
+			defer cancel()
+			c, node, err := o.node(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			var pools chamber.GPUPoolList
+			if err := c.List(ctx, &pools); err != nil {
+				return fmt.Errorf("list GPUPools: %w", err)
+			}
+			if chamber.PoolOf(node.Labels, pools.Items) == nil {
+				return fmt.Errorf("node %s is in no GPUPool: Chamber isolates only its pools' nodes (cordon it instead)", node.Name)
+			}
+			if err := chamberkueue.PatchAnnotations(ctx, c, node, map[string]any{chamber.AnnotationIsolate: reason, chamber.AnnotationIsolationClear: nil}); err != nil {
+				return fmt.Errorf("isolate node %s: %w", node.Name, err)
+			}
+			fmt.Fprintf(o.streams.Out, "node/%s: isolation asked (%s); Chamber taints and cordons it and evicts its workloads with notice; end it with: kubectl chamber clear %s\n",
+				node.Name, reason, node.Name)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why the node goes out of service (required)")
+	return cmd
+}
+
+// node connects and reads the node an operator's command names.
+func (o *options) node(ctx context.Context, name string) (client.Client, *corev1.Node, error) {
+	c, err := o.newClient()
+	if err != nil {
+		return nil, nil, err
+	}
+	var node corev1.Node
+	if err := c.Get(ctx, client.ObjectKey{Name: name}, &node); err != nil {
+		return nil, nil, fmt.Errorf("get node %s: %w", name, err)
+	}
+	return c, &node, nil
 }

@@ -54,6 +54,9 @@ func (c *Controller) isolatedInWindow(ctx context.Context, pool *chamber.GPUPool
 			continue
 		}
 		total++
+		if n.Annotations[chamber.AnnotationIsolate] != "" {
+			continue // an operator's isolation is no sign of a failing fleet
+		}
 		at := c.isolated[pool.Name][n.Name]
 		if rec, _ := readRecord(n); rec.At.After(at) {
 			at = rec.At

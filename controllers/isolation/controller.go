@@ -265,7 +265,7 @@ func (c *Controller) Reconcile(ctx context.Context, node *corev1.Node) (reconcil
 	} else if err != nil {
 		return reconcile.Result{}, fmt.Errorf("get GPUNode %s: %w", node.Name, err)
 	}
-	rep := readReport(agent, c.opts.Heartbeats, now).withConditions(node, c.opts.NodeConditions)
+	rep := readReport(agent, c.opts.Heartbeats, now).withConditions(node, c.opts.NodeConditions).withOperator(node)
 	return c.reconcileReport(ctx, node, pool, rep, now)
 }
 
@@ -338,7 +338,8 @@ func returned(node *corev1.Node) bool {
 func (c *Controller) isolate(ctx context.Context, node *corev1.Node, pool *chamber.GPUPool, policy chamber.IsolationPolicy, rep report, now time.Time) (reconcile.Result, error) {
 	what := rep.describe()
 	level, why := rep.level(policy.Level)
-	if policy.DryRun {
+	operator := rep.byOperator()
+	if policy.DryRun && !operator {
 		if changed, err := c.setConditionChanged(ctx, node, corev1.ConditionFalse, ReasonDryRun, "would isolate: "+what); err != nil || !changed {
 			return reconcile.Result{}, err
 		}
@@ -355,14 +356,14 @@ func (c *Controller) isolate(ctx context.Context, node *corev1.Node, pool *chamb
 		dryRuns.WithLabelValues(pool.Name, rep.primary().reason).Inc()
 		return reconcile.Result{}, nil
 	}
-	if c.halted(pool) {
+	if c.halted(pool) && !operator {
 		return reconcile.Result{}, c.withhold(ctx, node, pool, what)
 	}
 	count, total, err := c.isolatedInWindow(ctx, pool, policy, now)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if limit := breakerLimit(policy, total); count+1 > limit {
+	if limit := breakerLimit(policy, total); count+1 > limit && !operator {
 		msg := fmt.Sprintf("%d of the pool's %d nodes were isolated within %s, the most the breaker allows (%d%%); node %s (%s) is not isolated. Repair the fleet, then set %s=true on the pool",
 			count, total, breakerWindow(policy), maxIsolatedPercent(policy), node.Name, what, chamber.AnnotationIsolationBreakerReset)
 		if err := c.openBreaker(ctx, pool, msg); err != nil {
@@ -370,7 +371,7 @@ func (c *Controller) isolate(ctx context.Context, node *corev1.Node, pool *chamb
 		}
 		return reconcile.Result{}, c.withhold(ctx, node, pool, what)
 	}
-	if !c.limiter.TryAccept() {
+	if !operator && !c.limiter.TryAccept() {
 		return reconcile.Result{RequeueAfter: time.Duration(float64(time.Second) / c.opts.RateLimit)}, nil
 	}
 
@@ -378,7 +379,9 @@ func (c *Controller) isolate(ctx context.Context, node *corev1.Node, pool *chamb
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	c.remember(pool.Name, node.Name, now)
+	if !operator {
+		c.remember(pool.Name, node.Name, now)
+	}
 	primary := rep.primary()
 	isolations.WithLabelValues(pool.Name, string(level), primary.reason).Inc()
 	c.recorder.Eventf(node, nil, corev1.EventTypeWarning, "Isolated", "Isolate", "%s (%s): %s", levelAction(level), why, what)
@@ -533,6 +536,7 @@ func (c *Controller) release(ctx context.Context, node *corev1.Node, pool *chamb
 		(record{}).write(n)
 		delete(n.Annotations, chamber.AnnotationIsolationClear)
 		if reason == ReasonCleared {
+			delete(n.Annotations, chamber.AnnotationIsolate)
 			n.Annotations[chamber.AnnotationIsolationClearedAt] = c.opts.Clock.Now().UTC().Format(time.RFC3339Nano)
 		}
 	})

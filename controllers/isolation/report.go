@@ -121,6 +121,30 @@ func (r report) withConditions(node *corev1.Node, types []corev1.NodeConditionTy
 	return r
 }
 
+// ReasonOperator names the fault of a node an operator asked to isolate
+// (chamber.AnnotationIsolate).
+const ReasonOperator = "Operator"
+
+// withOperator adds the fault of an operator's isolation (chamber.AnnotationIsolate):
+// one of the whole node that only a clear ends. A node being cleared has none: the
+// clear is the operator's word that the node may come back, and a pool's preflight
+// then waits on the agent's report alone.
+func (r report) withOperator(node *corev1.Node) report {
+	why := node.Annotations[chamber.AnnotationIsolate]
+	if why == "" || node.Annotations[chamber.AnnotationIsolationClear] == "true" {
+		return r
+	}
+	r.faults = append(r.faults, fault{gpu: nodeWide, reason: ReasonOperator, message: "isolated by an operator: " + why, persistent: true})
+	r.health = chamber.GPUUnhealthy
+	return r
+}
+
+// byOperator: an operator asked for the isolation; no dry run, limit or breaker holds
+// it back.
+func (r report) byOperator() bool {
+	return slices.ContainsFunc(r.faults, func(f fault) bool { return f.reason == ReasonOperator && f.gpu == nodeWide })
+}
+
 // primary is the fault that names the isolation: a hardware fault before a transient
 // one, and among them one that takes the node (it decides the level under Auto)
 // before one a GPU reset clears; the first of a kind.
