@@ -11,31 +11,50 @@ import (
 	"testing"
 )
 
-// dashboardQueries returns every PromQL expression of the Grafana dashboards.
-func dashboardQueries(t *testing.T) map[string][]string {
+// dashboard is what the tests read of a Grafana dashboard.
+type dashboard struct {
+	UID    string `json:"uid"`
+	Panels []struct {
+		Title   string `json:"title"`
+		Targets []struct {
+			Expr string `json:"expr"`
+		} `json:"targets"`
+	} `json:"panels"`
+	Templating struct {
+		List []struct {
+			Type  string `json:"type"`
+			Query any    `json:"query"`
+		} `json:"list"`
+	} `json:"templating"`
+}
+
+// readDashboards reads every dashboard of grafana/, by file.
+func readDashboards(t *testing.T) map[string]dashboard {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join("grafana", "*.json"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no dashboards in grafana/ (%v)", err)
 	}
-	out := map[string][]string{}
+	out := map[string]dashboard{}
 	for _, f := range files {
 		data, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var dash struct {
-			UID    string `json:"uid"`
-			Panels []struct {
-				Title   string `json:"title"`
-				Targets []struct {
-					Expr string `json:"expr"`
-				} `json:"targets"`
-			} `json:"panels"`
-		}
+		var dash dashboard
 		if err := json.Unmarshal(data, &dash); err != nil {
 			t.Fatalf("%s: %v", f, err)
 		}
+		out[f] = dash
+	}
+	return out
+}
+
+// dashboardQueries returns every PromQL expression of the Grafana dashboards.
+func dashboardQueries(t *testing.T) map[string][]string {
+	t.Helper()
+	out := map[string][]string{}
+	for f, dash := range readDashboards(t) {
 		if dash.UID == "" {
 			t.Errorf("%s: no uid (Grafana provisioning needs one)", f)
 		}

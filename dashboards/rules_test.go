@@ -10,9 +10,12 @@ import (
 	"testing"
 )
 
-func promtool(t *testing.T) string {
+func promtool(t *testing.T) string { return tool(t, "promtool") }
+
+// tool is the path of a binary `make tools` builds into bin/.
+func tool(t *testing.T, name string) string {
 	t.Helper()
-	path, err := filepath.Abs(filepath.Join("..", "bin", "promtool"))
+	path, err := filepath.Abs(filepath.Join("..", "bin", name))
 	if err != nil {
 		t.Fatal(err)
 	}
