@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -112,10 +113,13 @@ func why(ctx context.Context, c client.Client, ns, name string, now time.Time) (
 		cq = string(wl.Status.Admission.ClusterQueue)
 	} else {
 		var lq kueue.LocalQueue
-		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: string(wl.Spec.QueueName)}, &lq); err == nil {
-			cq = string(lq.Spec.ClusterQueue)
-		} else {
+		switch err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: string(wl.Spec.QueueName)}, &lq); {
+		case apierrors.IsNotFound(err):
 			v.Reasons = append(v.Reasons, fmt.Sprintf("its LocalQueue %q is not found in %s: Kueue queues it nowhere", wl.Spec.QueueName, ns))
+		case err != nil:
+			return nil, fmt.Errorf("get LocalQueue %s/%s: %w", ns, wl.Spec.QueueName, err)
+		default:
+			cq = string(lq.Spec.ClusterQueue)
 		}
 	}
 	v.ClusterQueue = cq
