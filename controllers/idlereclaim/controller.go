@@ -189,7 +189,7 @@ func (c *Controller) reconcile(ctx context.Context, wl *kueue.Workload) (reconci
 	now := c.opts.Clock.Now()
 	logger := log.FromContext(ctx)
 
-	team, policy, err := c.policyOf(ctx, wl)
+	team, policy, price, err := c.policyOf(ctx, wl)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -207,6 +207,7 @@ func (c *Controller) reconcile(ctx context.Context, wl *kueue.Workload) (reconci
 		return reconcile.Result{}, err
 	}
 	use := measure(pods, nodes, c.opts.Heartbeats, policy.UtilizationPercent, now)
+	use.price = price
 	if !use.idle {
 		c.forget(key)
 		return again, nil
@@ -292,6 +293,7 @@ func (c *Controller) reclaim(ctx context.Context, key types.NamespacedName, wl *
 	}
 	evictions.WithLabelValues(team).Inc()
 	reclaimedGPUHours.WithLabelValues(team).Add(float64(use.gpus) * idleFor.Hours())
+	reclaimedCost.WithLabelValues(team).Add(float64(use.gpus) * idleFor.Hours() * use.price)
 	c.remember(key, wl.UID, idleWorkload{reclaimed: true, reclaimedFor: reclaimedFor, reclaimedAt: e.RequestedAt})
 	return c.markReclaimed(ctx, key, wl, reclaimedFor, e.RequestedAt)
 }
@@ -413,24 +415,41 @@ func (c *Controller) ownerOptedOut(ctx context.Context, wl *kueue.Workload, pods
 // policyOf is the policy in force for the workload, and its team (the team whose
 // ClusterQueue admitted it; "" for a ClusterQueue of no team, whose workloads are
 // never reclaimed).
-func (c *Controller) policyOf(ctx context.Context, wl *kueue.Workload) (string, Policy, error) {
+func (c *Controller) policyOf(ctx context.Context, wl *kueue.Workload) (string, Policy, float64, error) {
 	var teams chamber.TeamList
 	if err := c.client.List(ctx, &teams); err != nil {
-		return "", Policy{}, fmt.Errorf("list teams: %w", err)
+		return "", Policy{}, 0, fmt.Errorf("list teams: %w", err)
 	}
 	team := teamOf(teams.Items, string(wl.Status.Admission.ClusterQueue))
 	if team == nil {
-		return "", Policy{}, nil
+		return "", Policy{}, 0, nil
 	}
 	var pool chamber.GPUPool
 	err := c.client.Get(ctx, client.ObjectKey{Name: team.Spec.Pool}, &pool)
 	if apierrors.IsNotFound(err) {
-		return team.Name, ResolvePolicy(nil, team.Spec.IdleReclaim), nil
+		return team.Name, ResolvePolicy(nil, team.Spec.IdleReclaim), 0, nil
 	}
 	if err != nil {
-		return "", Policy{}, fmt.Errorf("get pool %s of team %s: %w", team.Spec.Pool, team.Name, err)
+		return "", Policy{}, 0, fmt.Errorf("get pool %s of team %s: %w", team.Spec.Pool, team.Name, err)
 	}
-	return team.Name, ResolvePolicy(pool.Spec.IdleReclaim, team.Spec.IdleReclaim), nil
+	return team.Name, ResolvePolicy(pool.Spec.IdleReclaim, team.Spec.IdleReclaim), gpuPrice(team, &pool, gpuFlavors(wl)), nil
+}
+
+// gpuPrice is the pool's price of a GPU-hour of the model of the workload's GPU flavor
+// (the team's status maps flavors to models); 0 without one.
+func gpuPrice(team *chamber.Team, pool *chamber.GPUPool, flavors []kueue.ResourceFlavorReference) float64 {
+	for _, m := range team.Status.Models {
+		if !slices.Contains(flavors, kueue.ResourceFlavorReference(m.Flavor)) {
+			continue
+		}
+		for _, p := range pool.Spec.Prices {
+			if p.Model == m.Model {
+				price, _ := strconv.ParseFloat(p.PerGPUHour, 64)
+				return price
+			}
+		}
+	}
+	return 0
 }
 
 // teamOf finds the team of a ClusterQueue: the one whose status names it, else the

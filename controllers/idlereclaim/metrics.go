@@ -18,6 +18,10 @@ var (
 		Name: "chamber_idle_reclaimed_gpu_hours_total",
 		Help: "GPU-hours reclaimed workloads had held idle: each one's GPUs times how long they had been idle when its eviction was asked for.",
 	}, []string{"team"})
+	reclaimedCost = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "chamber_idle_reclaimed_cost_total",
+		Help: "What those idle GPU-hours cost at the team's pool's price for the GPU model (spec.prices; none without a price), in the pool's currency.",
+	}, []string{"team"})
 	pauses = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "chamber_idle_reclaim_pauses_total",
 		Help: "Reclaimed workloads paused (deactivated, their Jobs kept) while others wait for GPUs they could use, by namespace.",
@@ -29,5 +33,5 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(warnings, evictions, reclaimedGPUHours, pauses, resumes)
+	metrics.Registry.MustRegister(warnings, evictions, reclaimedGPUHours, reclaimedCost, pauses, resumes)
 }

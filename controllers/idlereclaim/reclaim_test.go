@@ -79,6 +79,7 @@ func TestIdleWorkloadReclaimed(t *testing.T) {
 	labels := map[string]string{"chamber.dev/test-pool": "reclaim"}
 	create(t, &chamber.GPUPool{ObjectMeta: metav1.ObjectMeta{Name: "reclaim"}, Spec: chamber.GPUPoolSpec{
 		NodeLabels:  labels,
+		Prices:      []chamber.GPUPrice{{Model: h100, PerGPUHour: "2.50"}},
 		IdleReclaim: &chamber.IdleReclaimPolicy{Enabled: ptr.To(true), Window: &metav1.Duration{Duration: window}},
 	}})
 	nodes := []string{"reclaim-idle", "reclaim-busy", "reclaim-optout", "reclaim-prod"}
@@ -150,6 +151,8 @@ func TestIdleWorkloadReclaimed(t *testing.T) {
 	g.Expect(metric(g, "chamber_idle_reclaim_evictions_total", "reclaim-a")).To(gomega.Equal(1.0))
 	// 8 GPUs, idle for the window on the controllers' clock.
 	g.Expect(metric(g, "chamber_idle_reclaimed_gpu_hours_total", "reclaim-a")).To(gomega.BeNumerically("~", 8*window.Hours(), 1e-9))
+	// What they cost at the pool's price.
+	g.Expect(metric(g, "chamber_idle_reclaimed_cost_total", "reclaim-a")).To(gomega.BeNumerically("~", 2.50*8*window.Hours(), 1e-9))
 
 	// The waiting job runs and completes; the reclaimed job, requeued once the other
 	// had quota, is admitted again when the GPUs free and runs.
