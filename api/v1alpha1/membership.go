@@ -37,3 +37,24 @@ func PoolOf(nodeLabels map[string]string, pools []GPUPool) *GPUPool {
 	}
 	return best
 }
+
+// TeamOfClusterQueue is the team, of teams, whose ClusterQueue clusterQueue is: the one
+// whose status names it, else the one that adopts it (spec.clusterQueue) or is named
+// after it (before the team's status is written); nil for a ClusterQueue of no team.
+func TeamOfClusterQueue(teams []Team, clusterQueue string) *Team {
+	if clusterQueue == "" {
+		return nil
+	}
+	for i := range teams {
+		if teams[i].Status.ClusterQueue == clusterQueue {
+			return &teams[i]
+		}
+	}
+	for i := range teams {
+		t := &teams[i]
+		if t.Spec.ClusterQueue == clusterQueue || (t.Spec.ClusterQueue == "" && t.Name == clusterQueue) {
+			return t
+		}
+	}
+	return nil
+}

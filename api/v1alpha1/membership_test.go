@@ -47,3 +47,24 @@ func TestPoolOf(t *testing.T) {
 		})
 	}
 }
+
+// A ClusterQueue's team: the one whose status names it wins over one named after it
+// or adopting it, which stand in until a status is written.
+func TestTeamOfClusterQueue(t *testing.T) {
+	named := chamber.Team{ObjectMeta: metav1.ObjectMeta{Name: "vision"}}
+	adopts := chamber.Team{ObjectMeta: metav1.ObjectMeta{Name: "nlp"}, Spec: chamber.TeamSpec{ClusterQueue: "legacy"}}
+	owns := chamber.Team{ObjectMeta: metav1.ObjectMeta{Name: "speech"}, Status: chamber.TeamStatus{ClusterQueue: "vision"}}
+	teams := []chamber.Team{named, adopts, owns}
+	for cq, want := range map[string]string{"vision": "speech", "legacy": "nlp", "nlp": "", "": "", "other": ""} {
+		got := ""
+		if team := chamber.TeamOfClusterQueue(teams, cq); team != nil {
+			got = team.Name
+		}
+		if got != want {
+			t.Errorf("TeamOfClusterQueue(%q) = %q, want %q", cq, got, want)
+		}
+	}
+	if team := chamber.TeamOfClusterQueue([]chamber.Team{named}, "vision"); team == nil || team.Name != "vision" {
+		t.Errorf("a team named after its ClusterQueue, before its status: got %v", team)
+	}
+}

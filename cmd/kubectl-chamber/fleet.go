@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
@@ -27,6 +28,8 @@ type cluster struct {
 	gpuNodes map[string]*chamber.GPUNode
 	pools    []chamber.GPUPool
 	teams    []chamber.Team
+	// heartbeats says which agents are silent.
+	heartbeats *chamber.Heartbeats
 }
 
 // load lists what the fleet model reads (the same objects chamber-controller's
@@ -34,8 +37,12 @@ type cluster struct {
 // own rules with its defaults: idle when its agent's utilization mean stays below 5%
 // for 5 minutes, as chamber_gpus says.
 func (o *options) load(ctx context.Context, c client.Client, withKueue bool) (*cluster, error) {
-	m := fleet.New(fleet.Options{Clock: clock.RealClock{}})
-	out := &cluster{nodes: map[string]*corev1.Node{}, gpuNodes: map[string]*chamber.GPUNode{}}
+	// One record of when each agent was heard, shared with the model: at first sight a
+	// report already older than its silence is silent (chamber.Heartbeats), the rule
+	// every controller applies.
+	heartbeats := chamber.NewHeartbeats(clock.RealClock{}, 0)
+	m := fleet.New(fleet.Options{Clock: clock.RealClock{}, Heartbeats: heartbeats})
+	out := &cluster{nodes: map[string]*corev1.Node{}, gpuNodes: map[string]*chamber.GPUNode{}, heartbeats: heartbeats}
 
 	var pools chamber.GPUPoolList
 	if err := c.List(ctx, &pools); err != nil {
@@ -69,8 +76,12 @@ func (o *options) load(ctx context.Context, c client.Client, withKueue bool) (*c
 		out.gpuNodes[gpuNodes.Items[i].Name] = &gpuNodes.Items[i]
 		m.SetGPUNode(&gpuNodes.Items[i])
 	}
+	// The model keeps only pods bound to a node and not finished: ask for no others.
 	var pods corev1.PodList
-	if err := c.List(ctx, &pods); err != nil {
+	if err := c.List(ctx, &pods, client.MatchingFieldsSelector{Selector: fields.AndSelectors(
+		fields.OneTermNotEqualSelector("spec.nodeName", ""),
+		fields.OneTermNotEqualSelector("status.phase", string(corev1.PodSucceeded)),
+		fields.OneTermNotEqualSelector("status.phase", string(corev1.PodFailed)))}); err != nil {
 		return nil, fmt.Errorf("list pods: %w", err)
 	}
 	for i := range pods.Items {
@@ -285,7 +296,7 @@ func (cl *cluster) nodeRows(now time.Time) []nodeRow {
 			}
 			if hb := gn.Status.LastHeartbeatTime; hb != nil {
 				r.Report = age(now.Sub(hb.Time)) + " ago"
-				r.Silent = now.Sub(hb.Time) > chamber.SilentAfterHeartbeats*gn.Status.HeartbeatInterval()
+				r.Silent = cl.heartbeats.Silent(gn, now)
 			}
 		}
 		rows = append(rows, r)

@@ -201,7 +201,7 @@ func why(ctx context.Context, c client.Client, ns, name string, now time.Time) (
 // pausedWhy says who deactivated the workload and how it comes back.
 func pausedWhy(wl *kueue.Workload) string {
 	a := wl.Annotations
-	resume := fmt.Sprintf(`kubectl patch workload %s -n %s --type=merge -p '{"spec":{"active":true}}'`, wl.Name, wl.Namespace)
+	resume := idlereclaim.ResumeCommand(wl)
 	switch {
 	case idlereclaim.PausedAtIdleLimit(wl):
 		return "paused by Chamber: its GPUs stayed idle for its team's interactive idle time limit; it waits for its user: " + resume
@@ -225,12 +225,7 @@ func teamOf(ctx context.Context, c client.Client, cq string) (*chamber.Team, err
 	if err := c.List(ctx, &teams); err != nil {
 		return nil, fmt.Errorf("list Teams: %w", err)
 	}
-	for i := range teams.Items {
-		if teams.Items[i].Status.ClusterQueue == cq {
-			return &teams.Items[i], nil
-		}
-	}
-	return nil, nil
+	return chamber.TeamOfClusterQueue(teams.Items, cq), nil
 }
 
 // eventsOf are the workload's latest Events, oldest first.

@@ -420,7 +420,7 @@ func (c *Controller) policyOf(ctx context.Context, wl *kueue.Workload) (string, 
 	if err := c.client.List(ctx, &teams); err != nil {
 		return "", Policy{}, 0, fmt.Errorf("list teams: %w", err)
 	}
-	team := teamOf(teams.Items, string(wl.Status.Admission.ClusterQueue))
+	team := chamber.TeamOfClusterQueue(teams.Items, string(wl.Status.Admission.ClusterQueue))
 	if team == nil {
 		return "", Policy{}, 0, nil
 	}
@@ -450,26 +450,6 @@ func gpuPrice(team *chamber.Team, pool *chamber.GPUPool, flavors []kueue.Resourc
 		}
 	}
 	return 0
-}
-
-// teamOf finds the team of a ClusterQueue: the one whose status names it, else the
-// one that adopts it or is named after it (before the team's status is written).
-func teamOf(teams []chamber.Team, clusterQueue string) *chamber.Team {
-	if clusterQueue == "" {
-		return nil
-	}
-	for i := range teams {
-		if teams[i].Status.ClusterQueue == clusterQueue {
-			return &teams[i]
-		}
-	}
-	for i := range teams {
-		t := &teams[i]
-		if t.Spec.ClusterQueue == clusterQueue || (t.Spec.ClusterQueue == "" && t.Name == clusterQueue) {
-			return t
-		}
-	}
-	return nil
 }
 
 // podsOf lists the workload's pods from the cache.

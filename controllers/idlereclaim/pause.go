@@ -75,8 +75,8 @@ func PausedAtIdleLimit(wl *kueue.Workload) bool {
 	return Paused(wl) && wl.Annotations[AnnotationReclaimedFor] == reclaimedForIdleLimit
 }
 
-// resumeCommand is what a user runs to resume a paused workload.
-func resumeCommand(wl *kueue.Workload) string {
+// ResumeCommand is what a user runs to resume a paused workload.
+func ResumeCommand(wl *kueue.Workload) string {
 	return fmt.Sprintf(`kubectl patch workload %s -n %s --type=merge -p '{"spec":{"active":true}}'`, wl.Name, wl.Namespace)
 }
 
@@ -182,13 +182,13 @@ func (c *Controller) reconcileHold(ctx context.Context, wl *kueue.Workload) (don
 		pauses.WithLabelValues(wl.Namespace).Inc()
 		if waiter == reclaimedForIdleLimit {
 			c.recorder.Eventf(wl, nil, corev1.EventTypeNormal, ReasonHeld, "Pause",
-				"paused (deactivated, its Job kept) at its team's interactive idle time limit: resume it with %s", resumeCommand(wl))
+				"paused (deactivated, its Job kept) at its team's interactive idle time limit: resume it with %s", ResumeCommand(wl))
 			return true, reconcile.Result{}, nil
 		}
 		if chamberkueue.Interactive(wl, nil) {
 			c.recorder.Eventf(wl, nil, corev1.EventTypeNormal, ReasonHeld, "Pause",
 				"paused (deactivated, its Job kept) after its idle GPUs were reclaimed for %s: it resumes by itself once no workload waits for GPUs it could use, or when its user resumes it with %s",
-				waiter, resumeCommand(wl))
+				waiter, ResumeCommand(wl))
 			return true, reconcile.Result{RequeueAfter: c.opts.Interval}, nil
 		}
 		reclaims, _ := strconv.Atoi(a[AnnotationReclaims])

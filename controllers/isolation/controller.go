@@ -334,47 +334,17 @@ func returned(node *corev1.Node) bool {
 }
 
 // isolate takes a node with Unhealthy GPUs out of service, within the dry run, the
-// breaker and the rate limit.
+// breaker and the rate limit; an operator's isolation is the operator's decision,
+// outside all three.
 func (c *Controller) isolate(ctx context.Context, node *corev1.Node, pool *chamber.GPUPool, policy chamber.IsolationPolicy, rep report, now time.Time) (reconcile.Result, error) {
 	what := rep.describe()
 	level, why := rep.level(policy.Level)
 	operator := rep.byOperator()
-	if policy.DryRun && !operator {
-		if changed, err := c.setConditionChanged(ctx, node, corev1.ConditionFalse, ReasonDryRun, "would isolate: "+what); err != nil || !changed {
-			return reconcile.Result{}, err
+	if !operator {
+		if res, held, err := c.holdBack(ctx, node, pool, policy, rep, level, why, now); held || err != nil {
+			return res, err
 		}
-		bound, err := c.boundWorkloads(ctx, node)
-		if err != nil {
-			return reconcile.Result{}, err
-		}
-		wls, err := c.workloadsOn(ctx, node, bound, nil)
-		if err != nil {
-			return reconcile.Result{}, err
-		}
-		c.recorder.Eventf(node, nil, corev1.EventTypeWarning, "WouldIsolate", "Isolate",
-			"dry run: would %s (%s) and evict %d workloads %v: %s", levelAction(level), why, len(wls), names(wls), what)
-		dryRuns.WithLabelValues(pool.Name, rep.primary().reason).Inc()
-		return reconcile.Result{}, nil
 	}
-	if c.halted(pool) && !operator {
-		return reconcile.Result{}, c.withhold(ctx, node, pool, what)
-	}
-	count, total, err := c.isolatedInWindow(ctx, pool, policy, now)
-	if err != nil {
-		return reconcile.Result{}, err
-	}
-	if limit := breakerLimit(policy, total); count+1 > limit && !operator {
-		msg := fmt.Sprintf("%d of the pool's %d nodes were isolated within %s, the most the breaker allows (%d%%); node %s (%s) is not isolated. Repair the fleet, then set %s=true on the pool",
-			count, total, breakerWindow(policy), maxIsolatedPercent(policy), node.Name, what, chamber.AnnotationIsolationBreakerReset)
-		if err := c.openBreaker(ctx, pool, msg); err != nil {
-			return reconcile.Result{}, err
-		}
-		return reconcile.Result{}, c.withhold(ctx, node, pool, what)
-	}
-	if !operator && !c.limiter.TryAccept() {
-		return reconcile.Result{RequeueAfter: time.Duration(float64(time.Second) / c.opts.RateLimit)}, nil
-	}
-
 	rec, err := c.patchIsolated(ctx, node, rep, level, now)
 	if err != nil {
 		return reconcile.Result{}, err
@@ -394,6 +364,49 @@ func (c *Controller) isolate(ctx context.Context, node *corev1.Node, pool *chamb
 		}
 	}
 	return c.evict(ctx, node, pool, rec, rep, now)
+}
+
+// holdBack keeps a failing node in service where the pool's dry run, its circuit
+// breaker or the fleet-wide rate limit says so (held), with the condition, Event and
+// metric each writes.
+func (c *Controller) holdBack(ctx context.Context, node *corev1.Node, pool *chamber.GPUPool, policy chamber.IsolationPolicy, rep report, level chamber.IsolationLevel, why string, now time.Time) (res reconcile.Result, held bool, err error) {
+	what := rep.describe()
+	if policy.DryRun {
+		if changed, err := c.setConditionChanged(ctx, node, corev1.ConditionFalse, ReasonDryRun, "would isolate: "+what); err != nil || !changed {
+			return reconcile.Result{}, true, err
+		}
+		bound, err := c.boundWorkloads(ctx, node)
+		if err != nil {
+			return reconcile.Result{}, true, err
+		}
+		wls, err := c.workloadsOn(ctx, node, bound, nil)
+		if err != nil {
+			return reconcile.Result{}, true, err
+		}
+		c.recorder.Eventf(node, nil, corev1.EventTypeWarning, "WouldIsolate", "Isolate",
+			"dry run: would %s (%s) and evict %d workloads %v: %s", levelAction(level), why, len(wls), names(wls), what)
+		dryRuns.WithLabelValues(pool.Name, rep.primary().reason).Inc()
+		return reconcile.Result{}, true, nil
+	}
+	if c.halted(pool) {
+		return reconcile.Result{}, true, c.withhold(ctx, node, pool, what)
+	}
+	count, total, err := c.isolatedInWindow(ctx, pool, policy, now)
+	if err != nil {
+		return reconcile.Result{}, true, err
+	}
+	if limit := breakerLimit(policy, total); count+1 > limit {
+		msg := fmt.Sprintf("%d of the pool's %d nodes were isolated within %s, the most the breaker allows (%d%%); node %s (%s) is not isolated. Repair the fleet, then set %s=true on the pool",
+			count, total, breakerWindow(policy), maxIsolatedPercent(policy), node.Name, what, chamber.AnnotationIsolationBreakerReset)
+		if err := c.openBreaker(ctx, pool, msg); err != nil {
+			return reconcile.Result{}, true, err
+		}
+		return reconcile.Result{}, true, c.withhold(ctx, node, pool, what)
+	}
+	if !c.limiter.TryAccept() {
+		return reconcile.Result{RequeueAfter: time.Duration(float64(time.Second) / c.opts.RateLimit)}, true, nil
+	}
+	return reconcile.Result{}, false, nil
 }
 
 // escalate isolates at Node level a node isolated at GPU level, once a fault there

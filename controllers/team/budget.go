@@ -89,11 +89,8 @@ func account(team *chamber.Team, prices map[string]float64, now time.Time) {
 	s.Cost = fmt.Sprintf("%.2f", cost)
 }
 
-// budgetUsed is the share of the budget spent (chamber.Team.BudgetUsed).
-func budgetUsed(team *chamber.Team) float64 { return team.BudgetUsed() }
-
 func budgetState(team *chamber.Team) (exceeded, warning bool) {
-	used := budgetUsed(team)
+	used := team.BudgetUsed()
 	return used >= exceededRatio, used >= warnRatio
 }
 
@@ -105,7 +102,7 @@ func (c *Controller) setBudgetConditions(team *chamber.Team, exceeded, warning b
 		apimeta.RemoveStatusCondition(&team.Status.Conditions, chamber.ConditionBudgetExceeded)
 		return
 	}
-	pct := int(budgetUsed(team) * 100)
+	pct := int(team.BudgetUsed() * 100)
 	action := "it no longer borrows beyond its quota; running work continues"
 	if team.Spec.Budget.OnExceeded == chamber.BudgetHold {
 		action = "its queue admits no new work (stopPolicy Hold); running work continues"

@@ -88,8 +88,8 @@ func TestBudgetUsed(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			spend := tc.spend
 			team := &chamber.Team{Spec: chamber.TeamSpec{Budget: tc.budget}, Status: chamber.TeamStatus{Spend: &spend}}
-			if got := budgetUsed(team); got != tc.wantUsed {
-				t.Errorf("budgetUsed = %v, want %v", got, tc.wantUsed)
+			if got := team.BudgetUsed(); got != tc.wantUsed {
+				t.Errorf("BudgetUsed = %v, want %v", got, tc.wantUsed)
 			}
 			exceeded, warning := budgetState(team)
 			if exceeded != tc.wantExceeded || warning != tc.wantWarning {

@@ -29,7 +29,7 @@ func init() {
 }
 
 func recordBudget(team *chamber.Team) {
-	budgetUsedRatio.WithLabelValues(team.Name).Set(budgetUsed(team))
+	budgetUsedRatio.WithLabelValues(team.Name).Set(team.BudgetUsed())
 	if s := team.Status.Spend; s != nil {
 		periodGPUSeconds.WithLabelValues(team.Name).Set(float64(s.GPUSeconds))
 		cost, _ := strconv.ParseFloat(s.Cost, 64)
