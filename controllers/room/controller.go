@@ -431,21 +431,24 @@ func (c *Controller) move(ctx context.Context, wl *kueue.Workload, p plan, pause
 		if target.UID != m.uid {
 			continue
 		}
-		if paused {
-			if err := chamberkueue.PatchAnnotations(ctx, c.client, &target, map[string]any{
-				chamber.AnnotationRoomPausedFor: wl.Namespace + "/" + wl.Name,
-				chamber.AnnotationRoomPausedAt:  now.UTC().Format(time.RFC3339),
-			}); client.IgnoreNotFound(err) != nil {
-				return fmt.Errorf("mark workload %s paused: %w", m.key, err)
-			}
-		}
 		msg := fmt.Sprintf("moved off node %s to make room for %s/%s (priority %d), which waits for a node with %d free GPUs; it fits on the GPUs free on other nodes",
 			rooms, wl.Namespace, wl.Name, priority(wl), slices.Max(chamberkueue.WorkloadPodGPUs(wl)))
 		if paused {
 			msg = fmt.Sprintf("paused to make room on node %s for %s/%s (priority %d), which waits for %d GPUs; its ClusterQueue %s borrows these GPUs beyond its nominal quota; it stays paused until that workload is admitted (at most %s), then Kueue requeues it",
 				rooms, wl.Namespace, wl.Name, priority(wl), slices.Max(chamberkueue.WorkloadPodGPUs(wl)), m.queue, c.opts.Settle)
 		}
-		err := chamberkueue.RequestEviction(ctx, c.client, &target, chamberkueue.Eviction{Reason: ReasonRoomForBigJob, Message: msg, RequestedAt: now, Pause: paused})
+		e := chamberkueue.Eviction{Reason: ReasonRoomForBigJob, Message: msg, RequestedAt: now, Pause: paused}
+		if paused {
+			// The marks go with the request: marked without it (two patches), the
+			// workload read as one whose request was dropped, its marks were removed,
+			// and once Chamber's eviction paused it, it was let go at once and took
+			// the room back (seen under make test's load).
+			e.Marks = map[string]string{
+				chamber.AnnotationRoomPausedFor: wl.Namespace + "/" + wl.Name,
+				chamber.AnnotationRoomPausedAt:  now.UTC().Format(time.RFC3339),
+			}
+		}
+		err := chamberkueue.RequestEviction(ctx, c.client, &target, e)
 		if err != nil {
 			return err
 		}

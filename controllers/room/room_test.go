@@ -13,6 +13,7 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 	testingjob "sigs.k8s.io/kueue/pkg/util/testingjobs/job"
@@ -116,7 +117,7 @@ func dumpOnFailure(t *testing.T, prefix string) {
 	_ = k8s.List(ctx, &wls)
 	for _, wl := range wls.Items {
 		if strings.HasPrefix(wl.Namespace, prefix) {
-			t.Logf("workload %s/%s active=%v annotations=%v conditions=%v", wl.Namespace, wl.Name, wl.Spec.Active, wl.Annotations, wl.Status.Conditions)
+			t.Logf("workload %s/%s active=%v annotations=%v conditions=%v", wl.Namespace, wl.Name, ptr.Deref(wl.Spec.Active, true), wl.Annotations, wl.Status.Conditions)
 		}
 	}
 	var events eventsv1.EventList

@@ -71,6 +71,10 @@ type Eviction struct {
 	// Pause deactivates the workload as it is evicted, before Kueue could requeue
 	// it, and marks it paused for Reason (Paused); the requester resumes it.
 	Pause bool
+	// Marks are the requester's own annotations, written in the same patch as the
+	// request, so that no state of a cache shows one without the other; not written
+	// when a request already there stays.
+	Marks map[string]string
 }
 
 // Paused is the reason of the eviction request the workload was paused for, when it
@@ -100,6 +104,9 @@ func RequestEviction(ctx context.Context, c client.Client, wl *kueue.Workload, e
 	}
 	if e.GracePeriod != nil {
 		annotations[chamber.AnnotationEvictionGracePeriod] = e.GracePeriod.String()
+	}
+	for k, v := range e.Marks {
+		annotations[k] = v
 	}
 	if err := PatchAnnotations(ctx, c, wl, annotations); err != nil {
 		return fmt.Errorf("request eviction of workload %s/%s: %w", wl.Namespace, wl.Name, err)

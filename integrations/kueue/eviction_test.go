@@ -1,11 +1,16 @@
 package kueue
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
@@ -50,5 +55,61 @@ func TestRequestedEvictionRoundTrip(t *testing.T) {
 	}
 	if _, ok := RequestedEviction(&kueue.Workload{}); ok {
 		t.Error("RequestedEviction() of a workload without the annotations found one")
+	}
+}
+
+// A requester's marks land in the same write as its request: a controller reading
+// its cache between two writes saw the marks without the request, took the request
+// for dropped and removed them, and let the paused workload go at once.
+func TestRequestEvictionWritesMarksWithTheRequest(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := kueue.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	marks := map[string]string{chamber.AnnotationRoomPausedFor: "prod/train", chamber.AnnotationRoomPausedAt: now.Format(time.RFC3339)}
+	hour := time.Hour
+	cases := map[string]struct {
+		have        map[string]string
+		wantPatches int
+		wantMarks   bool
+	}{
+		"no request there": {wantPatches: 1, wantMarks: true},
+		"a sooner request stays, without the marks": {
+			have:        map[string]string{chamber.AnnotationEvictionReason: ReasonGPUFault, chamber.AnnotationEvictionRequestedAt: now.Format(time.RFC3339), chamber.AnnotationEvictionGracePeriod: "0s"},
+			wantPatches: 0,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			wl := &kueue.Workload{ObjectMeta: metav1.ObjectMeta{Namespace: "batch", Name: "job-a", Annotations: tc.have}}
+			patches := 0
+			c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(wl).WithInterceptorFuncs(interceptor.Funcs{
+				Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+					patches++
+					return c.Patch(ctx, obj, patch, opts...)
+				},
+			}).Build()
+			e := Eviction{Reason: "RoomForBigJob", Message: "room", RequestedAt: now, GracePeriod: &hour, Pause: true, Marks: marks}
+			if err := RequestEviction(context.Background(), c, wl.DeepCopy(), e); err != nil {
+				t.Fatal(err)
+			}
+			if patches != tc.wantPatches {
+				t.Errorf("RequestEviction() wrote %d patches, want %d", patches, tc.wantPatches)
+			}
+			var got kueue.Workload
+			if err := c.Get(context.Background(), client.ObjectKeyFromObject(wl), &got); err != nil {
+				t.Fatal(err)
+			}
+			for k, v := range marks {
+				if has := got.Annotations[k] == v; has != tc.wantMarks {
+					t.Errorf("mark %s written: %t, want %t", k, has, tc.wantMarks)
+				}
+			}
+			if tc.wantMarks {
+				if r, ok := RequestedEviction(&got); !ok || r.Reason != e.Reason || !r.Pause {
+					t.Errorf("RequestedEviction() after the request = %+v, %t; want a pause for %s", r, ok, e.Reason)
+				}
+			}
+		})
 	}
 }
