@@ -3,10 +3,12 @@ package controllertest
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
@@ -16,6 +18,17 @@ import (
 	"chamber.dev/chamber/healthcheck"
 	"chamber.dev/chamber/test/controlplane"
 )
+
+// RunningPod is the one live pod (not being deleted) of the Job ns/job, once it runs;
+// it fails g otherwise.
+func RunningPod(g gomega.Gomega, c client.Client, ns, job string) *corev1.Pod {
+	var pods corev1.PodList
+	g.Expect(c.List(context.Background(), &pods, client.InNamespace(ns), client.MatchingLabels{"job-name": job})).To(gomega.Succeed())
+	live := slices.DeleteFunc(pods.Items, func(p corev1.Pod) bool { return p.DeletionTimestamp != nil })
+	g.Expect(live).To(gomega.HaveLen(1))
+	g.Expect(live[0].Status.Phase).To(gomega.Equal(corev1.PodRunning))
+	return &live[0]
+}
 
 // WorkloadOf is the Kueue Workload of the Job ns/job; it fails g when there is none.
 func WorkloadOf(g gomega.Gomega, c client.Client, ns, job string) *kueue.Workload {

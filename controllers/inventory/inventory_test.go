@@ -103,13 +103,9 @@ func submit(t *testing.T, ns, name string, gpus int, node string) {
 	create(t, j.Obj())
 }
 
-// runningPod is the job's pod once it runs.
+// runningPod is the job's one live pod, once Running.
 func runningPod(g gomega.Gomega, ns, job string) *corev1.Pod {
-	var pods corev1.PodList
-	g.Expect(k8s.List(context.Background(), &pods, client.InNamespace(ns), client.MatchingLabels{"job-name": job})).To(gomega.Succeed())
-	g.Expect(pods.Items).To(gomega.HaveLen(1))
-	g.Expect(pods.Items[0].Status.Phase).To(gomega.Equal(corev1.PodRunning))
-	return &pods.Items[0]
+	return controllertest.RunningPod(g, k8s, ns, job)
 }
 
 // report writes a GPUNode's status as the node agent would.

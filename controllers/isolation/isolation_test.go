@@ -153,12 +153,7 @@ func submitGPUs(t testing.TB, ns, name string, gpus int) {
 
 // runningPod is the job's one live pod, once Running.
 func runningPod(g gomega.Gomega, ns, job string) *corev1.Pod {
-	var pods corev1.PodList
-	g.Expect(k8s.List(context.Background(), &pods, client.InNamespace(ns), client.MatchingLabels{"job-name": job})).To(gomega.Succeed())
-	live := slices.DeleteFunc(pods.Items, func(p corev1.Pod) bool { return p.DeletionTimestamp != nil })
-	g.Expect(live).To(gomega.HaveLen(1))
-	g.Expect(live[0].Status.Phase).To(gomega.Equal(corev1.PodRunning))
-	return &live[0]
+	return controllertest.RunningPod(g, k8s, ns, job)
 }
 
 // workloads are the Kueue workloads of a job.

@@ -78,6 +78,7 @@ type ControlPlane struct {
 	binDir   string
 	logDir   string
 	procs    []*process // in start order; stopped in reverse
+	chamber  chamberBuild
 	stopOnce sync.Once
 	stopErr  error
 }
@@ -567,7 +568,8 @@ func freePort() (int, error) {
 func writeKubeconfig(path string, cfg *rest.Config) error {
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["chamber"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
-	kc.AuthInfos["chamber-admin"] = &clientcmdapi.AuthInfo{Token: cfg.BearerToken}
+	kc.AuthInfos["chamber-admin"] = &clientcmdapi.AuthInfo{Token: cfg.BearerToken,
+		Impersonate: cfg.Impersonate.UserName, ImpersonateGroups: cfg.Impersonate.Groups, ImpersonateUserExtra: cfg.Impersonate.Extra}
 	kc.Contexts["chamber"] = &clientcmdapi.Context{Cluster: "chamber", AuthInfo: "chamber-admin"}
 	kc.CurrentContext = "chamber"
 	if err := clientcmd.WriteToFile(*kc, path); err != nil {

@@ -10,10 +10,8 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -393,57 +391,27 @@ func injectFaults(ctx context.Context, b *testing.B, c client.Client, a *agents,
 
 // controller is the running chamber-controller.
 type controller struct {
-	cmd     *exec.Cmd
-	metrics string
-	http    *http.Client
+	*controlplane.Chamber
+	http *http.Client
 }
 
+// startController runs the chamber-controller binary as the chart's ServiceAccount,
+// without leader election, every controller on (the admission check if check).
 func startController(b *testing.B, ctx context.Context, cp *controlplane.ControlPlane, check bool) *controller {
-	dir := b.TempDir()
-	build := exec.Command("go", "build", "-o", filepath.Join(dir, "chamber-controller"), "./cmd/chamber-controller")
-	build.Dir = "../.."
-	if out, err := build.CombinedOutput(); err != nil {
-		b.Fatalf("go build chamber-controller: %v\n%s", err, out)
+	if err := cp.InstallChartRBAC(ctx); err != nil {
+		b.Fatal(err)
 	}
-	metricsPort, probePort := freePort(b), freePort(b)
-	logPath := filepath.Join(cp.LogDir(), "chamber-controller.log")
-	logFile, err := os.Create(logPath)
+	ch, err := cp.StartChamber(ctx, "chamber-controller", "--leader-elect=false", fmt.Sprintf("--admission-check=%t", check))
 	if err != nil {
 		b.Fatal(err)
 	}
-	cmd := exec.CommandContext(ctx, filepath.Join(dir, "chamber-controller"),
-		"--kubeconfig="+cp.Kubeconfig, "--leader-elect=false",
-		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", metricsPort),
-		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", probePort),
-		fmt.Sprintf("--admission-check=%t", check))
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		_ = logFile.Close()
-		if b.Failed() {
-			b.Logf("chamber-controller's log: %s", logPath)
-		}
-	})
-	ctl := &controller{cmd: cmd, metrics: fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort), http: &http.Client{Timeout: 30 * time.Second}}
-	waitFor(b, ctx, 2*time.Minute, "chamber-controller ready", func() bool {
-		resp, err := ctl.http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", probePort))
-		if err != nil {
-			return false
-		}
-		_ = resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
-	return ctl
+	return &controller{Chamber: ch, http: &http.Client{Timeout: 30 * time.Second}}
 }
 
 // scrape reads the controller's /metrics and how long the whole response took.
 func (c *controller) scrape() (map[string]*dto.MetricFamily, time.Duration, error) {
 	began := time.Now()
-	resp, err := c.http.Get(c.metrics)
+	resp, err := c.http.Get(c.MetricsURL)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -460,7 +428,7 @@ func (c *controller) scrape() (map[string]*dto.MetricFamily, time.Duration, erro
 
 // usage is the process's resident memory (MiB) and CPU time so far, from /proc.
 func (c *controller) usage() (rssMiB float64, cpu time.Duration, err error) {
-	pid := c.cmd.Process.Pid
+	pid := c.Pid()
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, 0, err
@@ -679,13 +647,4 @@ func waitFor(b *testing.B, ctx context.Context, timeout time.Duration, what stri
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-}
-
-func freePort(b *testing.B) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
