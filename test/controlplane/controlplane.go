@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -198,6 +199,49 @@ func (cp *ControlPlane) Stop() error {
 	return cp.stopErr
 }
 
+// StopComponent stops the component name ("etcd", "kube-apiserver", ...) as Stop
+// would; StartComponent starts it again. Between the two, clients of the API see an
+// outage of that component.
+func (cp *ControlPlane) StopComponent(name string) error {
+	p, _, err := cp.component(name)
+	if err != nil {
+		return err
+	}
+	p.stop()
+	return nil
+}
+
+// StartComponent starts a component StopComponent stopped, with the same flags, state
+// and port, and returns once it is ready again (etcd and kube-apiserver: once they
+// answer their health checks).
+func (cp *ControlPlane) StartComponent(ctx context.Context, name string) error {
+	old, i, err := cp.component(name)
+	if err != nil {
+		return err
+	}
+	if !old.exited() {
+		return fmt.Errorf("start %s: it is running", name)
+	}
+	p, err := startProcess(old.name, old.binary, old.args, cp.logDir)
+	if err != nil {
+		return err
+	}
+	p.ready = old.ready
+	cp.procs[i] = p
+	if p.ready == nil {
+		return nil
+	}
+	return waitReady(ctx, p, 2*time.Minute, p.ready)
+}
+
+func (cp *ControlPlane) component(name string) (*process, int, error) {
+	i := slices.IndexFunc(cp.procs, func(p *process) bool { return p.name == name })
+	if i < 0 {
+		return nil, 0, fmt.Errorf("%s is not a component of this control plane", name)
+	}
+	return cp.procs[i], i, nil
+}
+
 // BinDir is the folder of the binaries `make tools` built (kubectl among them).
 func (cp *ControlPlane) BinDir() string { return cp.binDir }
 
@@ -245,9 +289,8 @@ func (cp *ControlPlane) startEtcd(ctx context.Context) (string, error) {
 		return "", err
 	}
 	client := &http.Client{Timeout: time.Second}
-	err = waitReady(ctx, p, time.Minute, func() error {
-		return httpOK(client, clientURL+"/health")
-	})
+	p.ready = func() error { return httpOK(client, clientURL+"/health") }
+	err = waitReady(ctx, p, time.Minute, p.ready)
 	if err != nil {
 		return "", err
 	}
@@ -317,9 +360,8 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, etcdURL string) erro
 		return err
 	}
 	httpClient.Timeout = 2 * time.Second
-	err = waitReady(ctx, p, 2*time.Minute, func() error {
-		return httpOK(httpClient, cp.Config.Host+"/readyz")
-	})
+	p.ready = func() error { return httpOK(httpClient, cp.Config.Host+"/readyz") }
+	err = waitReady(ctx, p, 2*time.Minute, p.ready)
 	if err != nil {
 		return err
 	}

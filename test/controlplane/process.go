@@ -19,13 +19,17 @@ const stopTimeout = 10 * time.Second
 // process is one running control-plane component.
 type process struct {
 	name    string
+	binary  string
+	args    []string
 	logPath string
-	cmd     *exec.Cmd
-	done    chan struct{} // closed when the process has exited
-	err     error         // exit error, valid after done is closed
+	// ready says whether it serves, for Restart; nil: once started.
+	ready func() error
+	cmd   *exec.Cmd
+	done  chan struct{} // closed when the process has exited
+	err   error         // exit error, valid after done is closed
 }
 
-// startProcess runs binary with args, its output in logDir/<name>.log.
+// startProcess runs binary with args, its output appended to logDir/<name>.log.
 //
 // The child gets its own process group, so a Ctrl-C in the terminal reaches only the
 // test (which then stops components in order), and SIGKILL as its parent-death signal,
@@ -34,12 +38,14 @@ type process struct {
 // starts the child keeps its OS thread locked until the child is gone.
 func startProcess(name, binary string, args []string, logDir string) (*process, error) {
 	logPath := filepath.Join(logDir, name+".log")
-	logFile, err := os.Create(logPath)
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
 	p := &process{
 		name:    name,
+		binary:  binary,
+		args:    args,
 		logPath: logPath,
 		done:    make(chan struct{}),
 	}

@@ -1,8 +1,8 @@
-// Package failover runs two chamber-controller replicas with leader election on a
+// Package reliability runs two chamber-controller replicas with leader election on a
 // local control plane (Kueue, kube-scheduler, kwok) and kills the leader with SIGKILL
 // in the middle of Chamber's work: the replica that takes over must finish it exactly
 // once, from what the first one wrote down in the API, not from its memory.
-package failover
+package reliability
 
 import (
 	"context"
@@ -75,34 +75,9 @@ func run(m *testing.M) int {
 	return m.Run()
 }
 
+// newG is the test's gomega. If the test fails, the cluster's Workloads and Events
+// are shown.
 func newG(t *testing.T) *gomega.WithT {
-	g := gomega.NewWithT(t)
-	g.SetDefaultEventuallyTimeout(3 * time.Minute)
-	g.SetDefaultEventuallyPollingInterval(200 * time.Millisecond)
-	return g
-}
-
-// replicas starts two chamber-controller replicas electing a leader, with args, and
-// returns them and the leader. They are killed when the test ends; their logs are
-// shown if it failed.
-func replicas(t *testing.T, g *gomega.WithT, args ...string) (all []*controlplane.Chamber, leader *controlplane.Chamber) {
-	t.Helper()
-	args = append([]string{"--leader-elect", "--leader-election-namespace=" + controlplane.ChartNamespace}, args...)
-	for _, name := range []string{"a", "b"} {
-		c, err := cp.StartChamber(context.Background(), t.Name()+"-"+name, args...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		all = append(all, c)
-	}
-	t.Cleanup(func() {
-		for _, c := range all {
-			if t.Failed() {
-				t.Logf("--- %s ---\n%s", c.Name, tail(c.Log(), 60))
-			}
-			c.Kill()
-		}
-	})
 	t.Cleanup(func() {
 		if !t.Failed() {
 			return
@@ -122,8 +97,39 @@ func replicas(t *testing.T, g *gomega.WithT, args ...string) (all []*controlplan
 			t.Logf("event %s %s/%s %s %s: %s", e.CreationTimestamp.Format(time.TimeOnly), e.Regarding.Kind, e.Regarding.Name, e.Reason, e.Action, e.Note)
 		}
 	})
+	g := gomega.NewWithT(t)
+	g.SetDefaultEventuallyTimeout(3 * time.Minute)
+	g.SetDefaultEventuallyPollingInterval(200 * time.Millisecond)
+	return g
+}
+
+// replicas starts two chamber-controller replicas electing a leader, with args, and
+// returns them and the leader.
+func replicas(t *testing.T, g *gomega.WithT, args ...string) (all []*controlplane.Chamber, leader *controlplane.Chamber) {
+	t.Helper()
+	args = append([]string{"--leader-elect", "--leader-election-namespace=" + controlplane.ChartNamespace}, args...)
+	for _, name := range []string{"a", "b"} {
+		all = append(all, start(t, t.Name()+"-"+name, args...))
+	}
 	g.Eventually(func(g gomega.Gomega) { leader = leading(g, all) }).Should(gomega.Succeed())
 	return all, leader
+}
+
+// start runs chamber-controller as name with args. It is killed when the test ends,
+// its log shown if the test failed.
+func start(t *testing.T, name string, args ...string) *controlplane.Chamber {
+	t.Helper()
+	c, err := cp.StartChamber(context.Background(), name, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("--- %s ---\n%s", c.Name, tail(c.Log(), 60))
+		}
+		c.Kill()
+	})
+	return c
 }
 
 // failover kills the leader and returns the replica that leads next.
@@ -195,11 +201,10 @@ func TestLeaderKilledMidEviction(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var node corev1.Node
-	g.Expect(k8s.Get(ctx, client.ObjectKey{Name: "isolate-1"}, &node)).To(gomega.Succeed())
-	patch := client.MergeFrom(node.DeepCopy())
-	metav1.SetMetaDataAnnotation(&node.ObjectMeta, chamber.AnnotationIsolate, "failover test: maintenance")
-	g.Expect(k8s.Patch(ctx, &node, patch)).To(gomega.Succeed())
+	isolated := node(g, "isolate-1")
+	patch := client.MergeFrom(isolated.DeepCopy())
+	metav1.SetMetaDataAnnotation(&isolated.ObjectMeta, chamber.AnnotationIsolate, "failover test: maintenance")
+	g.Expect(k8s.Patch(ctx, isolated, patch)).To(gomega.Succeed())
 	wl, requested := evictionRequested(g, "isolate")
 	g.Expect(requested.Reason).To(gomega.Equal(chamberkueue.ReasonGPUFault))
 	failover(t, g, all, leader, requested.RequestedAt)
@@ -219,18 +224,10 @@ func TestLeaderKilledMidEviction(t *testing.T) {
 	g.Expect(now.UID).To(gomega.Equal(wl.UID))
 	g.Expect(apimeta.IsStatusConditionTrue(now.Status.Conditions, kueue.WorkloadAdmitted)).To(gomega.BeTrue())
 	g.Expect(runningPod(g, "isolate", "train").UID).To(gomega.Equal(moved.UID))
-	g.Expect(k8s.Get(ctx, client.ObjectKey{Name: "isolate-1"}, &node)).To(gomega.Succeed())
-	g.Expect(node.Spec.Unschedulable).To(gomega.BeTrue(), "isolate-1 no longer cordoned")
-	g.Expect(slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == chamber.TaintGPUUnhealthy })).To(gomega.BeTrue(), "isolate-1 no longer tainted")
-	var list eventsv1.EventList
-	g.Expect(k8s.List(ctx, &list)).To(gomega.Succeed())
-	var isolations []string
-	for _, e := range list.Items {
-		if e.Regarding.Kind == "Node" && e.Regarding.Name == "isolate-1" && e.Reason == "Isolated" {
-			isolations = append(isolations, e.Note)
-		}
-	}
-	g.Expect(isolations).To(gomega.HaveLen(1), "isolate-1 isolated more than once")
+	n := node(g, "isolate-1")
+	g.Expect(n.Spec.Unschedulable).To(gomega.BeTrue(), "isolate-1 no longer cordoned")
+	g.Expect(isolationTaint(n)).To(gomega.BeTrue(), "isolate-1 no longer tainted")
+	g.Expect(isolations(g, "isolate-1")).To(gomega.Equal(1), "isolate-1 isolated more than once")
 }
 
 // Idle reclaim pauses a borrowing team's idle job for another team's waiting job,
@@ -313,14 +310,24 @@ func TestLeaderKilledMidIdleReclaim(t *testing.T) {
 // team's LocalQueue is there.
 func submit(t *testing.T, g *gomega.WithT, ns, name, d string) {
 	t.Helper()
+	submitTo(t, g, ns, name, "", d)
+}
+
+// submitTo is submit, the pod pinned to node unless it is "".
+func submitTo(t *testing.T, g *gomega.WithT, ns, name, node, d string) {
+	t.Helper()
 	g.Eventually(func(g gomega.Gomega) {
 		var lq kueue.LocalQueue
 		g.Expect(k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "default"}, &lq)).To(gomega.Succeed())
 	}).Should(gomega.Succeed())
-	create(t, testingjob.MakeJob(name, ns).Queue("default").Suspend(false).
+	j := testingjob.MakeJob(name, ns).Queue("default").Suspend(false).
 		RequestAndLimit(chamberkueue.ResourceGPU, "8").
 		PodAnnotation("pod-complete.stage.kwok.x-k8s.io/delay", d).
-		PodAnnotation("pod-complete.stage.kwok.x-k8s.io/jitter-delay", d).Obj())
+		PodAnnotation("pod-complete.stage.kwok.x-k8s.io/jitter-delay", d)
+	if node != "" {
+		j.NodeSelector(corev1.LabelHostname, node)
+	}
+	create(t, j.Obj())
 }
 
 // evictionRequested waits for the eviction request on the one workload of ns.
