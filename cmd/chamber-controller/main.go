@@ -13,9 +13,11 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
@@ -75,6 +77,7 @@ func main() {
 		fail("set up controller %s: %v", name, err)
 	}
 	utilruntime.Must(mgr.AddHealthzCheck("healthz", healthz.Ping))
+	utilruntime.Must(mgr.AddHealthzCheck("workers", controllers.NewStuckWorkers(metrics.Registry, o.StuckAfter, clock.RealClock{}).Check))
 	synced := controllers.NewCachesSynced(mgr.GetCache())
 	utilruntime.Must(mgr.Add(synced))
 	utilruntime.Must(mgr.AddReadyzCheck("caches-synced", synced.Check))

@@ -27,6 +27,9 @@ import (
 type Options struct {
 	// MetricsAddr serves /metrics ("0": off); ProbeAddr /healthz and /readyz.
 	MetricsAddr, ProbeAddr string
+	// StuckAfter is how long a controller may have busy workers and no finished
+	// reconcile before /healthz fails (controllers.StuckWorkers).
+	StuckAfter time.Duration
 	// MetricsSecure serves /metrics over HTTPS to clients the API server authenticates
 	// (TokenReview) and authorizes (SubjectAccessReview: get on the non-resource URL
 	// /metrics), with the certificate in MetricsCertDir (tls.crt, tls.key; reloaded
@@ -55,7 +58,7 @@ func New() *Options {
 	cfg.Isolation.HoldNamespace = isolation.DefaultHoldNamespace
 	cfg.SilentAfterHeartbeats = chamber.SilentAfterHeartbeats
 	return &Options{
-		MetricsAddr: ":8080", ProbeAddr: ":8081",
+		MetricsAddr: ":8080", ProbeAddr: ":8081", StuckAfter: controllers.DefaultStuckAfter,
 		// Kueue's own default: the check's round trips are on Kueue's admission path.
 		APIQPS: 300, APIBurst: 500,
 		Controllers:   cfg,
@@ -68,6 +71,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	c := &o.Controllers
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", o.MetricsAddr, "address of the Prometheus metrics endpoint; 0 turns it off")
 	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", o.ProbeAddr, "address of /healthz and /readyz")
+	fs.DurationVar(&o.StuckAfter, "healthz-stuck-after", o.StuckAfter, "/healthz fails (and the kubelet restarts the controller) when a controller has had busy workers and no finished reconcile for this long")
 	fs.BoolVar(&o.MetricsSecure, "metrics-secure", o.MetricsSecure, "serve /metrics over HTTPS, only to clients the API server authenticates and authorizes for get on /metrics (a ServiceAccount token)")
 	fs.StringVar(&o.MetricsCertDir, "metrics-cert-dir", o.MetricsCertDir, "directory of the metrics endpoint's tls.crt and tls.key under --metrics-secure (default: a self-signed certificate)")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "elect a leader, for more than one replica")
@@ -136,6 +140,7 @@ func (o *Options) validate() error {
 	must(o.APIQPS > 0, "--kube-api-qps must be positive, got %v", o.APIQPS)
 	must(o.APIBurst >= 1, "--kube-api-burst must be at least 1, got %d", o.APIBurst)
 	atLeastSecond("accounting-interval", c.AccountingInterval)
+	atLeastSecond("healthz-stuck-after", o.StuckAfter)
 	must(c.Inventory.Fleet.IdleThresholdPercent > 0 && c.Inventory.Fleet.IdleThresholdPercent <= 100,
 		"--idle-utilization-threshold must be above 0 and at most 100 (percent), got %v", c.Inventory.Fleet.IdleThresholdPercent)
 	atLeastSecond("idle-window", c.Inventory.Fleet.IdleWindow)

@@ -72,7 +72,8 @@ func TestBadFlags(t *testing.T) {
 	_, err := parse("--idle-utilization-threshold=150", "--eviction-grace-period=-1s", "--placement-timeout=10ms",
 		"--isolation-rate-burst=0", "--priority-tiers=production", "--kube-api-burst=0", "--isolation-hold-namespace=",
 		"--isolation-node-conditions=GPUProblem,ChamberIsolated",
-		"--dcgm-prometheus-url=prometheus:9090", `--dcgm-matchers={job="dcgm"}`, "--dcgm-health-config=/nonexistent/health.yaml")
+		"--dcgm-prometheus-url=prometheus:9090", `--dcgm-matchers={job="dcgm"}`, "--dcgm-health-config=/nonexistent/health.yaml",
+		"--healthz-stuck-after=0s")
 	if err == nil {
 		t.Fatal("bad flags accepted")
 	}
@@ -88,13 +89,14 @@ func TestBadFlags(t *testing.T) {
 		`--dcgm-prometheus-url: "prometheus:9090" is not an http(s) URL`,
 		"--dcgm-matchers:",
 		"--dcgm-health-config /nonexistent/health.yaml:",
+		"--healthz-stuck-after must be at least 1s, got 0s",
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not say %q", err, want)
 		}
 	}
-	if n := strings.Count(err.Error(), "\n") + 1; n != 11 {
-		t.Errorf("%d problems reported, want 11:\n%s", n, err)
+	if n := strings.Count(err.Error(), "\n") + 1; n != 12 {
+		t.Errorf("%d problems reported, want 12:\n%s", n, err)
 	}
 }
 
