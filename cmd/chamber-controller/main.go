@@ -9,18 +9,14 @@ import (
 	"fmt"
 	"os"
 
-	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/discovery"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
-	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
-	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers"
 	"chamber.dev/chamber/controllers/options"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
@@ -38,10 +34,7 @@ func main() {
 	log := ctrl.Log.WithName("setup")
 	cfg := o.Controllers
 
-	scheme := runtime.NewScheme()
-	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
-	utilruntime.Must(kueue.AddToScheme(scheme))
-	utilruntime.Must(chamber.AddToScheme(scheme))
+	scheme := chamberkueue.NewScheme()
 
 	kube := ctrl.GetConfigOrDie()
 	kube.QPS, kube.Burst = float32(o.APIQPS), o.APIBurst

@@ -4,27 +4,21 @@ import (
 	"fmt"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/discovery"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	configv1alpha1 "k8s.io/component-base/config/v1alpha1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	configapi "sigs.k8s.io/kueue/apis/config/v1beta2"
-	kueuev1beta2 "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
-	chamber "chamber.dev/chamber/api/v1alpha1"
+	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
 // Scheme knows the built-in types, CRDs, Kueue's API and Chamber's.
-var Scheme = runtime.NewScheme()
+var Scheme = chamberkueue.NewScheme()
 
 func init() {
-	utilruntime.Must(clientgoscheme.AddToScheme(Scheme))
 	utilruntime.Must(apiextensionsv1.AddToScheme(Scheme))
-	utilruntime.Must(kueuev1beta2.AddToScheme(Scheme))
-	utilruntime.Must(chamber.AddToScheme(Scheme))
 }
 
 // Client returns a controller-runtime client for the control plane, with Scheme.
