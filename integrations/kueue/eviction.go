@@ -92,6 +92,15 @@ func RequestEviction(ctx context.Context, c client.Client, wl *kueue.Workload, e
 	if have, ok := RequestedEviction(wl); ok && !evictsSooner(e, have) {
 		return nil
 	}
+	if err := PatchAnnotations(ctx, c, wl, e.annotations()); err != nil {
+		return fmt.Errorf("request eviction of workload %s/%s: %w", wl.Namespace, wl.Name, err)
+	}
+	return nil
+}
+
+// annotations are the request's annotations as RequestEviction writes them (nil
+// removes one), which RequestedEviction reads back.
+func (e Eviction) annotations() map[string]any {
 	annotations := map[string]any{
 		chamber.AnnotationEvictionReason:      e.Reason,
 		chamber.AnnotationEvictionMessage:     e.Message,
@@ -108,10 +117,7 @@ func RequestEviction(ctx context.Context, c client.Client, wl *kueue.Workload, e
 	for k, v := range e.Marks {
 		annotations[k] = v
 	}
-	if err := PatchAnnotations(ctx, c, wl, annotations); err != nil {
-		return fmt.Errorf("request eviction of workload %s/%s: %w", wl.Namespace, wl.Name, err)
-	}
-	return nil
+	return annotations
 }
 
 // PatchWorkload sets (a string) or removes (nil) annotations of the workload and, when

@@ -113,3 +113,51 @@ func TestRequestEvictionWritesMarksWithTheRequest(t *testing.T) {
 		})
 	}
 }
+
+// Whatever the eviction annotations hold (written by hand, cut short, from another
+// version), reading them never fails and never yields a negative grace period; what
+// is read, written again as RequestEviction writes it, reads back the same (the time
+// to the second: RFC 3339 as written).
+func FuzzRequestedEviction(f *testing.F) {
+	f.Add("GPUFault", "XID 79", "2026-11-29T12:00:00Z", "90s", "true")
+	f.Add("IdleReclaim", "", "2026-11-29T12:00:00.5+05:00", "-1s", "false")
+	f.Add("", "no reason", "yesterday", "1h", "")
+	f.Add("RoomForBigJob", "m", "", "9999999999h", "TRUE")
+	f.Fuzz(func(t *testing.T, reason, message, at, grace, pause string) {
+		wl := &kueue.Workload{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
+			chamber.AnnotationEvictionReason: reason, chamber.AnnotationEvictionMessage: message,
+			chamber.AnnotationEvictionRequestedAt: at, chamber.AnnotationEvictionGracePeriod: grace,
+			chamber.AnnotationEvictionPause: pause,
+		}}}
+		e, ok := RequestedEviction(wl)
+		if ok != (reason != "") {
+			t.Fatalf("RequestedEviction() found a request: %t, with reason %q", ok, reason)
+		}
+		if !ok {
+			return
+		}
+		if e.GracePeriod != nil && *e.GracePeriod < 0 {
+			t.Fatalf("grace period %q read as %s", grace, *e.GracePeriod)
+		}
+		if y := e.RequestedAt.UTC().Year(); y < 0 || y > 9999 {
+			return // RFC 3339 has four-digit years: an offset pushed it out of them
+		}
+		again := &kueue.Workload{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{}}}
+		for k, v := range e.annotations() {
+			if v != nil {
+				again.Annotations[k] = v.(string)
+			}
+		}
+		back, ok := RequestedEviction(again)
+		if !ok {
+			t.Fatalf("the request %+v, written again, reads as none", e)
+		}
+		if !back.RequestedAt.Equal(e.RequestedAt.Truncate(time.Second)) {
+			t.Fatalf("requested at %s read back as %s", e.RequestedAt, back.RequestedAt)
+		}
+		back.RequestedAt, e.RequestedAt = time.Time{}, time.Time{}
+		if diff := cmp.Diff(e, back); diff != "" {
+			t.Fatalf("written again and read back (-read +back):\n%s", diff)
+		}
+	})
+}
