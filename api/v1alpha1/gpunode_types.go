@@ -68,6 +68,7 @@ type GPUNodeStatus struct {
 	LastHeartbeatTime *metav1.Time `json:"lastHeartbeatTime,omitempty"`
 	// HeartbeatSeconds is the agent's heartbeat interval: the longest it goes without
 	// writing when nothing changes.
+	// +kubebuilder:validation:Minimum=0
 	// +optional
 	HeartbeatSeconds int32 `json:"heartbeatSeconds,omitempty"`
 	// Source says who wrote this status: the node agent (Agent; also when empty) or
