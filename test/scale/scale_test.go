@@ -588,7 +588,7 @@ func (r report) markdown() string {
 	fmt.Fprintf(&w, "| load | %d workloads without pods (7 in 12 of 1 GPU, 3 of 4, 1 of 8, 1 of 2 pods x 8), one after another at up to %.0f a second: all created in %s (%.1f a second; each create waits for the API server's answer), each finished 30 to 90 s after admission |\n",
 		s.workloads, s.rate, r.created.Round(time.Second), float64(s.workloads)/r.created.Seconds())
 	fmt.Fprintf(&w, "| faults | an XID 79 on one GPU of a different node every %s from the start of the load, %d in all |\n", s.faultEvery, s.faults)
-	fmt.Fprintf(&w, "| Chamber | the chamber-controller binary, every controller on, admission check %s |\n\n", map[bool]string{true: "on (`--admission-check`)", false: "off (the default)"}[s.check])
+	fmt.Fprintf(&w, "| Chamber | the chamber-controller binary as the chart's ServiceAccount, every controller on, admission check %s |\n\n", map[bool]string{true: "on (`--admission-check`)", false: "off (the default)"}[s.check])
 
 	fmt.Fprintf(&w, "| figure | value | goal |\n| --- | --- | --- |\n")
 	fmt.Fprintf(&w, "| workloads admitted and finished | %d of %d, the last %s after the first was created | all |\n", r.result.Workloads, s.workloads, r.result.Wall.Round(time.Second))
