@@ -154,6 +154,14 @@ func (m *Model) modelOfFlavor(flavor string) string {
 	return flavor
 }
 
+// Price is what a GPU-hour of model costs in the pool, at the pool's price; 0 without
+// one.
+func (m *Model) Price(poolName, model string) float64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.price(poolName, model)
+}
+
 func (m *Model) price(poolName, model string) float64 {
 	if p := m.pools[poolName]; p != nil {
 		return p.prices[model]

@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"strconv"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -75,6 +77,18 @@ type GPUPoolSpec struct {
 // (spec.quotasFollowHealth, default false).
 func (p *GPUPool) FollowsHealth() bool {
 	return p.Spec.QuotasFollowHealth != nil && *p.Spec.QuotasFollowHealth
+}
+
+// PricePerGPUHour is the pool's price of a GPU-hour of model; 0 where it has none
+// (the schema's pattern admits only decimals).
+func (p *GPUPool) PricePerGPUHour(model string) float64 {
+	for _, price := range p.Spec.Prices {
+		if price.Model == model {
+			v, _ := strconv.ParseFloat(price.PerGPUHour, 64)
+			return v
+		}
+	}
+	return 0
 }
 
 // GPUPrice is the price of one GPU-hour of a model.

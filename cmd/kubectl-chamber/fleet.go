@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -23,10 +22,10 @@ import (
 // cluster is what the commands read: the fleet model Chamber's metrics come from,
 // fed once from the API objects, and the objects themselves.
 type cluster struct {
+	model    *fleet.Model
 	snap     *fleet.Snapshot
 	nodes    map[string]*corev1.Node
 	gpuNodes map[string]*chamber.GPUNode
-	pools    []chamber.GPUPool
 	teams    []chamber.Team
 	// heartbeats says which agents are silent.
 	heartbeats *chamber.Heartbeats
@@ -42,13 +41,12 @@ func (o *options) load(ctx context.Context, c client.Client, withKueue bool) (*c
 	// every controller applies.
 	heartbeats := chamber.NewHeartbeats(clock.RealClock{}, 0)
 	m := fleet.New(fleet.Options{Clock: clock.RealClock{}, Heartbeats: heartbeats})
-	out := &cluster{nodes: map[string]*corev1.Node{}, gpuNodes: map[string]*chamber.GPUNode{}, heartbeats: heartbeats}
+	out := &cluster{model: m, nodes: map[string]*corev1.Node{}, gpuNodes: map[string]*chamber.GPUNode{}, heartbeats: heartbeats}
 
 	var pools chamber.GPUPoolList
 	if err := c.List(ctx, &pools); err != nil {
 		return nil, fmt.Errorf("list GPUPools (is Chamber installed?): %w", err)
 	}
-	out.pools = pools.Items
 	for i := range pools.Items {
 		m.SetPool(&pools.Items[i])
 	}
@@ -403,17 +401,9 @@ func (cl *cluster) status(now time.Time) statusView {
 	if e, ok := cl.snap.Efficiency(); ok {
 		v.Efficiency = &e
 	}
-	prices := map[[2]string]float64{}
-	for _, p := range cl.pools {
-		for _, price := range p.Spec.Prices {
-			if f, err := strconv.ParseFloat(price.PerGPUHour, 64); err == nil {
-				prices[[2]string{p.Name, price.Model}] = f
-			}
-		}
-	}
 	for _, g := range cl.snap.GPUs {
 		if g.State == fleet.Idle {
-			v.IdleCost += prices[[2]string{g.Pool, g.Model}]
+			v.IdleCost += cl.model.Price(g.Pool, g.Model)
 		}
 	}
 	for _, r := range cl.nodeRows(now) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
@@ -46,18 +47,43 @@ func WorkloadOf(g gomega.Gomega, c client.Client, ns, job string) *kueue.Workloa
 }
 
 // EvictedByChamber reports whether Chamber evicted the workload for cause (its
-// eviction request's reason) at least once: Kueue's scheduling statistics count an
-// eviction by preemption with that underlying cause.
+// eviction request's reason) at least once.
 func EvictedByChamber(wl *kueue.Workload, cause string) bool {
+	return Evictions(wl, cause) > 0
+}
+
+// Evictions is how many times Kueue's scheduling statistics count the workload
+// evicted by preemption with cause as the underlying cause: Chamber's evictions for
+// that reason.
+func Evictions(wl *kueue.Workload, cause string) int32 {
 	if wl.Status.SchedulingStats == nil {
-		return false
+		return 0
 	}
+	var n int32
 	for _, e := range wl.Status.SchedulingStats.Evictions {
-		if e.Reason == kueue.WorkloadEvictedByPreemption && string(e.UnderlyingCause) == cause && e.Count > 0 {
-			return true
+		if e.Reason == kueue.WorkloadEvictedByPreemption && string(e.UnderlyingCause) == cause {
+			n += e.Count
 		}
 	}
-	return false
+	return n
+}
+
+// SetNodeCondition sets one condition of the node's status, as a health checker
+// (Node Problem Detector, NVSentinel) does: a strategic merge patch, so the kubelet's,
+// kwok's and Chamber's conditions stay.
+func SetNodeCondition(t testing.TB, c client.Client, name string, cond corev1.NodeCondition) {
+	t.Helper()
+	ctx := context.Background()
+	var n corev1.Node
+	if err := c.Get(ctx, client.ObjectKey{Name: name}, &n); err != nil {
+		t.Fatal(err)
+	}
+	orig := n.DeepCopy()
+	cond.LastTransitionTime, cond.LastHeartbeatTime = metav1.Now(), metav1.Now()
+	n.Status.Conditions = append(slices.DeleteFunc(n.Status.Conditions, func(c corev1.NodeCondition) bool { return c.Type == cond.Type }), cond)
+	if err := c.Status().Patch(ctx, &n, client.StrategicMergeFrom(orig)); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // RunAgent runs the real node agent of node on go-nvml fake GPUs until stop is called

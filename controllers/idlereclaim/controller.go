@@ -189,10 +189,11 @@ func (c *Controller) reconcile(ctx context.Context, wl *kueue.Workload) (reconci
 	now := c.opts.Clock.Now()
 	logger := log.FromContext(ctx)
 
-	team, policy, price, err := c.policyOf(ctx, wl)
+	owner, err := c.ownerOf(ctx, wl)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	team, policy := owner.team, owner.policy
 	if !policy.Enabled || policy.exempt(tierOf(wl)) || optedOut(wl) {
 		c.forget(key)
 		return again, nil
@@ -207,7 +208,6 @@ func (c *Controller) reconcile(ctx context.Context, wl *kueue.Workload) (reconci
 		return reconcile.Result{}, err
 	}
 	use := measure(pods, nodes, c.opts.Heartbeats, policy.UtilizationPercent, now)
-	use.price = price
 	if !use.idle {
 		c.forget(key)
 		return again, nil
@@ -228,7 +228,7 @@ func (c *Controller) reconcile(ctx context.Context, wl *kueue.Workload) (reconci
 				if out, err := c.ownerOptedOut(ctx, wl, pods); err != nil || out {
 					return again, err
 				}
-				return c.pauseAtLimit(ctx, key, wl, team, use, idleFor, policy, now)
+				return c.pauseAtLimit(ctx, key, wl, owner, use, idleFor, now)
 			}
 			return reconcile.Result{RequeueAfter: min(c.opts.Interval, lowSince.Add(limit).Sub(now))}, nil
 		}
@@ -269,7 +269,7 @@ func (c *Controller) reconcile(ctx context.Context, wl *kueue.Workload) (reconci
 	}
 
 	idleFor := now.Sub(lowSince)
-	err = c.reclaim(ctx, key, wl, team, use, idleFor, waiting.Namespace+"/"+waiting.Name, chamberkueue.Eviction{
+	err = c.reclaim(ctx, key, wl, owner, use, idleFor, waiting.Namespace+"/"+waiting.Name, chamberkueue.Eviction{
 		Reason: ReasonIdleReclaim,
 		Message: fmt.Sprintf("idle reclaim: its %d GPUs stayed below %d%% utilization for %s, and %s/%s waits for them",
 			use.gpus, policy.UtilizationPercent, idleFor.Round(time.Second), waiting.Namespace, waiting.Name),
@@ -286,22 +286,24 @@ func (c *Controller) reconcile(ctx context.Context, wl *kueue.Workload) (reconci
 // reclaimedFor (a waiting workload, or reclaimedForIdleLimit), which the hold reads.
 // The mark comes after the request, so that no state of the cache shows the mark
 // without the request; failed, the next reconcile writes it.
-func (c *Controller) reclaim(ctx context.Context, key types.NamespacedName, wl *kueue.Workload, team string, use usage, idleFor time.Duration, reclaimedFor string, e chamberkueue.Eviction) error {
+func (c *Controller) reclaim(ctx context.Context, key types.NamespacedName, wl *kueue.Workload, owner owner, use usage, idleFor time.Duration, reclaimedFor string, e chamberkueue.Eviction) error {
 	e.Pause = true // the hold keeps it out of its queue
 	if err := chamberkueue.RequestEviction(ctx, c.client, wl, e); err != nil {
 		return err
 	}
-	evictions.WithLabelValues(team).Inc()
-	reclaimedGPUHours.WithLabelValues(team).Add(float64(use.gpus) * idleFor.Hours())
-	reclaimedCost.WithLabelValues(team).Add(float64(use.gpus) * idleFor.Hours() * use.price)
+	gpuHours := float64(use.gpus) * idleFor.Hours()
+	evictions.WithLabelValues(owner.team).Inc()
+	reclaimedGPUHours.WithLabelValues(owner.team).Add(gpuHours)
+	reclaimedCost.WithLabelValues(owner.team).Add(gpuHours * owner.price)
 	c.remember(key, wl.UID, idleWorkload{reclaimed: true, reclaimedFor: reclaimedFor, reclaimedAt: e.RequestedAt})
 	return c.markReclaimed(ctx, key, wl, reclaimedFor, e.RequestedAt)
 }
 
 // pauseAtLimit asks for the eviction of an interactive workload idle for its limit;
 // the hold then keeps it paused until its user resumes it (reclaimedForIdleLimit).
-func (c *Controller) pauseAtLimit(ctx context.Context, key types.NamespacedName, wl *kueue.Workload, team string, use usage, idleFor time.Duration, policy Policy, now time.Time) (reconcile.Result, error) {
-	err := c.reclaim(ctx, key, wl, team, use, idleFor, reclaimedForIdleLimit, chamberkueue.Eviction{
+func (c *Controller) pauseAtLimit(ctx context.Context, key types.NamespacedName, wl *kueue.Workload, owner owner, use usage, idleFor time.Duration, now time.Time) (reconcile.Result, error) {
+	policy := owner.policy
+	err := c.reclaim(ctx, key, wl, owner, use, idleFor, reclaimedForIdleLimit, chamberkueue.Eviction{
 		Reason: ReasonIdleTimeLimit,
 		Message: fmt.Sprintf("interactive idle time limit: its %d GPUs stayed below %d%% utilization for %s (limit %s); resume it with spec.active true",
 			use.gpus, policy.UtilizationPercent, idleFor.Round(time.Second), policy.InteractiveIdleLimit),
@@ -412,27 +414,35 @@ func (c *Controller) ownerOptedOut(ctx context.Context, wl *kueue.Workload, pods
 	return false, nil
 }
 
-// policyOf is the policy in force for the workload, and its team (the team whose
-// ClusterQueue admitted it; "" for a ClusterQueue of no team, whose workloads are
-// never reclaimed).
-func (c *Controller) policyOf(ctx context.Context, wl *kueue.Workload) (string, Policy, float64, error) {
+// owner is who answers for a workload's GPUs: the team whose ClusterQueue admitted it
+// ("" for a ClusterQueue of no team, whose workloads are never reclaimed), the idle
+// reclaim policy in force for it, and what one of its GPU-hours costs at the team's
+// pool's price (0 without one).
+type owner struct {
+	team   string
+	policy Policy
+	price  float64
+}
+
+// ownerOf reads the workload's owner.
+func (c *Controller) ownerOf(ctx context.Context, wl *kueue.Workload) (owner, error) {
 	var teams chamber.TeamList
 	if err := c.client.List(ctx, &teams); err != nil {
-		return "", Policy{}, 0, fmt.Errorf("list teams: %w", err)
+		return owner{}, fmt.Errorf("list teams: %w", err)
 	}
 	team := chamber.TeamOfClusterQueue(teams.Items, string(wl.Status.Admission.ClusterQueue))
 	if team == nil {
-		return "", Policy{}, 0, nil
+		return owner{}, nil
 	}
 	var pool chamber.GPUPool
 	err := c.client.Get(ctx, client.ObjectKey{Name: team.Spec.Pool}, &pool)
 	if apierrors.IsNotFound(err) {
-		return team.Name, ResolvePolicy(nil, team.Spec.IdleReclaim), 0, nil
+		return owner{team: team.Name, policy: ResolvePolicy(nil, team.Spec.IdleReclaim)}, nil
 	}
 	if err != nil {
-		return "", Policy{}, 0, fmt.Errorf("get pool %s of team %s: %w", team.Spec.Pool, team.Name, err)
+		return owner{}, fmt.Errorf("get pool %s of team %s: %w", team.Spec.Pool, team.Name, err)
 	}
-	return team.Name, ResolvePolicy(pool.Spec.IdleReclaim, team.Spec.IdleReclaim), gpuPrice(team, &pool, gpuFlavors(wl)), nil
+	return owner{team: team.Name, policy: ResolvePolicy(pool.Spec.IdleReclaim, team.Spec.IdleReclaim), price: gpuPrice(team, &pool, gpuFlavors(wl))}, nil
 }
 
 // gpuPrice is the pool's price of a GPU-hour of the model of the workload's GPU flavor
@@ -442,11 +452,8 @@ func gpuPrice(team *chamber.Team, pool *chamber.GPUPool, flavors []kueue.Resourc
 		if !slices.Contains(flavors, kueue.ResourceFlavorReference(m.Flavor)) {
 			continue
 		}
-		for _, p := range pool.Spec.Prices {
-			if p.Model == m.Model {
-				price, _ := strconv.ParseFloat(p.PerGPUHour, 64)
-				return price
-			}
+		if price := pool.PricePerGPUHour(m.Model); price > 0 {
+			return price
 		}
 	}
 	return 0

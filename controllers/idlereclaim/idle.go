@@ -66,8 +66,6 @@ type usage struct {
 	idle bool
 	// why it is not idle, for tests and logs.
 	why string
-	// price is what one of its GPU-hours costs at its pool's price (0 without one).
-	price float64
 }
 
 // measure says whether the pods' GPUs are all below threshold percent. Only what the

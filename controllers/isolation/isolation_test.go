@@ -328,21 +328,10 @@ func TestXID79MovesWorkloadToHealthyNode(t *testing.T) {
 // Problem Detector custom plugin would.
 const gpuProblem corev1.NodeConditionType = "GPUProblem"
 
-// setNodeCondition sets one condition of the node's status, as a health checker does
-// (a strategic merge patch: the kubelet's, kwok's and Chamber's conditions stay).
+// setNodeCondition sets one condition of the node's status, as a health checker does.
 func setNodeCondition(t *testing.T, name string, cond corev1.NodeCondition) {
 	t.Helper()
-	ctx := context.Background()
-	var n corev1.Node
-	if err := k8s.Get(ctx, client.ObjectKey{Name: name}, &n); err != nil {
-		t.Fatal(err)
-	}
-	orig := n.DeepCopy()
-	cond.LastTransitionTime, cond.LastHeartbeatTime = metav1.Now(), metav1.Now()
-	n.Status.Conditions = append(slices.DeleteFunc(n.Status.Conditions, func(c corev1.NodeCondition) bool { return c.Type == cond.Type }), cond)
-	if err := k8s.Status().Patch(ctx, &n, client.StrategicMergeFrom(orig)); err != nil {
-		t.Fatal(err)
-	}
+	controllertest.SetNodeCondition(t, k8s, name, cond)
 }
 
 // Issue 16, test 2: a condition that a health checker (Node Problem Detector,

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"sync"
@@ -104,11 +103,5 @@ func (c *Chamber) Pid() int { return c.p.cmd.Process.Pid }
 // Exited reports whether the process has stopped.
 func (c *Chamber) Exited() bool { return c.p.exited() }
 
-// Log is its output so far.
-func (c *Chamber) Log() string {
-	data, err := os.ReadFile(c.p.logPath)
-	if err != nil {
-		return err.Error()
-	}
-	return string(data)
-}
+// LogTail is the last n lines of its output.
+func (c *Chamber) LogTail(n int) string { return c.p.tail(n) }

@@ -99,15 +99,17 @@ func (p *process) stop() {
 }
 
 // logTail returns the last lines of the process's log, for error messages.
-func (p *process) logTail() string {
+func (p *process) logTail() string { return p.tail(20) }
+
+// tail returns the last n lines of the process's log.
+func (p *process) tail(n int) string {
 	data, err := os.ReadFile(p.logPath)
 	if err != nil {
 		return ""
 	}
-	const maxLines = 20
 	lines := bytes.Split(bytes.TrimRight(data, "\n"), []byte("\n"))
-	if len(lines) > maxLines {
-		lines = lines[len(lines)-maxLines:]
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
 	}
 	return string(bytes.Join(lines, []byte("\n")))
 }

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -125,7 +124,7 @@ func start(t *testing.T, name string, args ...string) *controlplane.Chamber {
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("--- %s ---\n%s", c.Name, tail(c.Log(), 60))
+			t.Logf("--- %s ---\n%s", c.Name, c.LogTail(60))
 		}
 		c.Kill()
 	})
@@ -171,7 +170,7 @@ func evictedOnce(t *testing.T, g gomega.Gomega, ns, reason string, requested tim
 	g.Expect(at).To(gomega.BeTemporally(">=", requested.Add(grace-time.Second)), "evicted before its grace period ended")
 	g.Expect(at).To(gomega.BeTemporally("<", requested.Add(grace+15*time.Second)), "the grace period started again under the new leader")
 	wl := workload(g, ns)
-	g.Expect(evictionCount(&wl, reason)).To(gomega.Equal(int32(1)))
+	g.Expect(controllertest.Evictions(&wl, reason)).To(gomega.Equal(int32(1)))
 }
 
 // An operator isolates the node a job runs on; the leader taints and cordons it and
@@ -391,24 +390,4 @@ func workload(g gomega.Gomega, ns string) kueue.Workload {
 // runningPod is the job's one live pod, once Running.
 func runningPod(g gomega.Gomega, ns, job string) *corev1.Pod {
 	return controllertest.RunningPod(g, k8s, ns, job)
-}
-
-// evictionCount is how many times Kueue's scheduling statistics count the workload
-// evicted for cause.
-func evictionCount(wl *kueue.Workload, cause string) int32 {
-	var n int32
-	if wl.Status.SchedulingStats == nil {
-		return 0
-	}
-	for _, e := range wl.Status.SchedulingStats.Evictions {
-		if string(e.UnderlyingCause) == cause {
-			n += e.Count
-		}
-	}
-	return n
-}
-
-func tail(s string, lines int) string {
-	all := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	return strings.Join(all[max(0, len(all)-lines):], "\n")
 }

@@ -15,6 +15,7 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
+	"chamber.dev/chamber/controllers/controllertest"
 	"chamber.dev/chamber/controllers/isolation"
 	"chamber.dev/chamber/test/controlplane"
 )
@@ -133,21 +134,11 @@ func spend(g gomega.Gomega) chamber.TeamSpend {
 	return *team.Status.Spend
 }
 
-// setGPUProblem sets the health checker's condition True on the node (a strategic
-// merge patch of its status: the other conditions stay).
+// setGPUProblem sets the health checker's condition True on the node.
 func setGPUProblem(t *testing.T, name string) {
 	t.Helper()
-	ctx := context.Background()
-	var n corev1.Node
-	if err := k8s.Get(ctx, client.ObjectKey{Name: name}, &n); err != nil {
-		t.Fatal(err)
-	}
-	orig := n.DeepCopy()
-	n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{Type: gpuProblem, Status: corev1.ConditionTrue,
-		Reason: "XIDFatal", Message: "a GPU fell off the bus", LastTransitionTime: metav1.Now(), LastHeartbeatTime: metav1.Now()})
-	if err := k8s.Status().Patch(ctx, &n, client.StrategicMergeFrom(orig)); err != nil {
-		t.Fatal(err)
-	}
+	controllertest.SetNodeCondition(t, k8s, name, corev1.NodeCondition{Type: gpuProblem, Status: corev1.ConditionTrue,
+		Reason: "XIDFatal", Message: "a GPU fell off the bus"})
 }
 
 func isolatedCondition(n *corev1.Node) *corev1.NodeCondition {
