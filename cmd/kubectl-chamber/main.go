@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -139,21 +140,10 @@ func (t *table) row(cells ...string) {
 
 func (t *table) flush() error { return t.w.Flush() }
 
-// age prints a duration as kubectl does: the largest unit or two.
+// age prints a duration as kubectl's AGE column does (duration.HumanDuration); a
+// negative one (a clock ahead of ours) as 0s.
 func age(d time.Duration) string {
-	switch {
-	case d < 0:
-		return "0s"
-	case d < 2*time.Minute:
-		return fmt.Sprintf("%ds", int(d.Seconds()))
-	case d < 10*time.Minute:
-		return fmt.Sprintf("%dm%ds", int(d.Minutes()), int(d.Seconds())%60)
-	case d < 3*time.Hour:
-		return fmt.Sprintf("%dm", int(d.Minutes()))
-	case d < 48*time.Hour:
-		return fmt.Sprintf("%dh%dm", int(d.Hours()), int(d.Minutes())%60)
-	}
-	return fmt.Sprintf("%dd%dh", int(d.Hours())/24, int(d.Hours())%24)
+	return duration.HumanDuration(max(d, 0))
 }
 
 // orNone prints "<none>" for an empty cell, as kubectl does.

@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
@@ -168,7 +169,7 @@ func why(ctx context.Context, c client.Client, ns, name string, now time.Time) (
 			v.Reasons = append(v.Reasons, "Kueue has not looked at it yet")
 		}
 		if rs := wl.Status.RequeueState; rs != nil && rs.RequeueAt != nil && rs.RequeueAt.After(now) {
-			v.Reasons = append(v.Reasons, fmt.Sprintf("Kueue requeues it in %s (its back-off after %d requeues)", age(rs.RequeueAt.Sub(now)), ptrValue(rs.Count)))
+			v.Reasons = append(v.Reasons, fmt.Sprintf("Kueue requeues it in %s (its back-off after %d requeues)", age(rs.RequeueAt.Sub(now)), ptr.Deref(rs.Count, 0)))
 		}
 		if at := a[chamber.AnnotationRoomMadeAt]; at != "" {
 			v.Reasons = append(v.Reasons, "Chamber made room for it on a node (moving lower-tier work) at "+at)
@@ -294,11 +295,4 @@ func (o *options) printWhy(v *whyView) error {
 
 func isTrue(wl *kueue.Workload, t string) bool {
 	return apimeta.IsStatusConditionTrue(wl.Status.Conditions, t)
-}
-
-func ptrValue(p *int32) int32 {
-	if p == nil {
-		return 0
-	}
-	return *p
 }
