@@ -115,14 +115,10 @@ type idleWorkload struct {
 	// the reclaim comes no earlier than this.
 	contendedSince time.Time
 	// reclaimed, held and released: what this controller last wrote on the Workload
-	// (the eviction request, the hold, its end), which the cache may not show yet.
-	// They keep a reconcile of a stale object from doing it a second time.
+	// (the eviction request with its marks, the hold, its end), which the cache may
+	// not show yet. They keep a reconcile of a stale object from doing it a second
+	// time.
 	reclaimed, held, released bool
-	// reclaimedFor and reclaimedAt are what markReclaimed writes after the request;
-	// marked once it has.
-	reclaimedFor string
-	reclaimedAt  time.Time
-	marked       bool
 }
 
 // Register adds the controller to the manager.
@@ -176,14 +172,9 @@ func (c *Controller) reconcile(ctx context.Context, wl *kueue.Workload) (reconci
 	}
 	again := reconcile.Result{RequeueAfter: c.opts.Interval}
 	_, requested := chamberkueue.RequestedEviction(wl)
-	mine := c.reclaimedRecord(key, wl.UID)
-	// Our own request may not be in the cache yet; once our mark is, the object
-	// speaks for itself.
-	if requested || (mine != nil && wl.Annotations[AnnotationReclaimedFor] == "") {
+	// Our own request may not be in the cache yet.
+	if requested || c.wrote(key, wl.UID, func(r *idleWorkload) bool { return r.reclaimed }) {
 		// Someone (we, or isolation) already asked: the admission controller acts.
-		if mine != nil && !mine.marked {
-			return again, c.markReclaimed(ctx, key, wl, mine.reclaimedFor, mine.reclaimedAt)
-		}
 		return again, nil
 	}
 	now := c.opts.Clock.Now()
@@ -282,12 +273,14 @@ func (c *Controller) reconcile(ctx context.Context, wl *kueue.Workload) (reconci
 	return again, nil
 }
 
-// reclaim asks for the eviction, counts it, and marks the workload reclaimed for
-// reclaimedFor (a waiting workload, or reclaimedForIdleLimit), which the hold reads.
-// The mark comes after the request, so that no state of the cache shows the mark
-// without the request; failed, the next reconcile writes it.
+// reclaim asks for the eviction, marked reclaimed for reclaimedFor (a waiting
+// workload, or reclaimedForIdleLimit), which the hold reads, and counts it. The marks
+// go in the same patch as the request: written apart, a leader that died between
+// the two writes left a paused workload without them, which the hold could only let
+// go.
 func (c *Controller) reclaim(ctx context.Context, key types.NamespacedName, wl *kueue.Workload, owner owner, use usage, idleFor time.Duration, reclaimedFor string, e chamberkueue.Eviction) error {
 	e.Pause = true // the hold keeps it out of its queue
+	e.Marks = reclaimMarks(wl, reclaimedFor, e.RequestedAt)
 	if err := chamberkueue.RequestEviction(ctx, c.client, wl, e); err != nil {
 		return err
 	}
@@ -295,8 +288,8 @@ func (c *Controller) reclaim(ctx context.Context, key types.NamespacedName, wl *
 	evictions.WithLabelValues(owner.team).Inc()
 	reclaimedGPUHours.WithLabelValues(owner.team).Add(gpuHours)
 	reclaimedCost.WithLabelValues(owner.team).Add(gpuHours * owner.price)
-	c.remember(key, wl.UID, idleWorkload{reclaimed: true, reclaimedFor: reclaimedFor, reclaimedAt: e.RequestedAt})
-	return c.markReclaimed(ctx, key, wl, reclaimedFor, e.RequestedAt)
+	c.remember(key, wl.UID, idleWorkload{reclaimed: true})
+	return nil
 }
 
 // pauseAtLimit asks for the eviction of an interactive workload idle for its limit;
@@ -339,18 +332,6 @@ func (c *Controller) remember(key types.NamespacedName, uid types.UID, rec idleW
 	defer c.mu.Unlock()
 	rec.uid = uid
 	c.idle[key] = &rec
-}
-
-// reclaimedRecord is a copy of the workload's record if this controller asked for
-// its eviction, else nil.
-func (c *Controller) reclaimedRecord(key types.NamespacedName, uid types.UID) *idleWorkload {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if rec := c.idle[key]; rec != nil && rec.uid == uid && rec.reclaimed {
-		cp := *rec
-		return &cp
-	}
-	return nil
 }
 
 // wrote says whether the record of the workload (this UID) has what is asked.

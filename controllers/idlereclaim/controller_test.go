@@ -704,14 +704,21 @@ func TestStaleCache(t *testing.T) {
 	}
 }
 
-// TestMarkFails: when the mark after the request fails, the next reconcile writes it,
-// and nothing is asked or counted twice.
-func TestMarkFails(t *testing.T) {
+// TestReclaimWritesItsMarksWithTheRequest: the reclaim's marks and its eviction
+// request are one patch, so no state of a cache (or a leader killed between two
+// writes) shows a paused workload without what it was paused for. When that patch
+// fails, the next reconcile asks again, and nothing is asked or counted twice.
+func TestReclaimWritesItsMarksWithTheRequest(t *testing.T) {
 	failed := false
+	var patches []string
 	r := newWorld().start(t, interceptor.Funcs{
 		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
 			data, _ := patch.Data(obj)
-			if !failed && strings.Contains(string(data), AnnotationReclaimedFor) {
+			if !strings.Contains(string(data), chamber.AnnotationEvictionReason) && !strings.Contains(string(data), AnnotationReclaimedFor) {
+				return c.Patch(ctx, obj, patch, opts...)
+			}
+			patches = append(patches, string(data))
+			if !failed {
 				failed = true
 				return errors.New("etcdserver: leader changed")
 			}
@@ -733,7 +740,15 @@ func TestMarkFails(t *testing.T) {
 		t.Errorf("reclaimed-for %q, want team-b/wait", got)
 	}
 	if got := wl.Annotations[AnnotationReclaims]; got != "1" {
-		t.Errorf("reclaims %q, want 1 (one reclaim, marked once though the first mark failed)", got)
+		t.Errorf("reclaims %q, want 1 (one reclaim, marked once though the first request failed)", got)
+	}
+	for i, p := range patches {
+		if !strings.Contains(p, chamber.AnnotationEvictionReason) || !strings.Contains(p, AnnotationReclaimedFor) {
+			t.Errorf("patch %d has the request or the marks without the other: %s", i, p)
+		}
+	}
+	if len(patches) != 2 {
+		t.Errorf("%d patches with the request or the marks, want 2 (the failed one, then one)", len(patches))
 	}
 	if diff := cmp.Diff(counts{1, 1, 8 * window.Hours()}, metricsOf("team-a").minus(before),
 		cmp.AllowUnexported(counts{}), cmpopts.EquateApprox(0, 1e-9)); diff != "" {

@@ -8,7 +8,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -102,40 +101,16 @@ func reclaimWindow(window time.Duration, reclaims int) time.Duration {
 	return window << min(max(reclaims, 0), maxDoublings)
 }
 
-// markReclaimed records on the Workload what the hold needs: the workload (namespace/
-// name) its GPUs were reclaimed for, and when; and counts the reclaim.
-func (c *Controller) markReclaimed(ctx context.Context, key types.NamespacedName, wl *kueue.Workload, waiter string, at time.Time) error {
+// reclaimMarks are the annotations a reclaim writes with its eviction request: the
+// workload (namespace/name) its GPUs were reclaimed for, when, and its count of
+// reclaims.
+func reclaimMarks(wl *kueue.Workload, reclaimedFor string, at time.Time) map[string]string {
 	reclaims, _ := strconv.Atoi(wl.Annotations[AnnotationReclaims])
-	err := c.patch(ctx, wl, nil, map[string]any{
-		AnnotationReclaimedFor: waiter,
+	return map[string]string{
+		AnnotationReclaimedFor: reclaimedFor,
 		AnnotationReclaimedAt:  at.UTC().Format(time.RFC3339),
-		AnnotationHeld:         nil,
 		AnnotationReclaims:     strconv.Itoa(reclaims + 1),
-	})
-	if err != nil {
-		return err
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if rec := c.idle[key]; rec != nil && rec.uid == wl.UID {
-		rec.marked = true
-	}
-	return nil
-}
-
-// pausedUnmarked handles a workload Chamber's eviction paused for idle reclaim before
-// the reclaim's mark (markReclaimed, written after the request) shows: the mark is
-// written now if this controller still knows it, and the workload let go (activated,
-// Kueue requeues it) if it does not, as after a restart between the two writes.
-func (c *Controller) pausedUnmarked(ctx context.Context, wl *kueue.Workload) error {
-	key := client.ObjectKeyFromObject(wl)
-	switch mine := c.reclaimedRecord(key, wl.UID); {
-	case mine == nil:
-		return c.patch(ctx, wl, ptr.To(true), map[string]any{chamber.AnnotationEvictionPaused: nil})
-	case !mine.marked:
-		return c.markReclaimed(ctx, key, wl, mine.reclaimedFor, mine.reclaimedAt)
-	}
-	return nil // marked: the cache is behind
 }
 
 // reconcileHold holds a reclaimed workload back from its queue and lets it go again.
@@ -147,7 +122,10 @@ func (c *Controller) reconcileHold(ctx context.Context, wl *kueue.Workload) (don
 	active := wl.Spec.Active == nil || *wl.Spec.Active
 	pausedForUs := !active && (chamberkueue.Paused(wl) == ReasonIdleReclaim || chamberkueue.Paused(wl) == ReasonIdleTimeLimit)
 	if waiter == "" && pausedForUs && wl.DeletionTimestamp == nil {
-		return true, reconcile.Result{RequeueAfter: c.opts.Interval}, c.pausedUnmarked(ctx, wl)
+		// Paused for idle reclaim without the reclaim's marks, which come with the
+		// request: they were removed since (or written apart by an older Chamber, which
+		// died between the two writes). Nothing says what it waits for: let it go.
+		return true, reconcile.Result{}, c.patch(ctx, wl, ptr.To(true), map[string]any{chamber.AnnotationEvictionPaused: nil})
 	}
 	if waiter == "" || wl.DeletionTimestamp != nil || apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadFinished) {
 		return false, reconcile.Result{}, nil
