@@ -1,14 +1,16 @@
 # The image the Helm chart runs: /chamber-controller and /chamber-agent.
 #   docker build -t ghcr.io/chamber-dev/chamber:0.1.0 .
+# Without Docker, `make image` builds the same image (tools/image).
 FROM golang:1.26-bookworm AS build
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-# The agent is built with cgo: go-nvml loads the driver's libnvidia-ml.so.1 (mounted into
-# the container by the NVIDIA container toolkit) with dlopen.
+# Both are built with cgo: go-nvml's bindings are cgo (the agent loads the driver's
+# libnvidia-ml.so.1, mounted into the container by the NVIDIA container toolkit, with
+# dlopen), and the controller links them through the health catalog.
 RUN CGO_ENABLED=1 go build -trimpath -ldflags="-s -w" -o /out/chamber-agent ./cmd/chamber-agent && \
-    CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/chamber-controller ./cmd/chamber-controller
+    CGO_ENABLED=1 go build -trimpath -ldflags="-s -w" -o /out/chamber-controller ./cmd/chamber-controller
 
 # glibc for dlopen; no shell, no package manager.
 FROM gcr.io/distroless/base-debian12:nonroot

@@ -33,7 +33,17 @@ RACE_PKGS = $(shell $(GO) list -test -f '{{if eq .Name "main"}}{{.ImportPath}}{{
 .PHONY: test
 test: tools ## Unit and integration tests (builds the tools first when missing), then the packages without a control plane under -race.
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+	cd tools/image && $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 	$(GO) test -count=1 -race -timeout $(TEST_TIMEOUT) $(RACE_PKGS)
+
+# The image the chart runs, built without a container engine (tools/image: go-
+# containerregistry, this Debian machine's glibc): an OCI layout and a tarball in
+# bin/image; IMAGE_PUSH=true pushes it to IMAGE's registry with docker's credentials.
+IMAGE ?= ghcr.io/chamber-dev/chamber:$(shell awk '/^appVersion:/ { gsub(/"/, "", $$2); print $$2 }' charts/chamber/Chart.yaml)
+IMAGE_PUSH ?= false
+.PHONY: image
+image: ## The container image (both binaries, non-root) as an OCI layout and a tarball in bin/image, without Docker.
+	cd tools/image && $(GO) run . --root $(CURDIR) --out $(BIN)/image --tag $(IMAGE) --push=$(IMAGE_PUSH)
 
 .PHONY: bench
 bench: bench-go bench-controllers bench-sim ## The Go benchmarks, the controllers' benchmarks, then the simulator's full comparison.
