@@ -31,10 +31,14 @@ RACE_PKGS = $(shell $(GO) list -test -f '{{if eq .Name "main"}}{{.ImportPath}}{{
 	| awk '/\.test$$/ && $$0 !~ /\/test\/controlplane\.test$$/ { sub(/\.test$$/, ""); print }')
 
 .PHONY: test
-test: tools ## Unit and integration tests (builds the tools first when missing), then the packages without a control plane under -race.
+test: tools ## Unit and integration tests (builds the tools first when missing), the image's, the packages without a control plane under -race, then each fuzz target for 5s.
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 	cd tools/image && $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 	$(GO) test -count=1 -race -timeout $(TEST_TIMEOUT) $(RACE_PKGS)
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME)
+
+# How long make test fuzzes each target (make fuzz: FUZZTIME, longer).
+TEST_FUZZTIME ?= 5s
 
 # The image the chart runs, built without a container engine (tools/image: go-
 # containerregistry, this Debian machine's glibc): an OCI layout and a tarball in
@@ -89,10 +93,10 @@ bench-sim-large: tools ## The simulator's full comparison of plain Kubernetes, K
 # Each fuzz target for FUZZTIME (their seed corpora also run in make test).
 FUZZTIME ?= 15s
 FUZZ_TARGETS = ./sim:FuzzReadTrace ./integrations/kueue:FuzzParsePriorityTiers ./integrations/kueue:FuzzWithheldQuota \
-	./healthcheck:FuzzConfigWithFile ./controllers/isolation:FuzzReadRecord
+	./healthcheck:FuzzConfigWithFile ./controllers/isolation:FuzzReadRecord ./integrations/kueue:FuzzRequestedEviction
 
 .PHONY: fuzz
-fuzz: tools ## Run each fuzz target for FUZZTIME (default 15s): the trace reader, the tiers flag, the quota rule, the health rules file, isolation's annotations.
+fuzz: tools ## Run each fuzz target for FUZZTIME (default 15s): the trace reader, the tiers flag, the quota rule, the health rules file, isolation's and the eviction's annotations.
 	@set -e; for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
 	echo "fuzz $$pkg $$fn"; $(GO) test $$pkg -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME); done
 
