@@ -1,7 +1,6 @@
 package fleet
 
 import (
-	"strconv"
 	"time"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
@@ -24,17 +23,13 @@ func (m *Model) SetPool(obj *chamber.GPUPool) {
 		name:         obj.Name,
 		nodeLabels:   obj.Spec.NodeLabels,
 		productLabel: obj.Spec.ProductLabel,
-		prices:       map[string]float64{},
+		prices:       obj.PricesPerGPUHour(),
 		flavors:      map[string]string{},
 	}
 	if p.productLabel == "" {
 		p.productLabel = chamber.DefaultProductLabel
 	}
 	for _, price := range obj.Spec.Prices {
-		// The API server's pattern admits only decimals, so an error means no price.
-		if v, err := strconv.ParseFloat(price.PerGPUHour, 64); err == nil {
-			p.prices[price.Model] = v
-		}
 		p.flavors[chamberkueue.FlavorName(obj.Name, price.Model)] = price.Model
 	}
 	for _, model := range obj.Status.Models {

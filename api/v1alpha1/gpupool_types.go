@@ -79,16 +79,22 @@ func (p *GPUPool) FollowsHealth() bool {
 	return p.Spec.QuotasFollowHealth != nil && *p.Spec.QuotasFollowHealth
 }
 
-// PricePerGPUHour is the pool's price of a GPU-hour of model; 0 where it has none
-// (the schema's pattern admits only decimals).
+// PricePerGPUHour is the pool's price of a GPU-hour of model; 0 where it has none.
 func (p *GPUPool) PricePerGPUHour(model string) float64 {
+	return p.PricesPerGPUHour()[model]
+}
+
+// PricesPerGPUHour are the pool's prices of a GPU-hour by model: the one reading of
+// spec.prices (the schema's pattern admits only decimals, so a value that does not
+// parse is no price).
+func (p *GPUPool) PricesPerGPUHour() map[string]float64 {
+	prices := make(map[string]float64, len(p.Spec.Prices))
 	for _, price := range p.Spec.Prices {
-		if price.Model == model {
-			v, _ := strconv.ParseFloat(price.PerGPUHour, 64)
-			return v
+		if v, err := strconv.ParseFloat(price.PerGPUHour, 64); err == nil {
+			prices[price.Model] = v
 		}
 	}
-	return 0
+	return prices
 }
 
 // GPUPrice is the price of one GPU-hour of a model.

@@ -3,7 +3,6 @@ package team
 import (
 	"fmt"
 	"slices"
-	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -23,12 +22,8 @@ const (
 // pricesByFlavor maps each of the pool's flavors to its price per GPU-hour.
 func pricesByFlavor(pool *chamber.GPUPool) map[string]float64 {
 	prices := map[string]float64{}
-	for _, p := range pool.Spec.Prices {
-		v, err := strconv.ParseFloat(p.PerGPUHour, 64)
-		if err != nil {
-			continue // the schema's pattern makes this unreachable
-		}
-		prices[chamberkueue.FlavorName(pool.Name, p.Model)] = v
+	for model, v := range pool.PricesPerGPUHour() {
+		prices[chamberkueue.FlavorName(pool.Name, model)] = v
 	}
 	return prices
 }
