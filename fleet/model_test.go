@@ -258,3 +258,70 @@ func podLetters(s *fleet.Snapshot, node string) string {
 	}
 	return string(out)
 }
+
+// Why a node and its GPUs are out of service: the isolation record Chamber keeps on
+// the node, and the agent's fault reasons per GPU.
+func TestFaultsAndIsolationRecord(t *testing.T) {
+	isolatedAt := start.Add(-time.Hour)
+	tests := map[string]struct {
+		node       *corev1.Node
+		report     *chamber.GPUNode
+		wantFault  string
+		wantAt     time.Time
+		wantFaults [][]string // by GPU index
+	}{
+		"isolated by Chamber, a GPU failing": {
+			node: ft.MakeNode("n1", 2).Taint(chamber.TaintGPUUnhealthy).Cordon().
+				Annotate(chamber.AnnotationIsolatedAt, isolatedAt.Format(time.RFC3339)).
+				Annotate(chamber.AnnotationIsolationReason, "XID79 on GPU 1").Obj(),
+			report:     ft.MakeGPUNode("n1", 2).Fault(1, "XID79").Fault(1, "GPULost").Obj(),
+			wantFault:  "XID79 on GPU 1",
+			wantAt:     isolatedAt,
+			wantFaults: [][]string{nil, {"XID79", "GPULost"}},
+		},
+		"cordoned by hand: no record": {
+			node:       ft.MakeNode("n1", 2).Cordon().Obj(),
+			report:     ft.MakeGPUNode("n1", 2).Obj(),
+			wantFaults: [][]string{nil, nil},
+		},
+		"a reason without its time is no record": {
+			node:       ft.MakeNode("n1", 2).Annotate(chamber.AnnotationIsolationReason, "XID79 on GPU 1").Obj(),
+			report:     ft.MakeGPUNode("n1", 2).Obj(),
+			wantFaults: [][]string{nil, nil},
+		},
+		"a time that does not parse keeps the fault": {
+			node: ft.MakeNode("n1", 2).Annotate(chamber.AnnotationIsolatedAt, "yesterday").
+				Annotate(chamber.AnnotationIsolationReason, "Operator: fan").Obj(),
+			report:     ft.MakeGPUNode("n1", 2).Obj(),
+			wantFault:  "Operator: fan",
+			wantFaults: [][]string{nil, nil},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			m := fleet.New(fleet.Options{Clock: clocktesting.NewFakeClock(start)})
+			m.SetNode(tc.node)
+			m.SetGPUNode(tc.report)
+			snap := m.Snapshot()
+			if len(snap.Nodes) != 1 {
+				t.Fatalf("nodes %+v, want n1", snap.Nodes)
+			}
+			n := snap.Nodes[0]
+			if n.Fault != tc.wantFault || !n.IsolatedAt.Equal(tc.wantAt) {
+				t.Errorf("fault %q at %v, want %q at %v", n.Fault, n.IsolatedAt, tc.wantFault, tc.wantAt)
+			}
+			var faults [][]string
+			for _, g := range snap.GPUs {
+				faults = append(faults, g.Faults)
+			}
+			if diff := cmp.Diff(tc.wantFaults, faults); diff != "" {
+				t.Errorf("faults by GPU (-want +got):\n%s", diff)
+			}
+			m.DeleteNode("n1")
+			m.SetNode(ft.MakeNode("n1", 2).Obj())
+			if f := m.Snapshot().Nodes[0].Fault; f != "" {
+				t.Errorf("fault %q after the record is gone", f)
+			}
+		})
+	}
+}

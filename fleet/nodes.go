@@ -23,6 +23,10 @@ type node struct {
 	capacity int // nvidia.com/gpu capacity
 	cordoned bool
 	tainted  bool // carries chamber.TaintGPUUnhealthy
+	// fault and isolatedAt are the record fault isolation keeps on a node it isolated
+	// (chamber.AnnotationIsolationReason and AnnotationIsolatedAt); empty otherwise.
+	fault      string
+	isolatedAt time.Time
 
 	// Resolved from labels and the pools when either changes.
 	pool, model string
@@ -45,6 +49,7 @@ type gpuReport struct {
 	util    float64       // mean GPU utilization in percent
 	window  time.Duration // the span the agent averaged
 	pod     objKey        // zero when the agent could not tell (no kubelet pod-resources)
+	faults  []string      // the reasons of its active faults; never changed once made
 }
 
 // gpu is one GPU's allocation and the times its state and counters hang on.
@@ -92,6 +97,7 @@ func (m *Model) SetNode(obj *corev1.Node) {
 	n.capacity = int(capacity.Value())
 	n.cordoned = obj.Spec.Unschedulable
 	n.tainted = tainted
+	n.fault, n.isolatedAt = isolationRecord(obj.Annotations)
 	m.resolveNode(n)
 	m.assign(n, now)
 }
@@ -110,8 +116,21 @@ func (m *Model) DeleteNode(name string) {
 	n.exists = false
 	n.labels = nil
 	n.capacity = 0
+	n.fault, n.isolatedAt = "", time.Time{}
 	m.assign(n, now)
 	m.dropIfEmpty(n)
+}
+
+// isolationRecord is the fault and the time of an isolation Chamber recorded on a
+// node, as kubectl chamber reads it: a reason without its time is no record. A time
+// that does not parse leaves the time zero; the fault still shows.
+func isolationRecord(a map[string]string) (fault string, at time.Time) {
+	raw := a[chamber.AnnotationIsolatedAt]
+	if raw == "" {
+		return "", time.Time{}
+	}
+	at, _ = time.Parse(time.RFC3339, raw)
+	return a[chamber.AnnotationIsolationReason], at
 }
 
 // SetGPUNode records the node agent's report: per-GPU health, utilization and, where
@@ -134,6 +153,9 @@ func (m *Model) SetGPUNode(obj *chamber.GPUNode) {
 		}
 		if g.Pod != nil {
 			r.pod = objKey{g.Pod.Namespace, g.Pod.Name}
+		}
+		for _, f := range g.Faults {
+			r.faults = append(r.faults, f.Reason)
 		}
 		report[g.Index] = r
 	}

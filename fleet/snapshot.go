@@ -14,6 +14,9 @@ import (
 // take their time without holding it up.
 type Snapshot struct {
 	Time time.Time
+	// Since is when the model started: the counters (PoolModels' Seconds, Usage,
+	// QueueWaits) count from then.
+	Since time.Time
 	// GPUs is every GPU, by node and index.
 	GPUs []GPU
 	// Nodes is every node with GPUs, by name.
@@ -53,6 +56,9 @@ type GPU struct {
 	Tier               string
 	// IdleSince is when the GPU turned Idle; zero unless it is.
 	IdleSince time.Time
+	// Faults are the reasons of the GPU's active faults as its agent reports them
+	// (XID79, ECCDoubleBit, ...); empty when it reports none.
+	Faults []string
 }
 
 // NodeSummary is one node's GPUs.
@@ -63,7 +69,12 @@ type NodeSummary struct {
 	// IsolationReason is "tainted" (chamber.TaintGPUUnhealthy), "cordoned", or "" when the node
 	// is not isolated.
 	IsolationReason string
-	GPUs            Counts
+	// Fault is why Chamber isolated the node (its isolation record, e.g. "XID79 on GPU
+	// 3", or an operator's words) and IsolatedAt since when; empty and zero when
+	// Chamber did not, e.g. a node cordoned by hand.
+	Fault      string
+	IsolatedAt time.Time
+	GPUs       Counts
 }
 
 // PoolModelSummary is the GPUs of one model in one pool.
@@ -136,7 +147,7 @@ func (m *Model) Snapshot() *Snapshot {
 	now := m.clock.Now()
 	m.accountAll(now)
 
-	s := &Snapshot{Time: now, QueueWaitBuckets: slices.Clone(m.opts.QueueWaitBuckets)}
+	s := &Snapshot{Time: now, Since: m.started, QueueWaitBuckets: slices.Clone(m.opts.QueueWaitBuckets)}
 	names := slices.Sorted(maps.Keys(m.nodes))
 	gpuCount := 0
 	for _, name := range names {
@@ -163,7 +174,7 @@ func (m *Model) Snapshot() *Snapshot {
 		if len(n.gpus) == 0 {
 			continue
 		}
-		ns := NodeSummary{Name: n.name, Pool: n.pool, Model: n.model}
+		ns := NodeSummary{Name: n.name, Pool: n.pool, Model: n.model, Fault: n.fault, IsolatedAt: n.isolatedAt}
 		switch {
 		case n.tainted:
 			ns.IsolationReason = "tainted"
@@ -185,7 +196,7 @@ func (m *Model) Snapshot() *Snapshot {
 			out := GPU{
 				Node: n.name, Index: i, UUID: r.uuid, Model: n.model, Pool: n.pool,
 				State: m.state(n, i, now), Health: r.health,
-				UtilizationPercent: r.util, HasUtilization: r.hasUtil,
+				UtilizationPercent: r.util, HasUtilization: r.hasUtil, Faults: slices.Clone(r.faults),
 			}
 			if out.Health == "" {
 				out.Health = chamber.GPUUnknown

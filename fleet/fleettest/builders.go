@@ -50,6 +50,15 @@ func (n *NodeWrapper) Taint(key string) *NodeWrapper {
 	return n
 }
 
+// Annotate sets an annotation.
+func (n *NodeWrapper) Annotate(k, v string) *NodeWrapper {
+	if n.Annotations == nil {
+		n.Annotations = map[string]string{}
+	}
+	n.Annotations[k] = v
+	return n
+}
+
 // Obj returns the Node.
 func (n *NodeWrapper) Obj() *corev1.Node { return &n.Node }
 
@@ -139,6 +148,13 @@ func (g *GPUNodeWrapper) Heartbeat(t time.Time, interval time.Duration) *GPUNode
 // Pod says which pod holds GPU i, as the agent learns from the kubelet.
 func (g *GPUNodeWrapper) Pod(i int, ns, name string) *GPUNodeWrapper {
 	g.Status.GPUs[i].Pod = &chamber.PodReference{Namespace: ns, Name: name}
+	return g
+}
+
+// Fault marks GPU i Unhealthy with an active fault of that reason.
+func (g *GPUNodeWrapper) Fault(i int, reason string) *GPUNodeWrapper {
+	g.Status.GPUs[i].Health = chamber.GPUUnhealthy
+	g.Status.GPUs[i].Faults = append(g.Status.GPUs[i].Faults, chamber.GPUFault{Reason: reason, Severity: chamber.GPUUnhealthy})
 	return g
 }
 
