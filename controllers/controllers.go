@@ -23,6 +23,7 @@ import (
 	"chamber.dev/chamber/controllers/pool"
 	"chamber.dev/chamber/controllers/room"
 	"chamber.dev/chamber/controllers/team"
+	"chamber.dev/chamber/exporter/page"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
@@ -66,6 +67,9 @@ type Config struct {
 	// DCGM reads GPU health from a Prometheus that scrapes dcgm-exporter, for nodes
 	// without an agent; off without DCGM.PrometheusURL. Its clock is Clock.
 	DCGM dcgm.Options
+	// FleetPage serves the fleet page (exporter/page) from the inventory's model on the
+	// metrics endpoint, behind the same authentication and authorization as /metrics.
+	FleetPage bool
 	// MonitoringOnly runs Chamber as monitoring alone, the way it runs on a cluster
 	// without Kueue: the fleet inventory and its metrics, and the DCGM source. Nothing
 	// is compiled into Kueue, nothing evicted, tainted or written but GPUNodes.
@@ -113,8 +117,11 @@ var controllerList = []struct {
 	{"inventory", true, func(mgr ctrl.Manager, cfg Config) error {
 		inv := cfg.Inventory
 		inv.Clock, inv.Fleet.Heartbeats, inv.WithoutKueue = cfg.Clock, cfg.heartbeats, cfg.MonitoringOnly
-		_, err := inventory.Register(mgr, inv)
-		return err
+		model, err := inventory.Register(mgr, inv)
+		if err != nil || !cfg.FleetPage {
+			return err
+		}
+		return mgr.AddMetricsServerExtraHandler(page.Path, page.New(model, 0))
 	}},
 	{"isolation", false, func(mgr ctrl.Manager, cfg Config) error {
 		opts := cfg.Isolation

@@ -20,6 +20,7 @@ import (
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers"
 	"chamber.dev/chamber/controllers/isolation"
+	"chamber.dev/chamber/exporter/page"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
@@ -72,6 +73,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", o.MetricsAddr, "address of the Prometheus metrics endpoint; 0 turns it off")
 	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", o.ProbeAddr, "address of /healthz and /readyz")
 	fs.DurationVar(&o.StuckAfter, "healthz-stuck-after", o.StuckAfter, "/healthz fails (and the kubelet restarts the controller) when a controller has had busy workers and no finished reconcile for this long")
+	fs.BoolVar(&c.FleetPage, "fleet-page", c.FleetPage, "serve the fleet page (every GPU by state, teams, queue, isolated nodes) at /fleet/ on the metrics endpoint, read-only, behind the same authentication and authorization as /metrics")
 	fs.BoolVar(&o.MetricsSecure, "metrics-secure", o.MetricsSecure, "serve /metrics over HTTPS, only to clients the API server authenticates and authorizes for get on /metrics (a ServiceAccount token)")
 	fs.StringVar(&o.MetricsCertDir, "metrics-cert-dir", o.MetricsCertDir, "directory of the metrics endpoint's tls.crt and tls.key under --metrics-secure (default: a self-signed certificate)")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "elect a leader, for more than one replica")
@@ -162,6 +164,7 @@ func (o *Options) validate() error {
 			must(err == nil, "--metrics-cert-dir: %v", err)
 		}
 	}
+	must(!c.FleetPage || o.MetricsAddr != "0", "--fleet-page needs the metrics endpoint, which --metrics-bind-address=0 turns off")
 	if err := c.DCGM.Validate(); err != nil {
 		errs = append(errs, err)
 	}
@@ -200,6 +203,11 @@ func (o *Options) MetricsServer() metricsserver.Options {
 	if o.MetricsSecure {
 		out.SecureServing = true
 		out.FilterProvider = filters.WithAuthenticationAndAuthorization
+		if o.Controllers.FleetPage {
+			// A browser sends no Authorization header: the page's sign-in form keeps the
+			// token in a cookie and hands it to the same filter.
+			out.FilterProvider = page.SignIn(out.FilterProvider)
+		}
 		out.CertDir = o.MetricsCertDir
 	}
 	return out

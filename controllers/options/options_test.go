@@ -3,12 +3,16 @@ package options_test
 import (
 	"flag"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/rest"
 
 	"chamber.dev/chamber/controllers"
 	"chamber.dev/chamber/controllers/options"
@@ -73,7 +77,7 @@ func TestBadFlags(t *testing.T) {
 		"--isolation-rate-burst=0", "--priority-tiers=production", "--kube-api-burst=0", "--isolation-hold-namespace=",
 		"--isolation-node-conditions=GPUProblem,ChamberIsolated",
 		"--dcgm-prometheus-url=prometheus:9090", `--dcgm-matchers={job="dcgm"}`, "--dcgm-health-config=/nonexistent/health.yaml",
-		"--healthz-stuck-after=0s")
+		"--healthz-stuck-after=0s", "--fleet-page", "--metrics-bind-address=0")
 	if err == nil {
 		t.Fatal("bad flags accepted")
 	}
@@ -90,13 +94,14 @@ func TestBadFlags(t *testing.T) {
 		"--dcgm-matchers:",
 		"--dcgm-health-config /nonexistent/health.yaml:",
 		"--healthz-stuck-after must be at least 1s, got 0s",
+		"--fleet-page needs the metrics endpoint, which --metrics-bind-address=0 turns off",
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not say %q", err, want)
 		}
 	}
-	if n := strings.Count(err.Error(), "\n") + 1; n != 12 {
-		t.Errorf("%d problems reported, want 12:\n%s", n, err)
+	if n := strings.Count(err.Error(), "\n") + 1; n != 13 {
+		t.Errorf("%d problems reported, want 13:\n%s", n, err)
 	}
 }
 
@@ -122,6 +127,48 @@ func TestMetricsSecure(t *testing.T) {
 	for _, want := range []string{"--metrics-cert-dir needs --metrics-secure", "tls.crt", "tls.key"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("--metrics-cert-dir of an empty directory without --metrics-secure: error %v, want it to say %q", err, want)
+		}
+	}
+}
+
+// TestFleetPage: --fleet-page (off by default) turns the page on; under
+// --metrics-secure a browser reaches it through the page's sign-in, in front of the
+// same authentication and authorization filter as /metrics.
+func TestFleetPage(t *testing.T) {
+	o, err := parse()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Controllers.FleetPage {
+		t.Error("the fleet page is on by default")
+	}
+	if o, err = parse("--fleet-page", "--metrics-secure", "--metrics-bind-address=:8443"); err != nil {
+		t.Fatal(err)
+	}
+	if !o.Controllers.FleetPage {
+		t.Fatal("--fleet-page did not turn the page on")
+	}
+	// The filter only builds API clients here; no request reaches this address.
+	filter, err := o.MetricsServer().FilterProvider(&rest.Config{Host: "https://127.0.0.1:1"}, http.DefaultClient)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]int{
+		"/fleet/":        http.StatusSeeOther,     // to the sign-in form
+		"/fleet/sign-in": http.StatusOK,           // the form
+		"/fleet/data":    http.StatusUnauthorized, // the filter's
+		"/metrics":       http.StatusUnauthorized, // the filter's
+	} {
+		h, err := filter(logr.Discard(), http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			t.Errorf("GET %s passed the filter without a token", path)
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "https://localhost:8443"+path, nil))
+		if rec.Code != want {
+			t.Errorf("GET %s without a token: %d, want %d", path, rec.Code, want)
 		}
 	}
 }

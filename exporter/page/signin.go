@@ -1,0 +1,170 @@
+package page
+
+import (
+	"html/template"
+	"net/http"
+	"strings"
+
+	"github.com/go-logr/logr"
+	"k8s.io/client-go/rest"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+)
+
+// CookieName is the cookie that holds the token a browser signed in with.
+const CookieName = "chamber-fleet-token"
+
+// signInPath is the sign-in form and its action, answered before authentication.
+const signInPath = Path + "sign-in"
+
+// maxToken bounds a token taken from the form; ServiceAccount tokens are about 1 KB.
+const maxToken = 16 << 10
+
+// FilterProvider is metricsserver.Options' FilterProvider.
+type FilterProvider = func(*rest.Config, *http.Client) (metricsserver.Filter, error)
+
+// SignIn lets a browser through the metrics endpoint's filter (controller-runtime's
+// authentication and authorization: a bearer token that the API server's TokenReview
+// accepts, of a user its SubjectAccessReview allows get on the request's path), which
+// reads the token from the Authorization header alone, a header a browser never sends
+// by itself. Under Path, a request without that header gets it from CookieName, which
+// the sign-in form (Path+"sign-in", the one thing served before the filter; it shows
+// no fleet data) sets: HttpOnly, SameSite=Strict, Secure, for Path only. A page
+// request without either goes to the form, and so does one whose token the filter
+// refuses. Every request still passes the filter with its token; /metrics is not
+// touched.
+func SignIn(provider FilterProvider) FilterProvider {
+	return func(c *rest.Config, hc *http.Client) (metricsserver.Filter, error) {
+		filter, err := provider(c, hc)
+		if err != nil {
+			return nil, err
+		}
+		return func(log logr.Logger, h http.Handler) (http.Handler, error) {
+			authorized, err := filter(log, h)
+			if err != nil {
+				return nil, err
+			}
+			return &signIn{next: authorized, csrf: http.NewCrossOriginProtection()}, nil
+		}, nil
+	}
+}
+
+type signIn struct {
+	next http.Handler
+	csrf *http.CrossOriginProtection
+}
+
+func (s *signIn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !strings.HasPrefix(r.URL.Path, Path) {
+		s.next.ServeHTTP(w, r)
+		return
+	}
+	if r.URL.Path == signInPath {
+		s.csrf.Handler(http.HandlerFunc(s.serveForm)).ServeHTTP(w, r)
+		return
+	}
+	if r.Header.Get("Authorization") != "" {
+		s.next.ServeHTTP(w, r)
+		return
+	}
+	cookie, err := r.Cookie(CookieName)
+	if err != nil || cookie.Value == "" {
+		if r.URL.Path == Path {
+			http.Redirect(w, r, signInPath, http.StatusSeeOther)
+			return
+		}
+		s.next.ServeHTTP(w, r) // the filter's 401
+		return
+	}
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+cookie.Value)
+	if r.URL.Path != Path {
+		s.next.ServeHTTP(w, r) // the script says what a refusal of its data means
+		return
+	}
+	rw := &refusal{ResponseWriter: w}
+	s.next.ServeHTTP(rw, r)
+	switch rw.code {
+	case http.StatusUnauthorized:
+		http.Redirect(w, r, signInPath+"?why=refused", http.StatusSeeOther)
+	case http.StatusForbidden:
+		http.Redirect(w, r, signInPath+"?why=forbidden", http.StatusSeeOther)
+	}
+}
+
+// refusal passes a response on unless it is the filter's 401 or 403, which it keeps
+// back for the caller to answer instead.
+type refusal struct {
+	http.ResponseWriter
+	code int
+}
+
+func (r *refusal) WriteHeader(code int) {
+	if code == http.StatusUnauthorized || code == http.StatusForbidden {
+		r.code = code
+		return
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *refusal) Write(b []byte) (int, error) {
+	if r.code != 0 {
+		return len(b), nil
+	}
+	return r.ResponseWriter.Write(b)
+}
+
+var signInForm = template.Must(template.ParseFS(assets, "assets/signin.html"))
+
+// What the form says, by its why parameter.
+var signInMessages = map[string]string{
+	"refused":   "The API server did not accept that token: it expired, or it is not a token of this cluster. Sign in with a new one.",
+	"forbidden": "That token's user may not read the fleet page: bind its ServiceAccount to the chart's metrics reader ClusterRole (the chart's metrics.readers), or sign in with another.",
+	"malformed": "That is not a token: paste the output of kubectl create token, one line.",
+}
+
+func (s *signIn) serveForm(w http.ResponseWriter, r *http.Request) {
+	switch r.Method {
+	case http.MethodPost:
+		r.Body = http.MaxBytesReader(w, r.Body, maxToken)
+		token := strings.TrimSpace(r.PostFormValue("token"))
+		if !validToken(token) {
+			s.form(w, http.StatusBadRequest, "malformed")
+			return
+		}
+		http.SetCookie(w, &http.Cookie{Name: CookieName, Value: token, Path: Path,
+			HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
+		http.Redirect(w, r, Path, http.StatusSeeOther)
+	case http.MethodGet, http.MethodHead:
+		s.form(w, http.StatusOK, r.URL.Query().Get("why"))
+	default:
+		w.Header().Set("Allow", "GET, HEAD, POST")
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+	}
+}
+
+func (s *signIn) form(w http.ResponseWriter, code int, why string) {
+	h := w.Header()
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	// The form loads nothing: no script at all, its style inline.
+	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "no-referrer")
+	w.WriteHeader(code)
+	_ = signInForm.Execute(w, signInMessages[why])
+}
+
+// validToken: a bearer token as Kubernetes issues them (a JWT, or a static token),
+// characters a cookie may carry.
+func validToken(t string) bool {
+	if t == "" || len(t) > maxToken {
+		return false
+	}
+	for _, c := range t {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("-_.~+/=", c)
+		if !ok {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,165 @@
+package page_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/go-logr/logr"
+	"k8s.io/client-go/rest"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"chamber.dev/chamber/exporter/page"
+)
+
+// reviewer stands for the metrics endpoint's filter: the token "reader" may get,
+// "stranger" is authenticated but not authorized, anything else is not authenticated.
+func reviewer(*rest.Config, *http.Client) (metricsserver.Filter, error) {
+	return func(_ logr.Logger, h http.Handler) (http.Handler, error) {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			switch r.Header.Get("Authorization") {
+			case "Bearer reader":
+				h.ServeHTTP(w, r)
+			case "Bearer stranger":
+				http.Error(w, "Authorization denied for user stranger", http.StatusForbidden)
+			default:
+				http.Error(w, "Unauthorized", http.StatusUnauthorized)
+			}
+		}), nil
+	}, nil
+}
+
+// TestSignIn: a browser passes the metrics endpoint's filter with the token it signed
+// in with; without one, or with one the filter refuses, the page sends it to the form,
+// which is all that is served before the filter. /metrics takes no cookie.
+func TestSignIn(t *testing.T) {
+	filter, err := page.SignIn(reviewer)(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	for path, h := range map[string]http.Handler{
+		page.Path:  page.New(fixture(t), 0),
+		"/metrics": http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("chamber_gpus 8\n")) }),
+	} {
+		// As controller-runtime's metrics server does: the filter around each handler.
+		filtered, err := filter(logr.Discard(), h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mux.Handle(path, filtered)
+	}
+	cookie := func(token string) *http.Cookie { return &http.Cookie{Name: page.CookieName, Value: token} }
+
+	tests := map[string]struct {
+		method, path string
+		form         url.Values
+		header       http.Header
+		cookie       *http.Cookie
+		wantCode     int
+		wantLocation string
+		wantBody     string
+	}{
+		"the page without a token: the form": {
+			method: http.MethodGet, path: "/fleet/", wantCode: http.StatusSeeOther, wantLocation: "/fleet/sign-in",
+		},
+		"the form": {
+			method: http.MethodGet, path: "/fleet/sign-in", wantCode: http.StatusOK, wantBody: `<form method="post" action="sign-in">`,
+		},
+		"the data without a token: the filter's 401": {
+			method: http.MethodGet, path: "/fleet/data", wantCode: http.StatusUnauthorized,
+		},
+		"the page with a reader's cookie": {
+			method: http.MethodGet, path: "/fleet/", cookie: cookie("reader"), wantCode: http.StatusOK, wantBody: "app.js",
+		},
+		"the data with a reader's cookie": {
+			method: http.MethodGet, path: "/fleet/data", cookie: cookie("reader"), wantCode: http.StatusOK, wantBody: `"name":"n1"`,
+		},
+		"the data with a reader's header": {
+			method: http.MethodGet, path: "/fleet/data", header: http.Header{"Authorization": {"Bearer reader"}},
+			wantCode: http.StatusOK, wantBody: `"name":"n1"`,
+		},
+		"the header wins over the cookie": {
+			method: http.MethodGet, path: "/fleet/data", cookie: cookie("reader"), header: http.Header{"Authorization": {"Bearer nobody"}},
+			wantCode: http.StatusUnauthorized,
+		},
+		"the page with a refused token: the form, saying so": {
+			method: http.MethodGet, path: "/fleet/", cookie: cookie("expired"), wantCode: http.StatusSeeOther, wantLocation: "/fleet/sign-in?why=refused",
+		},
+		"the page with a stranger's token: the form, saying so": {
+			method: http.MethodGet, path: "/fleet/", cookie: cookie("stranger"), wantCode: http.StatusSeeOther, wantLocation: "/fleet/sign-in?why=forbidden",
+		},
+		"the form says why": {
+			method: http.MethodGet, path: "/fleet/sign-in?why=forbidden", wantCode: http.StatusOK, wantBody: "metrics reader ClusterRole",
+		},
+		"the data with a refused token: the filter's 401, for the script to tell": {
+			method: http.MethodGet, path: "/fleet/data", cookie: cookie("expired"), wantCode: http.StatusUnauthorized,
+		},
+		"/metrics takes no cookie": {
+			method: http.MethodGet, path: "/metrics", cookie: cookie("reader"), wantCode: http.StatusUnauthorized,
+		},
+		"/metrics with a reader's header": {
+			method: http.MethodGet, path: "/metrics", header: http.Header{"Authorization": {"Bearer reader"}}, wantCode: http.StatusOK,
+		},
+		"signing in sets the cookie and goes to the page": {
+			method: http.MethodPost, path: "/fleet/sign-in", form: url.Values{"token": {" reader\n"}},
+			wantCode: http.StatusSeeOther, wantLocation: "/fleet/",
+		},
+		"a token that is not one": {
+			method: http.MethodPost, path: "/fleet/sign-in", form: url.Values{"token": {"reader; Path=/"}},
+			wantCode: http.StatusBadRequest, wantBody: "That is not a token",
+		},
+		"signing in from another site": {
+			method: http.MethodPost, path: "/fleet/sign-in", form: url.Values{"token": {"attacker"}},
+			header: http.Header{"Sec-Fetch-Site": {"cross-site"}}, wantCode: http.StatusForbidden,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			var req *http.Request
+			if tc.form != nil {
+				req = httptest.NewRequest(tc.method, "https://localhost:8443"+tc.path, strings.NewReader(tc.form.Encode()))
+				req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			} else {
+				req = httptest.NewRequest(tc.method, "https://localhost:8443"+tc.path, nil)
+			}
+			for k, v := range tc.header {
+				req.Header[k] = v
+			}
+			if tc.cookie != nil {
+				req.AddCookie(tc.cookie)
+			}
+			rec := httptest.NewRecorder()
+			mux.ServeHTTP(rec, req)
+			if rec.Code != tc.wantCode {
+				t.Fatalf("%s %s: %d, want %d (%s)", tc.method, tc.path, rec.Code, tc.wantCode, rec.Body)
+			}
+			if loc := rec.Header().Get("Location"); loc != tc.wantLocation {
+				t.Errorf("Location %q, want %q", loc, tc.wantLocation)
+			}
+			if !strings.Contains(rec.Body.String(), tc.wantBody) {
+				t.Errorf("body %q lacks %q", rec.Body, tc.wantBody)
+			}
+			if rec.Code == http.StatusSeeOther && strings.Contains(rec.Body.String(), "Unauthorized") {
+				t.Errorf("the filter's refusal leaked into the redirect: %q", rec.Body)
+			}
+		})
+	}
+
+	// The cookie the form sets holds the token, for the page only, out of scripts'
+	// and other sites' reach.
+	req := httptest.NewRequest(http.MethodPost, "https://localhost:8443/fleet/sign-in", strings.NewReader("token=reader"))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	rec := httptest.NewRecorder()
+	mux.ServeHTTP(rec, req)
+	cookies := rec.Result().Cookies()
+	if len(cookies) != 1 {
+		t.Fatalf("cookies %v, want one", cookies)
+	}
+	c := cookies[0]
+	if c.Name != page.CookieName || c.Value != "reader" || c.Path != page.Path || !c.HttpOnly || !c.Secure || c.SameSite != http.SameSiteStrictMode {
+		t.Errorf("cookie %+v, want %s=reader for %s, HttpOnly, Secure, SameSite=Strict", c, page.CookieName, page.Path)
+	}
+}
