@@ -5,6 +5,7 @@ package charts_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -60,6 +61,8 @@ func TestBadValuesAreRejected(t *testing.T) {
 		{"agent.health.throttlePolls=0", "/agent/health/throttlePolls"},
 		{"agent.health.throttlePoll=3", "at '/agent/health': additional properties 'throttlePoll' not allowed"},
 		{"agent.flags.health-config=/tmp/h.yaml", "agent.flags.health-config: the chart sets --health-config itself"},
+		{"metrics.fleetPage=yes", "/metrics/fleetPage"},
+		{"controller.flags.fleet-page=true", "controller.flags.fleet-page: the chart sets --fleet-page itself"},
 	} {
 		_, err := controlplane.RenderChart(context.Background(), "", "--set", tc.set)
 		if err == nil {
@@ -106,6 +109,40 @@ func TestAgentHealthConfig(t *testing.T) {
 	for _, o := range render(t) {
 		if o.GetKind() == "ConfigMap" && strings.HasSuffix(o.GetName(), "-health") {
 			t.Errorf("ConfigMap %s rendered without agent.health", o.GetName())
+		}
+	}
+}
+
+// TestFleetPage: the fleet page is off unless metrics.fleetPage turns it on; then the
+// controller serves it and the metrics readers may get it, through the same
+// authentication and authorization as /metrics.
+func TestFleetPage(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		objs := render(t, "--set", fmt.Sprintf("metrics.fleetPage=%t", on))
+		args := containerArgs(t, find(objs, "Deployment", ""))
+		if got := slices.Contains(args, "--fleet-page=true"); got != on {
+			t.Errorf("metrics.fleetPage=%t: controller args %v", on, args)
+		}
+		if !slices.Contains(args, "--metrics-secure=true") {
+			t.Errorf("metrics.fleetPage=%t: the metrics endpoint is not secure: %v", on, args)
+		}
+		var role *unstructured.Unstructured
+		for _, o := range objs {
+			if o.GetKind() == "ClusterRole" && strings.HasSuffix(o.GetName(), "-metrics-reader") {
+				role = o
+			}
+		}
+		if role == nil {
+			t.Fatal("no metrics reader ClusterRole")
+		}
+		rules, _, _ := unstructured.NestedSlice(role.Object, "rules")
+		var urls []string
+		for _, r := range rules {
+			u, _, _ := unstructured.NestedStringSlice(r.(map[string]any), "nonResourceURLs")
+			urls = append(urls, u...)
+		}
+		if got := slices.Contains(urls, "/fleet/*"); got != on {
+			t.Errorf("metrics.fleetPage=%t: the metrics readers may get %v", on, urls)
 		}
 	}
 }
