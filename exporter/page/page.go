@@ -12,10 +12,13 @@
 package page
 
 import (
+	"compress/gzip"
 	"embed"
 	"encoding/json"
+	"io"
 	"io/fs"
 	"net/http"
+	"strings"
 	"time"
 
 	"chamber.dev/chamber/fleet"
@@ -78,7 +81,7 @@ func (p *Page) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("Referrer-Policy", "no-referrer")
 	switch r.URL.Path {
 	case Path + "data":
-		p.serveData(w)
+		p.serveData(w, r)
 	case Path + "signin.html":
 		http.NotFound(w, r) // SignIn's, before authentication
 	default:
@@ -92,17 +95,36 @@ type notSynced struct {
 	Message string `json:"message"`
 }
 
-func (p *Page) serveData(w http.ResponseWriter) {
+func (p *Page) serveData(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Cache-Control", "no-store")
-	enc := json.NewEncoder(w)
+	h.Set("Vary", "Accept-Encoding")
 	if !p.source.Synced() {
 		w.WriteHeader(http.StatusServiceUnavailable)
-		_ = enc.Encode(notSynced{Message: "this replica holds no fleet yet: it is not the leader, or its inventory has not synced"})
+		_ = json.NewEncoder(w).Encode(notSynced{Message: "this replica holds no fleet yet: it is not the leader, or its inventory has not synced"})
 		return
 	}
 	v := Build(p.source.Snapshot(), p.source.Price)
 	v.RefreshSeconds = p.refresh.Seconds()
-	_ = enc.Encode(v)
+	// About 200 bytes a GPU, every few seconds: 1.6 MB for 1,000 nodes of 8, a tenth
+	// of it compressed.
+	var out io.Writer = w
+	if acceptsGzip(r) {
+		h.Set("Content-Encoding", "gzip")
+		gz, _ := gzip.NewWriterLevel(w, gzip.BestSpeed) // a valid level: no error
+		defer gz.Close()
+		out = gz
+	}
+	_ = json.NewEncoder(out).Encode(v)
+}
+
+func acceptsGzip(r *http.Request) bool {
+	for _, part := range strings.Split(r.Header.Get("Accept-Encoding"), ",") {
+		coding, q, _ := strings.Cut(strings.TrimSpace(part), ";")
+		if strings.TrimSpace(coding) == "gzip" && strings.ReplaceAll(q, " ", "") != "q=0" {
+			return true
+		}
+	}
+	return false
 }

@@ -1,6 +1,7 @@
 package page_test
 
 import (
+	"compress/gzip"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -125,6 +126,36 @@ func TestData(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 })); diff != "" {
 		t.Errorf("data (-want +got):\n%s", diff)
+	}
+}
+
+// TestDataCompressed: a client that takes gzip gets the same data compressed.
+func TestDataCompressed(t *testing.T) {
+	h := page.New(fixture(t), 0)
+	plain, _ := io.ReadAll(get(t, h, "/fleet/data").Body)
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest(http.MethodGet, "/fleet/data", nil)
+	req.Header.Set("Accept-Encoding", "br;q=1.0, gzip;q=0.8")
+	h.ServeHTTP(rec, req)
+	if ce := rec.Header().Get("Content-Encoding"); ce != "gzip" {
+		t.Fatalf("Content-Encoding %q, want gzip", ce)
+	}
+	zr, err := gzip.NewReader(rec.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unzipped, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(string(plain), string(unzipped)); diff != "" {
+		t.Errorf("compressed data differs (-plain +unzipped):\n%s", diff)
+	}
+	rec = httptest.NewRecorder()
+	req.Header.Set("Accept-Encoding", "gzip;q=0")
+	h.ServeHTTP(rec, req)
+	if ce := rec.Header().Get("Content-Encoding"); ce != "" {
+		t.Errorf("gzip;q=0 answered with Content-Encoding %q", ce)
 	}
 }
 
