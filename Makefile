@@ -125,8 +125,15 @@ clean: ## Remove the built tools.
 	rm -rf $(BIN)
 
 .PHONY: tools
-tools: $(TOOLS) ## Build every pinned tool into bin/ (incremental).
+tools: $(TOOLS) chromium ## Build every pinned tool into bin/ (incremental), and install Debian's chromium where it is missing.
 	@echo "tools: all up to date in $(BIN)"
+
+# Debian's chromium, which the fleet page's browser test (test/fleetpage) drives
+# headless; apt-get installs it (as root) where there is none.
+.PHONY: chromium
+chromium:
+	@command -v chromium >/dev/null || { echo "tools: installing Debian's chromium (the fleet page's browser test)"; \
+		apt-get update && apt-get install -y --no-install-recommends chromium; }
 
 # Each tool is built from a module of its own under tools/, so their dependency graphs
 # never meet Chamber's. A binary is rebuilt only when its tools module changes.
