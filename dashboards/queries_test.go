@@ -198,7 +198,17 @@ func startPrometheus(t *testing.T, target string) string {
 	t.Helper()
 	bin := tool(t, "prometheus")
 	dir := t.TempDir()
-	config := fmt.Sprintf("global: {scrape_interval: 1s, scrape_timeout: 1s}\nscrape_configs:\n- job_name: chamber\n  static_configs: [{targets: [%q]}]\n", target)
+	// The recording rules too, evaluated every second rather than at their groups'
+	// intervals: the capacity dashboard reads their series.
+	b, err := os.ReadFile("prometheus-rules.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules := filepath.Join(dir, "rules.yaml")
+	if err := os.WriteFile(rules, regexp.MustCompile(`(?m)^(\s+interval:) \S+$`).ReplaceAll(b, []byte("$1 1s")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	config := fmt.Sprintf("global: {scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: 1s}\nrule_files: [%q]\nscrape_configs:\n- job_name: chamber\n  static_configs: [{targets: [%q]}]\n", rules, target)
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(config), 0o600); err != nil {
 		t.Fatal(err)
 	}

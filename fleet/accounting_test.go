@@ -148,8 +148,8 @@ func TestTeams(t *testing.T) {
 	}
 }
 
-// Queue depth counts active, unfinished workloads without quota, by the team their
-// LocalQueue leads to; the wait histogram has each reservation once, from creation
+// Queue depth counts active, unfinished workloads without quota, and the GPUs all
+// their pods ask for, by the team their LocalQueue leads to; the wait histogram has each reservation once, from creation
 // or the last requeue.
 func TestQueues(t *testing.T) {
 	clock := clocktesting.NewFakeClock(start)
@@ -160,9 +160,9 @@ func TestQueues(t *testing.T) {
 	m.SetTeam(adopted)
 	m.SetLocalQueue(ft.MakeLocalQueue("shared", "lq", "legacy"))
 
-	m.SetWorkload(ft.MakeWorkload("a", "pending-prod", start).Tier("production").Obj())
-	m.SetWorkload(ft.MakeWorkload("a", "pending", start).Obj())
-	m.SetWorkload(ft.MakeWorkload("a", "inactive", start).Inactive().Obj())
+	m.SetWorkload(ft.MakeWorkload("a", "pending-prod", start).Tier("production").PodSet(2, 8).Obj())
+	m.SetWorkload(ft.MakeWorkload("a", "pending", start).PodSet(1, 1).PodSet(3, 0).Obj())
+	m.SetWorkload(ft.MakeWorkload("a", "inactive", start).Inactive().PodSet(1, 4).Obj())
 	m.SetWorkload(ft.MakeWorkload("a", "finished", start).Condition(kueue.WorkloadFinished, metav1.ConditionTrue, start).Obj())
 	m.SetWorkload(ft.MakeWorkload("shared", "via-local-queue", start).Queue("lq").Obj())
 	admitted := ft.MakeWorkload("a", "admitted", start).Tier("production").Reserved("a", at(30*time.Second)).Obj()
@@ -176,7 +176,7 @@ func TestQueues(t *testing.T) {
 	snap := m.Snapshot()
 
 	wantPending := []fleet.PendingWorkloads{
-		{Team: "a", Tier: "", Count: 1}, {Team: "a", Tier: "production", Count: 1},
+		{Team: "a", Tier: "", Count: 1, GPUs: 1}, {Team: "a", Tier: "production", Count: 1, GPUs: 16},
 		{Team: "d", Tier: "", Count: 1}, {Team: "d", Tier: "production", Count: 0},
 	}
 	if diff := cmp.Diff(wantPending, snap.Pending); diff != "" {

@@ -21,6 +21,8 @@ type workload struct {
 	tier         string
 	// pending: active, not finished, and holding no quota: waiting in its queue.
 	pending bool
+	// gpus is what all its pods ask for.
+	gpus int64
 	// observed is the quota reservation whose wait is in the histogram.
 	observed time.Time
 	// team caches workloadTeam while teamGen is the model's.
@@ -78,6 +80,7 @@ func (m *Model) SetWorkload(obj *kueue.Workload) {
 		m.tiers[tier]++
 	}
 	w.pending = active && !finished && !isReserved
+	w.gpus = chamberkueue.WorkloadGPUs(obj)
 	w.teamGen = 0 // its queues may have changed
 
 	if isReserved && !reserved.LastTransitionTime.Time.Equal(w.observed) {

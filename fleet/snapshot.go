@@ -122,11 +122,13 @@ type TeamModel struct {
 	Lent float64
 }
 
-// PendingWorkloads is the number of workloads a team has waiting in one tier.
+// PendingWorkloads is the number of workloads a team has waiting in one tier, and
+// the GPUs they ask for.
 type PendingWorkloads struct {
 	Team  string
 	Tier  string
 	Count int
+	GPUs  int64
 }
 
 // QueueWait is a histogram of the time workloads waited for quota: from creation
@@ -317,10 +319,14 @@ func (m *Model) teamQuotas(teamOf func(string) *teamAgg) {
 }
 
 func (m *Model) pending() []PendingWorkloads {
-	counts := map[teamTier]int{}
+	counts := map[teamTier]PendingWorkloads{}
 	for _, w := range m.workloads {
 		if w.pending {
-			counts[teamTier{m.workloadTeam(w), w.tier}]++
+			key := teamTier{m.workloadTeam(w), w.tier}
+			c := counts[key]
+			c.Count++
+			c.GPUs += w.gpus
+			counts[key] = c
 		}
 	}
 	// Every team shows every tier in use, zeros included, so a queue that drains
@@ -328,12 +334,13 @@ func (m *Model) pending() []PendingWorkloads {
 	for t := range m.teams {
 		for tier := range m.tiers {
 			key := teamTier{t, tier}
-			counts[key] += 0
+			counts[key] = counts[key]
 		}
 	}
 	out := make([]PendingWorkloads, 0, len(counts))
 	for k, c := range counts {
-		out = append(out, PendingWorkloads{Team: k.team, Tier: k.tier, Count: c})
+		c.Team, c.Tier = k.team, k.tier
+		out = append(out, c)
 	}
 	slices.SortFunc(out, func(a, b PendingWorkloads) int {
 		return cmp.Or(strings.Compare(a.Team, b.Team), strings.Compare(a.Tier, b.Tier))

@@ -143,15 +143,6 @@ func podBelow(p *corev1.Pod, gn *chamber.GPUNode, heard *chamber.Heartbeats, thr
 	return ""
 }
 
-// workloadGPUs is the GPUs all the workload's pods ask for.
-func workloadGPUs(wl *kueue.Workload) int64 {
-	var n int64
-	for i := range wl.Spec.PodSets {
-		n += int64(wl.Spec.PodSets[i].Count) * chamberkueue.PodGPUs(&wl.Spec.PodSets[i].Template.Spec)
-	}
-	return n
-}
-
 // waiting is the oldest workload that waits for GPUs wl's could serve, or nil.
 //
 // A workload waits when it is active, not finished, asks for GPUs and has been without
@@ -233,7 +224,7 @@ func (q queueIndex) firstWaiting(self types.UID, own kueue.ClusterQueueReference
 	for i := range workloads {
 		p := &workloads[i]
 		if p.UID == self || !chamberkueue.Pending(p) || (minWait > 0 && now.Sub(withoutQuotaSince(p)) < minWait) ||
-			p.Annotations[AnnotationReclaims] != "" || workloadGPUs(p) == 0 {
+			p.Annotations[AnnotationReclaims] != "" || chamberkueue.WorkloadGPUs(p) == 0 {
 			continue
 		}
 		target, ok := q.feeds[lqKey{p.Namespace, string(p.Spec.QueueName)}]

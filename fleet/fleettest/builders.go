@@ -202,6 +202,19 @@ func (w *WorkloadWrapper) Condition(typ string, status metav1.ConditionStatus, t
 	return w
 }
 
+// PodSet adds a pod set of count pods asking for gpus GPUs each.
+func (w *WorkloadWrapper) PodSet(count int32, gpus int64) *WorkloadWrapper {
+	w.Spec.PodSets = append(w.Spec.PodSets, kueue.PodSet{
+		Name:  kueue.NewPodSetReference(fmt.Sprintf("ps%d", len(w.Spec.PodSets))),
+		Count: count,
+		Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name:      "main",
+			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{chamberkueue.ResourceGPU: *resource.NewQuantity(gpus, resource.DecimalSI)}},
+		}}}},
+	})
+	return w
+}
+
 // Inactive deactivates the workload.
 func (w *WorkloadWrapper) Inactive() *WorkloadWrapper { w.Spec.Active = ptr.To(false); return w }
 

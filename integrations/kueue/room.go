@@ -147,6 +147,15 @@ func WorkloadPodGPUs(wl *kueue.Workload) []int64 {
 	return want
 }
 
+// WorkloadGPUs is the GPUs all the workload's pods ask for.
+func WorkloadGPUs(wl *kueue.Workload) int64 {
+	var n int64
+	for i := range wl.Spec.PodSets {
+		n += int64(wl.Spec.PodSets[i].Count) * PodGPUs(&wl.Spec.PodSets[i].Template.Spec)
+	}
+	return n
+}
+
 // Interactive: the workload, its pod template or one of its pods is marked interactive
 // (chamber.LabelInteractive as a label or an annotation). The template speaks for a
 // workload without pods.
