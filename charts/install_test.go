@@ -3,7 +3,6 @@ package charts_test
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
@@ -18,13 +17,11 @@ import (
 	"github.com/onsi/gomega"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 	testingjob "sigs.k8s.io/kueue/pkg/util/testingjobs/job"
@@ -389,15 +386,7 @@ func metricsStatus(g gomega.Gomega, port int, bearer string) int {
 }
 
 func getMetrics(g gomega.Gomega, port int, bearer string) *http.Response {
-	// The controller's certificate is self-signed unless --metrics-cert-dir says
-	// otherwise: Prometheus' ServiceMonitor skips its verification too.
-	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
-	req, err := http.NewRequest(http.MethodGet, fmt.Sprintf("https://127.0.0.1:%d/metrics", port), nil)
-	g.Expect(err).NotTo(gomega.HaveOccurred())
-	if bearer != "" {
-		req.Header.Set("Authorization", "Bearer "+bearer)
-	}
-	resp, err := hc.Do(req)
+	resp, err := controlplane.GetWithToken(fmt.Sprintf("https://127.0.0.1:%d/metrics", port), bearer)
 	g.Expect(err).NotTo(gomega.HaveOccurred())
 	return resp
 }
@@ -406,12 +395,11 @@ func getMetrics(g gomega.Gomega, port int, bearer string) *http.Response {
 // a projected token in Prometheus's pod).
 func token(t *testing.T, c client.Client, name string) string {
 	t.Helper()
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "monitoring", Name: name}}
-	req := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}
-	if err := c.SubResource("token").Create(context.Background(), sa, req); err != nil {
-		t.Fatalf("token of service account monitoring/%s: %v", name, err)
+	tok, err := controlplane.ServiceAccountToken(context.Background(), c, "monitoring", name)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return req.Status.Token
+	return tok
 }
 
 func freePort(t *testing.T) int {

@@ -42,21 +42,12 @@ func MainWith(m *testing.M, plane controlplane.Options, cfg controllers.Config, 
 	if os.Getenv("CHAMBER_TEST_LOGS") != "" {
 		ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
 	}
-	cp, err := controlplane.Start(ctx, plane)
+	cp, c, err := startWithChartRBAC(ctx, plane)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	defer cp.Stop()
-	c, err := cp.Client()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	if err := cp.InstallChartRBAC(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
 	// The API rates chamber-controller runs with (its --kube-api-qps and -burst).
 	kube := controlplane.AsServiceAccount(cp.Config, controlplane.ChartNamespace, controlplane.ControllerAccount, "")
 	kube.QPS, kube.Burst = 300, 500
@@ -77,4 +68,37 @@ func MainWith(m *testing.M, plane controlplane.Options, cfg controllers.Config, 
 	*k8s = c
 	Config = cp.Config
 	return m.Run()
+}
+
+// MainForBinaries is Main for tests that run chamber-controller as a binary
+// (cp.StartChamber) rather than in-process: it starts a full control plane with the
+// Helm chart's RBAC and admission policies, sets Config for RunAgent, and runs the
+// package's tests with the control plane in *cp and an admin client in *k8s.
+func MainForBinaries(m *testing.M, cp **controlplane.ControlPlane, k8s *client.Client) int {
+	plane, c, err := startWithChartRBAC(context.Background(), controlplane.Full())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer plane.Stop()
+	*cp, *k8s, Config = plane, c, plane.Config
+	return m.Run()
+}
+
+// startWithChartRBAC starts a control plane of the given components and installs the
+// chart's RBAC and admission policies; it returns an admin client.
+func startWithChartRBAC(ctx context.Context, plane controlplane.Options) (*controlplane.ControlPlane, client.Client, error) {
+	cp, err := controlplane.Start(ctx, plane)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := cp.Client()
+	if err == nil {
+		err = cp.InstallChartRBAC(ctx)
+	}
+	if err != nil {
+		_ = cp.Stop()
+		return nil, nil, err
+	}
+	return cp, c, nil
 }

@@ -2,6 +2,7 @@ package page
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -104,10 +105,6 @@ type Queue struct {
 	MeanWaitSeconds float64 `json:"meanWaitSeconds"`
 }
 
-type teamModel struct{ team, model string }
-
-type teamTier struct{ team, tier string }
-
 // Build makes the page's view of a snapshot; price is the pools' price of a GPU-hour.
 func Build(s *fleet.Snapshot, price func(pool, model string) float64) View {
 	v := View{Time: s.Time, Since: s.Since, Nodes: make([]Node, 0, len(s.Nodes))}
@@ -127,16 +124,7 @@ func Build(s *fleet.Snapshot, price func(pool, model string) float64) View {
 	}
 	v.GPUs = stateCounts(total)
 
-	teams := map[teamModel]*Team{}
-	teamOf := func(team, model string) *Team {
-		k := teamModel{team, model}
-		t := teams[k]
-		if t == nil {
-			t = &Team{Team: team, Model: model}
-			teams[k] = t
-		}
-		return t
-	}
+	teams := newTable(func(team, model string) Team { return Team{Team: team, Model: model} })
 	for _, g := range s.GPUs {
 		i, ok := byNode[g.Node]
 		if !ok {
@@ -154,58 +142,37 @@ func Build(s *fleet.Snapshot, price func(pool, model string) float64) View {
 		if g.State == fleet.Idle { // held by a pod, so by a team or by none
 			p := price(g.Pool, g.Model)
 			v.IdleCostPerHour += p
-			teamOf(g.Team, g.Model).IdleCostPerHour += p
+			teams.row(g.Team, g.Model).IdleCostPerHour += p
 		}
 		v.Nodes[i].GPUList = append(v.Nodes[i].GPUList, out)
 	}
 
 	for _, ts := range s.Teams {
 		for _, m := range ts.Models {
-			t := teamOf(ts.Team, m.Model)
+			t := teams.row(ts.Team, m.Model)
 			t.Pool = ts.Pool
 			t.GPUs, t.Idle, t.Quota, t.Borrowed, t.Lent = m.Allocated, m.Idle, m.Quota, m.Borrowed, m.Lent
 		}
 	}
 	for _, u := range s.Usage {
-		t := teamOf(u.Team, u.Model)
+		t := teams.row(u.Team, u.Model)
 		t.GPUHours, t.IdleGPUHours = u.GPUSeconds/3600, u.IdleGPUSeconds/3600
 		t.Cost, t.IdleCost = u.Cost, u.IdleCost
 	}
-	v.Teams = make([]Team, 0, len(teams))
-	for _, t := range teams {
-		v.Teams = append(v.Teams, *t)
-	}
-	slices.SortFunc(v.Teams, func(a, b Team) int {
-		return cmp.Or(strings.Compare(a.Team, b.Team), strings.Compare(a.Model, b.Model))
-	})
+	v.Teams = teams.sorted()
 
-	queues := map[teamTier]*Queue{}
-	queueOf := func(team, tier string) *Queue {
-		k := teamTier{team, tier}
-		q := queues[k]
-		if q == nil {
-			q = &Queue{Team: team, Tier: tier}
-			queues[k] = q
-		}
-		return q
-	}
+	queues := newTable(func(team, tier string) Queue { return Queue{Team: team, Tier: tier} })
 	for _, p := range s.Pending {
-		queueOf(p.Team, p.Tier).Pending = p.Count
+		queues.row(p.Team, p.Tier).Pending = p.Count
 	}
 	for _, w := range s.QueueWaits {
-		q := queueOf(w.Team, w.Tier)
+		q := queues.row(w.Team, w.Tier)
 		q.Admitted = w.Count
 		if w.Count > 0 {
 			q.MeanWaitSeconds = w.Sum / float64(w.Count)
 		}
 	}
-	v.Queue = make([]Queue, 0, len(queues))
-	for _, q := range queues {
-		v.Queue = append(v.Queue, *q)
-	}
-	slices.SortFunc(v.Queue, func(a, b Queue) int {
-		return cmp.Or(strings.Compare(a.Team, b.Team), strings.Compare(a.Tier, b.Tier))
-	})
+	v.Queue = queues.sorted()
 	return v
 }
 
@@ -214,4 +181,38 @@ func timeOrNil(t time.Time) *time.Time {
 		return nil
 	}
 	return &t
+}
+
+// table is the rows of a table by their two keys (team and model, team and tier),
+// made by fresh on first use.
+type table[T any] struct {
+	rows  map[[2]string]*T
+	fresh func(a, b string) T
+}
+
+func newTable[T any](fresh func(a, b string) T) *table[T] {
+	return &table[T]{rows: map[[2]string]*T{}, fresh: fresh}
+}
+
+func (t *table[T]) row(a, b string) *T {
+	k := [2]string{a, b}
+	r := t.rows[k]
+	if r == nil {
+		v := t.fresh(a, b)
+		r = &v
+		t.rows[k] = r
+	}
+	return r
+}
+
+// sorted is the rows in the order of their keys.
+func (t *table[T]) sorted() []T {
+	keys := slices.SortedFunc(maps.Keys(t.rows), func(x, y [2]string) int {
+		return cmp.Or(strings.Compare(x[0], y[0]), strings.Compare(x[1], y[1]))
+	})
+	out := make([]T, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, *t.rows[k])
+	}
+	return out
 }

@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net/http"
 	"os/exec"
@@ -102,6 +103,22 @@ func (c *Chamber) Pid() int { return c.p.cmd.Process.Pid }
 
 // Exited reports whether the process has stopped.
 func (c *Chamber) Exited() bool { return c.p.exited() }
+
+// GetWithToken GETs url from a chamber-controller's metrics endpoint under
+// --metrics-secure, with a bearer token ("": none), as Prometheus does: the
+// certificate is self-signed unless --metrics-cert-dir gives one, so it is not
+// verified.
+func GetWithToken(url, bearer string) (*http.Response, error) {
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	if bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+bearer)
+	}
+	return hc.Do(req)
+}
 
 // LogTail is the last n lines of its output.
 func (c *Chamber) LogTail(n int) string { return c.p.tail(n) }

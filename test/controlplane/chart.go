@@ -10,9 +10,13 @@ import (
 	"path/filepath"
 	"strings"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -92,6 +96,17 @@ func ApplyObjects(ctx context.Context, c client.Client, objs []*unstructured.Uns
 		}
 	}
 	return nil
+}
+
+// ServiceAccountToken is an hour's token of ServiceAccount namespace/name (the
+// TokenRequest API, as a pod's projected token), for requests as that account.
+func ServiceAccountToken(ctx context.Context, c client.Client, namespace, name string) (string, error) {
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
+	req := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}
+	if err := c.SubResource("token").Create(ctx, sa, req); err != nil {
+		return "", fmt.Errorf("token of service account %s/%s: %w", namespace, name, err)
+	}
+	return req.Status.Token, nil
 }
 
 // serviceAccountUser is the user name the API server gives a ServiceAccount's tokens.

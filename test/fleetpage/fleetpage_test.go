@@ -5,7 +5,6 @@ package fleetpage_test
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"net/http"
 	"os"
@@ -17,7 +16,6 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/onsi/gomega"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -48,28 +46,10 @@ var (
 	k8s client.Client
 )
 
+// TestMain runs one control plane with the chart's RBAC; the test runs
+// chamber-controller as the chart's ServiceAccount.
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	ctx := context.Background()
-	var err error
-	if cp, err = controlplane.Start(ctx, controlplane.Full()); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer cp.Stop()
-	if err := cp.InstallChartRBAC(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	if k8s, err = cp.Client(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	controllertest.Config = cp.Config // the node agents' (controllertest.RunAgent)
-	return m.Run()
+	os.Exit(controllertest.MainForBinaries(m, &cp, &k8s))
 }
 
 // TestFleetPage runs chamber-controller as the chart runs it with metrics.fleetPage
@@ -207,12 +187,11 @@ func readers(t *testing.T, ctx context.Context) (reader, stranger string) {
 
 func token(t *testing.T, name string) string {
 	t.Helper()
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "monitoring", Name: name}}
-	req := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}
-	if err := k8s.SubResource("token").Create(context.Background(), sa, req); err != nil {
-		t.Fatalf("token of monitoring/%s: %v", name, err)
+	tok, err := controlplane.ServiceAccountToken(context.Background(), k8s, "monitoring", name)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return req.Status.Token
+	return tok
 }
 
 // fixture: pool main of three 8-H100 nodes with their agents, teams vision and
@@ -291,16 +270,9 @@ func create(t *testing.T, obj client.Object) {
 	}
 }
 
-// status is the status code of a GET of url with a bearer token ("": none). The
-// controller's certificate is self-signed.
+// status is the status code of a GET of url with a bearer token ("": none).
 func status(g gomega.Gomega, url, bearer string) int {
-	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
-	req, err := http.NewRequest(http.MethodGet, url, nil)
-	g.Expect(err).NotTo(gomega.HaveOccurred())
-	if bearer != "" {
-		req.Header.Set("Authorization", "Bearer "+bearer)
-	}
-	resp, err := hc.Do(req)
+	resp, err := controlplane.GetWithToken(url, bearer)
 	g.Expect(err).NotTo(gomega.HaveOccurred())
 	resp.Body.Close()
 	return resp.StatusCode

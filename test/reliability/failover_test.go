@@ -6,7 +6,6 @@ package reliability
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"os"
 	"slices"
@@ -51,27 +50,7 @@ var (
 // TestMain runs one control plane with the chart's RBAC; each test runs its own two
 // replicas, as the chart's ServiceAccount, and kills what is left of them at its end.
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	ctx := context.Background()
-	var err error
-	if cp, err = controlplane.Start(ctx, controlplane.Full()); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer cp.Stop()
-	if err := cp.InstallChartRBAC(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	if k8s, err = cp.Client(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	controllertest.Config = cp.Config // the node agents' (controllertest.RunAgent)
-	return m.Run()
+	os.Exit(controllertest.MainForBinaries(m, &cp, &k8s))
 }
 
 // newG is the test's gomega. If the test fails, the cluster's Workloads and Events
