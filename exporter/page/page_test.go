@@ -30,7 +30,7 @@ var start = time.Date(2026, 11, 15, 12, 0, 0, 0, time.UTC)
 // fixture is a fleet of two nodes in pool main ($2.50 an H100-hour): n1 with team
 // vision's pod on GPUs 0-3 (0-1 busy, 2-3 idle for the last 15 minutes) and GPUs 4-7
 // free; n2 isolated by Chamber for XID79 on its GPU 1. Team vision has 8 GPUs of
-// quota and two workloads waiting in tier standard; an hour has passed.
+// quota and two workloads waiting in tier standard for 8 GPUs; an hour has passed.
 func fixture(t *testing.T) *fleet.Model {
 	t.Helper()
 	clock := clocktesting.NewFakeClock(start)
@@ -45,8 +45,8 @@ func fixture(t *testing.T) *fleet.Model {
 		Annotate(chamber.AnnotationIsolatedAt, start.Format(time.RFC3339)).
 		Annotate(chamber.AnnotationIsolationReason, "XID79 on GPU 1").Obj())
 	m.SetPod(ft.MakePod("vision", "train", 4).On("n1", start).Obj())
-	m.SetWorkload(ft.MakeWorkload("vision", "wait-1", start).Tier("standard").Obj())
-	m.SetWorkload(ft.MakeWorkload("vision", "wait-2", start).Tier("standard").Obj())
+	m.SetWorkload(ft.MakeWorkload("vision", "wait-1", start).Tier("standard").PodSet(1, 4).Obj())
+	m.SetWorkload(ft.MakeWorkload("vision", "wait-2", start).Tier("standard").PodSet(2, 2).Obj())
 	m.SetLocalQueue(ft.MakeLocalQueue("vision", "default", "vision"))
 	clock.Step(45 * time.Minute)
 	m.SetGPUNode(ft.MakeGPUNode("n1", 8).Util(0, 90, time.Minute).Util(1, 90, time.Minute).
@@ -122,7 +122,7 @@ func TestData(t *testing.T) {
 			// (the counters do not go back): 15 minutes each.
 			GPUHours: 4, IdleGPUHours: 0.5, Cost: 10, IdleCost: 1.25,
 		}},
-		Queue: []page.Queue{{Team: "vision", Tier: "standard", Pending: 2}},
+		Queue: []page.Queue{{Team: "vision", Tier: "standard", Pending: 2, PendingGPUs: 8}},
 	}
 	if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 })); diff != "" {
 		t.Errorf("data (-want +got):\n%s", diff)

@@ -94,12 +94,14 @@ type Team struct {
 	IdleCost        float64 `json:"idleCost"`
 }
 
-// Queue is a team's workloads of one priority tier waiting for quota, and the wait of
-// those admitted since the model started.
+// Queue is a team's workloads of one priority tier waiting for quota and the GPUs
+// they ask for, and the wait of those admitted since the model started.
 type Queue struct {
 	Team    string `json:"team"`
 	Tier    string `json:"tier"`
 	Pending int    `json:"pending"`
+	// PendingGPUs is the GPUs the waiting workloads ask for.
+	PendingGPUs int64 `json:"pendingGPUs"`
 	// Admitted is how many got quota; MeanWaitSeconds their mean wait.
 	Admitted        uint64  `json:"admitted"`
 	MeanWaitSeconds float64 `json:"meanWaitSeconds"`
@@ -163,7 +165,8 @@ func Build(s *fleet.Snapshot, price func(pool, model string) float64) View {
 
 	queues := newTable(func(team, tier string) Queue { return Queue{Team: team, Tier: tier} })
 	for _, p := range s.Pending {
-		queues.row(p.Team, p.Tier).Pending = p.Count
+		q := queues.row(p.Team, p.Tier)
+		q.Pending, q.PendingGPUs = p.Count, p.GPUs
 	}
 	for _, w := range s.QueueWaits {
 		q := queues.row(w.Team, w.Tier)

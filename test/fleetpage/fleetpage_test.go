@@ -354,9 +354,10 @@ type shownTeam struct {
 }
 
 type shownQueue struct {
-	Team    string `json:"team"`
-	Tier    string `json:"tier"`
-	Pending int    `json:"pending"`
+	Team        string `json:"team"`
+	Tier        string `json:"tier"`
+	Pending     int    `json:"pending"`
+	PendingGPUs int64  `json:"pendingGPUs"`
 }
 
 type shownIsolated struct {
@@ -381,7 +382,8 @@ const readDOM = `(() => {
     teams: all('#teams tbody tr[data-team]').map((r) => ({team: r.dataset.team, model: r.dataset.model,
       gpus: Number(cell(r, 'gpus')), idle: Number(cell(r, 'idle')),
       idleCostPerHour: Number(cell(r, 'idle-cost-per-hour')), cost: Number(cell(r, 'cost'))})),
-    queue: all('#queue tbody tr[data-team]').map((r) => ({team: r.dataset.team, tier: r.dataset.tier, pending: Number(cell(r, 'pending'))})),
+    queue: all('#queue tbody tr[data-team]').map((r) => ({team: r.dataset.team, tier: r.dataset.tier,
+      pending: Number(cell(r, 'pending')), pendingGPUs: Number(cell(r, 'pending-gpus'))})),
     isolated: all('#isolated tbody tr[data-node]').map((r) => ({node: r.dataset.node, how: cell(r, 'how'), fault: cell(r, 'fault')})),
   };
 })()`
@@ -400,8 +402,8 @@ type want struct {
 	// tooltip must say.
 	nodes  map[string][]string
 	titles map[string][][]string
-	teams  map[string]shownTeam // by team; every GPU here is an H100
-	queue  map[string]int       // pending workloads by team/tier
+	teams  map[string]shownTeam  // by team; every GPU here is an H100
+	queue  map[string]shownQueue // pending workloads and their GPUs by team/tier
 	// isolated are the nodes out of service, and how and why.
 	isolated map[string]shownIsolated
 	summary  map[string]int
@@ -415,7 +417,7 @@ type want struct {
 func expected(g gomega.Gomega) want {
 	ctx := context.Background()
 	w := want{nodes: map[string][]string{}, titles: map[string][][]string{}, teams: map[string]shownTeam{},
-		queue: map[string]int{}, isolated: map[string]shownIsolated{}, summary: map[string]int{}}
+		queue: map[string]shownQueue{}, isolated: map[string]shownIsolated{}, summary: map[string]int{}}
 	var teams chamber.TeamList
 	g.Expect(k8s.List(ctx, &teams)).To(gomega.Succeed())
 	teamOf := map[string]string{}
@@ -487,8 +489,8 @@ func expected(g gomega.Gomega) want {
 		}
 		w.nodes[name], w.titles[name] = states, titles
 	}
-	// Pending: active, unfinished workloads without quota, by team and tier; every
-	// team shows every tier in use.
+	// Pending: active, unfinished workloads without quota, by team and tier, and the
+	// GPUs their pods ask for; every team shows every tier in use.
 	var wls kueue.WorkloadList
 	g.Expect(k8s.List(ctx, &wls)).To(gomega.Succeed())
 	for _, wl := range wls.Items {
@@ -497,12 +499,23 @@ func expected(g gomega.Gomega) want {
 			tier = ref.Name
 		}
 		for team := range w.teams {
-			w.queue[team+"/"+tier] += 0
+			if _, ok := w.queue[team+"/"+tier]; !ok {
+				w.queue[team+"/"+tier] = shownQueue{Team: team, Tier: tier}
+			}
 		}
-		reserved := wl.Status.Admission != nil
-		if !reserved && ptr.Deref(wl.Spec.Active, true) {
-			w.queue[teamOf[wl.Namespace]+"/"+tier]++
+		if wl.Status.Admission != nil || !ptr.Deref(wl.Spec.Active, true) {
+			continue
 		}
+		key := teamOf[wl.Namespace] + "/" + tier
+		q := w.queue[key]
+		q.Team, q.Tier = teamOf[wl.Namespace], tier
+		q.Pending++
+		for _, ps := range wl.Spec.PodSets {
+			for _, c := range ps.Template.Spec.Containers {
+				q.PendingGPUs += int64(ps.Count) * c.Resources.Limits.Name(chamberkueue.ResourceGPU, resource.DecimalSI).Value()
+			}
+		}
+		w.queue[key] = q
 	}
 	return w
 }
@@ -537,9 +550,9 @@ func check(g gomega.Gomega, s shown, w want) {
 			g.Expect(t.Cost).To(gomega.BeNumerically(">", 0), "the cost %s ran up", t.Team)
 		}
 	}
-	queue := map[string]int{}
+	queue := map[string]shownQueue{}
 	for _, q := range s.Queue {
-		queue[q.Team+"/"+q.Tier] = q.Pending
+		queue[q.Team+"/"+q.Tier] = q
 	}
 	g.Expect(queue).To(gomega.Equal(w.queue))
 	g.Expect(s.Isolated).To(gomega.HaveLen(len(w.isolated)))

@@ -119,8 +119,9 @@
   function drawQueue(v) {
     const rows = v.queue.map((q) => el('tr', {'data-team': q.team, 'data-tier': q.tier},
       cell('team', q.team || '(no team)'), cell('tier', q.tier || '(none)'), cell('pending', q.pending, true),
-      cell('admitted', q.admitted, true), cell('mean-wait', q.admitted > 0 ? duration(q.meanWaitSeconds) : '', true)));
-    replaceRows('queue', rows, 'No workloads.', 5);
+      cell('pending-gpus', q.pendingGPUs, true), cell('admitted', q.admitted, true),
+      cell('mean-wait', q.admitted > 0 ? duration(q.meanWaitSeconds) : '', true)));
+    replaceRows('queue', rows, 'No workloads.', 6);
   }
 
   function drawIsolated(v) {
