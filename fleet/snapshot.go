@@ -333,8 +333,9 @@ func (m *Model) pending() []PendingWorkloads {
 	// reads 0 rather than vanishing.
 	for t := range m.teams {
 		for tier := range m.tiers {
-			key := teamTier{t, tier}
-			counts[key] = counts[key]
+			if _, ok := counts[teamTier{t, tier}]; !ok {
+				counts[teamTier{t, tier}] = PendingWorkloads{}
+			}
 		}
 	}
 	out := make([]PendingWorkloads, 0, len(counts))
