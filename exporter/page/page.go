@@ -107,8 +107,8 @@ func (p *Page) serveData(w http.ResponseWriter, r *http.Request) {
 	}
 	v := Build(p.source.Snapshot(), p.source.Price)
 	v.RefreshSeconds = p.refresh.Seconds()
-	// About 200 bytes a GPU, every few seconds: 1.6 MB for 1,000 nodes of 8, a tenth
-	// of it compressed.
+	// About 200 bytes a GPU, every few seconds: 1.6 MB for 1,000 nodes of 8, 120 KB
+	// compressed.
 	var out io.Writer = w
 	if acceptsGzip(r) {
 		h.Set("Content-Encoding", "gzip")
