@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -16,7 +17,9 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
+	"chamber.dev/chamber/controllers/idlereclaim"
 	"chamber.dev/chamber/fleet"
+	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
 // cluster is what the commands read: the fleet model Chamber's metrics come from,
@@ -27,6 +30,8 @@ type cluster struct {
 	nodes    map[string]*corev1.Node
 	gpuNodes map[string]*chamber.GPUNode
 	teams    []chamber.Team
+	// workloads are Kueue's Workloads; none without Kueue.
+	workloads []kueue.Workload
 	// heartbeats says which agents are silent.
 	heartbeats *chamber.Heartbeats
 }
@@ -86,42 +91,44 @@ func (o *options) load(ctx context.Context, c client.Client, withKueue bool) (*c
 		m.SetPod(&pods.Items[i])
 	}
 	if withKueue {
-		if err := loadKueue(ctx, c, m); err != nil {
+		wls, err := loadKueue(ctx, c, m)
+		if err != nil {
 			return nil, err
 		}
+		out.workloads = wls
 	}
 	m.SetSynced(true)
 	out.snap = m.Snapshot()
 	return out, nil
 }
 
-// loadKueue feeds Kueue's queues and workloads; a cluster without Kueue (Chamber as
-// monitoring only) has none to feed.
-func loadKueue(ctx context.Context, c client.Client, m *fleet.Model) error {
+// loadKueue feeds Kueue's queues and workloads and returns the workloads; a cluster
+// without Kueue (Chamber as monitoring only) has none to feed.
+func loadKueue(ctx context.Context, c client.Client, m *fleet.Model) ([]kueue.Workload, error) {
 	var cqs kueue.ClusterQueueList
 	if err := c.List(ctx, &cqs); meta.IsNoMatchError(err) {
-		return nil
+		return nil, nil
 	} else if err != nil {
-		return fmt.Errorf("list ClusterQueues: %w", err)
+		return nil, fmt.Errorf("list ClusterQueues: %w", err)
 	}
 	for i := range cqs.Items {
 		m.SetClusterQueue(&cqs.Items[i])
 	}
 	var lqs kueue.LocalQueueList
 	if err := c.List(ctx, &lqs); err != nil {
-		return fmt.Errorf("list LocalQueues: %w", err)
+		return nil, fmt.Errorf("list LocalQueues: %w", err)
 	}
 	for i := range lqs.Items {
 		m.SetLocalQueue(&lqs.Items[i])
 	}
 	var wls kueue.WorkloadList
 	if err := c.List(ctx, &wls); err != nil {
-		return fmt.Errorf("list Workloads: %w", err)
+		return nil, fmt.Errorf("list Workloads: %w", err)
 	}
 	for i := range wls.Items {
 		m.SetWorkload(&wls.Items[i])
 	}
-	return nil
+	return wls.Items, nil
 }
 
 func (o *options) loadCluster(cmd *cobra.Command) (*cluster, error) {
@@ -333,6 +340,15 @@ type statusView struct {
 	Isolated []nodeRow     `json:"isolatedNodes,omitempty"`
 	Teams    []teamWarning `json:"teamWarnings,omitempty"`
 	Pending  int           `json:"pendingWorkloads"`
+	// PendingGPUs are the GPUs the waiting workloads ask for.
+	PendingGPUs int64 `json:"pendingGPUs"`
+	// Paused are the workloads Chamber keeps paused (idle reclaim, its interactive
+	// idle time limit, room for big jobs) and the GPUs they would hold.
+	Paused     int   `json:"pausedWorkloads"`
+	PausedGPUs int64 `json:"pausedGPUs"`
+	// IdleReclaims counts idle reclaim's evictions of the workloads there are now
+	// (each Workload keeps its count).
+	IdleReclaims int `json:"idleReclaims"`
 }
 
 type stateCounts struct {
@@ -420,6 +436,16 @@ func (cl *cluster) status(now time.Time) statusView {
 	}
 	for _, p := range cl.snap.Pending {
 		v.Pending += p.Count
+		v.PendingGPUs += p.GPUs
+	}
+	for i := range cl.workloads {
+		wl := &cl.workloads[i]
+		if pausedByChamber(wl) {
+			v.Paused++
+			v.PausedGPUs += chamberkueue.WorkloadGPUs(wl)
+		}
+		n, _ := strconv.Atoi(wl.Annotations[idlereclaim.AnnotationReclaims])
+		v.IdleReclaims += n
 	}
 	return v
 }
@@ -431,10 +457,14 @@ func (o *options) printStatus(v statusView) error {
 		eff = fmt.Sprintf("%.0f%%", *v.Efficiency*100)
 	}
 	c := v.Counts
-	fmt.Fprintf(out, "%d GPUs on %d nodes: %d busy, %d idle, %d free, %d unhealthy, %d isolated. Efficiency %s. %d workloads waiting.\n",
-		v.GPUs, v.Nodes, c.Busy, c.Idle, c.Free, c.Unhealthy, c.Isolated, eff, v.Pending)
+	fmt.Fprintf(out, "%d GPUs on %d nodes: %d busy, %d idle, %d free, %d unhealthy, %d isolated. Efficiency %s. %d workloads waiting for %d GPUs.\n",
+		v.GPUs, v.Nodes, c.Busy, c.Idle, c.Free, c.Unhealthy, c.Isolated, eff, v.Pending, v.PendingGPUs)
 	if v.IdleCost > 0 {
 		fmt.Fprintf(out, "Idle GPUs cost %.2f an hour at their pools' prices.\n", v.IdleCost)
+	}
+	if v.Paused > 0 || v.IdleReclaims > 0 {
+		fmt.Fprintf(out, "Chamber keeps %d workloads paused (%d GPUs given to waiting work or kept free for it); idle reclaim has evicted the workloads there are now %d times.\n",
+			v.Paused, v.PausedGPUs, v.IdleReclaims)
 	}
 	fmt.Fprintln(out)
 	t := newTable(out, "POOL", "MODEL", "GPUS", "FREE", "BUSY", "IDLE", "UNHEALTHY", "ISOLATED", "UTIL")

@@ -189,9 +189,16 @@ func TestCommands(t *testing.T) {
 		var v statusView
 		g.Expect(yaml.Unmarshal([]byte(run(g, "status", "-o", "yaml")), &v)).To(gomega.Succeed())
 		g.Expect(v.Counts.Isolated).To(gomega.BeNumerically(">=", 7))
+		// ml/waits asks for 8 GPUs, broke/j for 1; the notebook (2 GPUs) is paused at
+		// its idle time limit, its one idle reclaim counted on its Workload.
+		g.Expect(v.Pending).To(gomega.Equal(2))
+		g.Expect(v.PendingGPUs).To(gomega.Equal(int64(9)))
+		g.Expect([]any{v.Paused, v.PausedGPUs, v.IdleReclaims}).To(gomega.Equal([]any{1, int64(2), 1}), "paused, their GPUs, idle reclaims")
 		g.Expect(v.Isolated).To(gomega.ContainElement(gomega.HaveField("Name", "ops-2")))
 		g.Expect(v.Teams).To(gomega.ContainElement(gomega.And(gomega.HaveField("Team", "broke"), gomega.HaveField("Reason", chamber.ConditionBudgetExceeded))))
 		out := run(g, "status")
+		g.Expect(out).To(gomega.ContainSubstring("2 workloads waiting for 9 GPUs"))
+		g.Expect(out).To(gomega.ContainSubstring("Chamber keeps 1 workloads paused (2 GPUs"))
 		g.Expect(out).To(gomega.ContainSubstring("Out of service:"))
 		g.Expect(out).To(gomega.MatchRegexp(`ops-2\s+ops\s+1\s+7\s+XID79`))
 	})

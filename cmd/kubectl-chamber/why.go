@@ -200,6 +200,16 @@ func why(ctx context.Context, c client.Client, ns, name string, now time.Time) (
 }
 
 // pausedWhy says who deactivated the workload and how it comes back.
+// pausedByChamber: the workload is deactivated, and Chamber did it (idle reclaim, its
+// interactive idle time limit, room for a bigger job).
+func pausedByChamber(wl *kueue.Workload) bool {
+	if ptr.Deref(wl.Spec.Active, true) {
+		return false
+	}
+	a := wl.Annotations
+	return idlereclaim.Paused(wl) || a[chamber.AnnotationRoomPausedFor] != "" || chamberkueue.Paused(wl) != ""
+}
+
 func pausedWhy(wl *kueue.Workload) string {
 	a := wl.Annotations
 	resume := idlereclaim.ResumeCommand(wl)
