@@ -347,8 +347,10 @@ type statusView struct {
 	Paused     int   `json:"pausedWorkloads"`
 	PausedGPUs int64 `json:"pausedGPUs"`
 	// IdleReclaims counts idle reclaim's evictions of the workloads there are now
-	// (each Workload keeps its count).
-	IdleReclaims int `json:"idleReclaims"`
+	// (each Workload keeps its count), and ReclaimedGPUHours the idle GPU-hours they
+	// had held when reclaimed.
+	IdleReclaims      int     `json:"idleReclaims"`
+	ReclaimedGPUHours float64 `json:"reclaimedGPUHours"`
 }
 
 type stateCounts struct {
@@ -446,6 +448,8 @@ func (cl *cluster) status(now time.Time) statusView {
 		}
 		n, _ := strconv.Atoi(wl.Annotations[idlereclaim.AnnotationReclaims])
 		v.IdleReclaims += n
+		h, _ := strconv.ParseFloat(wl.Annotations[idlereclaim.AnnotationReclaimedGPUHours], 64)
+		v.ReclaimedGPUHours += max(h, 0)
 	}
 	return v
 }
@@ -463,8 +467,8 @@ func (o *options) printStatus(v statusView) error {
 		fmt.Fprintf(out, "Idle GPUs cost %.2f an hour at their pools' prices.\n", v.IdleCost)
 	}
 	if v.Paused > 0 || v.IdleReclaims > 0 {
-		fmt.Fprintf(out, "Chamber keeps %d workloads paused (%d GPUs given to waiting work or kept free for it); idle reclaim has evicted the workloads there are now %d times.\n",
-			v.Paused, v.PausedGPUs, v.IdleReclaims)
+		fmt.Fprintf(out, "Chamber keeps %d workloads paused (%d GPUs given to waiting work or kept free for it); idle reclaim has evicted the workloads there are now %d times, taking back %.1f GPU-hours they held idle.\n",
+			v.Paused, v.PausedGPUs, v.IdleReclaims, v.ReclaimedGPUHours)
 	}
 	fmt.Fprintln(out)
 	t := newTable(out, "POOL", "MODEL", "GPUS", "FREE", "BUSY", "IDLE", "UNHEALTHY", "ISOLATED", "UTIL")

@@ -194,6 +194,8 @@ func TestCommands(t *testing.T) {
 		g.Expect(v.Pending).To(gomega.Equal(2))
 		g.Expect(v.PendingGPUs).To(gomega.Equal(int64(9)))
 		g.Expect([]any{v.Paused, v.PausedGPUs, v.IdleReclaims}).To(gomega.Equal([]any{1, int64(2), 1}), "paused, their GPUs, idle reclaims")
+		// Its 2 GPUs idle for the 3 s limit, or a little more.
+		g.Expect(v.ReclaimedGPUHours).To(gomega.BeNumerically("~", 2*3.0/3600, 0.002))
 		g.Expect(v.Isolated).To(gomega.ContainElement(gomega.HaveField("Name", "ops-2")))
 		g.Expect(v.Teams).To(gomega.ContainElement(gomega.And(gomega.HaveField("Team", "broke"), gomega.HaveField("Reason", chamber.ConditionBudgetExceeded))))
 		out := run(g, "status")

@@ -280,11 +280,11 @@ func (c *Controller) reconcile(ctx context.Context, wl *kueue.Workload) (reconci
 // go.
 func (c *Controller) reclaim(ctx context.Context, key types.NamespacedName, wl *kueue.Workload, owner owner, use usage, idleFor time.Duration, reclaimedFor string, e chamberkueue.Eviction) error {
 	e.Pause = true // the hold keeps it out of its queue
-	e.Marks = reclaimMarks(wl, reclaimedFor, e.RequestedAt)
+	gpuHours := float64(use.gpus) * idleFor.Hours()
+	e.Marks = reclaimMarks(wl, reclaimedFor, e.RequestedAt, gpuHours)
 	if err := chamberkueue.RequestEviction(ctx, c.client, wl, e); err != nil {
 		return err
 	}
-	gpuHours := float64(use.gpus) * idleFor.Hours()
 	evictions.WithLabelValues(owner.team).Inc()
 	reclaimedGPUHours.WithLabelValues(owner.team).Add(gpuHours)
 	reclaimedCost.WithLabelValues(owner.team).Add(gpuHours * owner.price)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -741,6 +742,9 @@ func TestReclaimWritesItsMarksWithTheRequest(t *testing.T) {
 	}
 	if got := wl.Annotations[AnnotationReclaims]; got != "1" {
 		t.Errorf("reclaims %q, want 1 (one reclaim, marked once though the first request failed)", got)
+	}
+	if got, want := wl.Annotations[AnnotationReclaimedGPUHours], strconv.FormatFloat(8*window.Hours(), 'f', 3, 64); got != want {
+		t.Errorf("reclaimed GPU-hours %q, want %s (8 GPUs idle for the window)", got, want)
 	}
 	for i, p := range patches {
 		if !strings.Contains(p, chamber.AnnotationEvictionReason) || !strings.Contains(p, AnnotationReclaimedFor) {

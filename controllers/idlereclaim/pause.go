@@ -46,6 +46,10 @@ const (
 	// A workload reclaimed for idling does not get other idle workloads reclaimed
 	// while it waits (see waiting).
 	AnnotationReclaims = "chamber.dev/idle-reclaims"
+	// AnnotationReclaimedGPUHours adds up the GPU-hours the workload had held idle at
+	// each of its reclaims (as chamber_idle_reclaimed_gpu_hours_total counts them);
+	// it stays when the hold ends, and `kubectl chamber status` sums it.
+	AnnotationReclaimedGPUHours = "chamber.dev/idle-reclaimed-gpu-hours"
 )
 
 // Events of the pause: `kubectl describe workload` shows why it is paused and when it
@@ -102,14 +106,16 @@ func reclaimWindow(window time.Duration, reclaims int) time.Duration {
 }
 
 // reclaimMarks are the annotations a reclaim writes with its eviction request: the
-// workload (namespace/name) its GPUs were reclaimed for, when, and its count of
-// reclaims.
-func reclaimMarks(wl *kueue.Workload, reclaimedFor string, at time.Time) map[string]string {
+// workload (namespace/name) its GPUs were reclaimed for, when, its count of reclaims
+// and the idle GPU-hours reclaimed, this reclaim's added.
+func reclaimMarks(wl *kueue.Workload, reclaimedFor string, at time.Time, gpuHours float64) map[string]string {
 	reclaims, _ := strconv.Atoi(wl.Annotations[AnnotationReclaims])
+	before, _ := strconv.ParseFloat(wl.Annotations[AnnotationReclaimedGPUHours], 64)
 	return map[string]string{
-		AnnotationReclaimedFor: reclaimedFor,
-		AnnotationReclaimedAt:  at.UTC().Format(time.RFC3339),
-		AnnotationReclaims:     strconv.Itoa(reclaims + 1),
+		AnnotationReclaimedFor:      reclaimedFor,
+		AnnotationReclaimedAt:       at.UTC().Format(time.RFC3339),
+		AnnotationReclaims:          strconv.Itoa(reclaims + 1),
+		AnnotationReclaimedGPUHours: strconv.FormatFloat(max(before, 0)+gpuHours, 'f', 3, 64),
 	}
 }
 
