@@ -26,6 +26,7 @@ require (
 	sigs.k8s.io/controller-runtime v0.24.1
 	sigs.k8s.io/kueue v0.19.2
 	sigs.k8s.io/yaml v1.6.0
+	volcano.sh/apis v1.14.0
 )
 
 require (
@@ -168,7 +169,6 @@ require (
 	sigs.k8s.io/scheduler-library v0.1.0-alpha1 // indirect
 	sigs.k8s.io/scheduler-plugins v0.34.7 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
-	volcano.sh/apis v1.14.0 // indirect
 )
 
 tool sigs.k8s.io/kueue/cmd/kueue

@@ -10,15 +10,22 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	configapi "sigs.k8s.io/kueue/apis/config/v1beta2"
+	volcanobatch "volcano.sh/apis/pkg/apis/batch/v1alpha1"
+	volcanobus "volcano.sh/apis/pkg/apis/bus/v1alpha1"
+	volcanoscheduling "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
-// Scheme knows the built-in types, CRDs, Kueue's API and Chamber's.
+// Scheme knows the built-in types, CRDs, Kueue's API, Volcano's (Jobs, Queues,
+// PodGroups, Commands) and Chamber's.
 var Scheme = chamberkueue.NewScheme()
 
 func init() {
 	utilruntime.Must(apiextensionsv1.AddToScheme(Scheme))
+	utilruntime.Must(volcanobatch.AddToScheme(Scheme))
+	utilruntime.Must(volcanobus.AddToScheme(Scheme))
+	utilruntime.Must(volcanoscheduling.AddToScheme(Scheme))
 }
 
 // Client returns a controller-runtime client for the control plane, with Scheme.

@@ -1,8 +1,9 @@
 // Package controlplane runs a real, local Kubernetes control plane for Chamber's
 // integration tests, the demo and the simulator: etcd and kube-apiserver on loopback
 // ports picked at run time, and optionally kube-controller-manager, kube-scheduler,
-// kwok (simulated nodes and pod lifecycles) and the real Kueue controller with its
-// webhooks served on loopback. Every binary comes from `make tools` (bin/).
+// kwok (simulated nodes and pod lifecycles), the real Kueue controller with its
+// webhooks served on loopback, and Volcano's scheduler and controller-manager. Every
+// binary comes from `make tools` (bin/).
 package controlplane
 
 import (
@@ -43,6 +44,12 @@ type Options struct {
 	Kwok bool
 	// Kueue installs Kueue's CRDs and webhooks and runs the Kueue controller.
 	Kueue bool
+	// Volcano installs Volcano's CRDs and runs vc-scheduler and vc-controller-manager
+	// (pods with schedulerName VolcanoSchedulerName, Volcano Jobs, Queues and
+	// PodGroups). Full leaves it off.
+	Volcano bool
+	// VolcanoSchedulerConfig replaces DefaultVolcanoSchedulerConfig.
+	VolcanoSchedulerConfig string
 	// ChamberCRDs installs Chamber's own CRDs (charts/chamber/crds of the repository
 	// holding the working directory).
 	ChamberCRDs bool
@@ -167,6 +174,11 @@ func (cp *ControlPlane) start(ctx context.Context) error {
 	}
 	if cp.opts.Kueue {
 		if err := cp.startKueue(ctx); err != nil {
+			return err
+		}
+	}
+	if cp.opts.Volcano {
+		if err := cp.startVolcano(ctx); err != nil {
 			return err
 		}
 	}
@@ -666,6 +678,9 @@ func checkBinaries(binDir string, opts Options) error {
 	}
 	if opts.Kueue {
 		need = append(need, "kueue", filepath.Join("kueue-manifests", "webhooks.yaml"))
+	}
+	if opts.Volcano {
+		need = append(need, "vc-scheduler", "vc-controller-manager", filepath.Join(volcanoCRDDir, "scheduling.volcano.sh_queues.yaml"))
 	}
 	var missing []string
 	for _, name := range need {
