@@ -153,26 +153,60 @@ func TestGangThatCannotFitStaysPending(t *testing.T) {
 	}).WithTimeout(5 * time.Second).Should(gomega.Succeed())
 }
 
-// newG is the test's gomega; when the test fails it logs the tail of vc-scheduler's
-// log, which says why a gang did or did not fit.
+// TestVolcanoOutage: with vc-controller-manager and vc-scheduler stopped
+// (StopComponent) a new Job gets no PodGroup and no pod; started again
+// (StartComponent, same flags and ports) they pick it up and run it to Completed.
+func TestVolcanoOutage(t *testing.T) {
+	ctx := context.Background()
+	g := newG(t)
+	ns := namespace(t, "outage")
+	queue(t, "outage", 16)
+	components := []string{"vc-controller-manager", "vc-scheduler"}
+	for _, name := range components {
+		if err := cp.StopComponent(name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	job := gangJob("train", ns, "outage", 2, 8, "2s")
+	create(t, job)
+	g.Consistently(func(g gomega.Gomega) {
+		g.Expect(podGroupsOf(g, job)).To(gomega.BeEmpty())
+		g.Expect(podsOf(g, job)).To(gomega.BeEmpty())
+	}).WithTimeout(3 * time.Second).Should(gomega.Succeed())
+
+	for _, name := range components {
+		if err := cp.StartComponent(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g.Eventually(func(g gomega.Gomega) {
+		var got batch.Job
+		g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(job), &got)).To(gomega.Succeed())
+		g.Expect(got.Status.State.Phase).To(gomega.Equal(batch.Completed))
+	}).Should(gomega.Succeed())
+}
+
+// newG is the test's gomega; when the test fails it logs the PodGroups and Events,
+// where vc-scheduler says why a gang did or did not fit.
 func newG(t *testing.T) *gomega.WithT {
 	t.Cleanup(func() {
-		if t.Failed() {
-			var pgs scheduling.PodGroupList
-			_ = k8s.List(context.Background(), &pgs)
-			for _, pg := range pgs.Items {
-				t.Logf("PodGroup %s/%s: %+v", pg.Namespace, pg.Name, pg.Status)
-			}
-			var evs corev1.EventList
-			_ = k8s.List(context.Background(), &evs)
-			for _, e := range evs.Items {
-				t.Logf("event %s %s/%s: %s %s", e.InvolvedObject.Kind, e.Namespace, e.InvolvedObject.Name, e.Reason, e.Message)
-			}
-			data, _ := os.ReadFile(cp.LogDir() + "/vc-scheduler.log")
-			if len(data) > 8000 {
-				data = data[len(data)-8000:]
-			}
-			t.Logf("vc-scheduler.log (tail):\n%s", data)
+		if !t.Failed() {
+			return
+		}
+		ctx := context.Background()
+		var pgs scheduling.PodGroupList
+		if err := k8s.List(ctx, &pgs); err != nil {
+			t.Log(err)
+		}
+		for _, pg := range pgs.Items {
+			t.Logf("PodGroup %s/%s: %+v", pg.Namespace, pg.Name, pg.Status)
+		}
+		var events corev1.EventList
+		if err := k8s.List(ctx, &events); err != nil {
+			t.Log(err)
+		}
+		for _, e := range events.Items {
+			t.Logf("event %s %s/%s: %s: %s", e.InvolvedObject.Kind, e.Namespace, e.InvolvedObject.Name, e.Reason, e.Message)
 		}
 	})
 	g := gomega.NewWithT(t)
