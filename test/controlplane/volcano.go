@@ -14,9 +14,9 @@ import (
 const VolcanoSchedulerName = "volcano"
 
 // DefaultVolcanoSchedulerConfig is vc-scheduler's configuration in the local control
-// plane: the actions and plugins of Volcano's chart with the capacity plugin (queues'
-// deserved, capability and guarantee) in place of proportion, and reclaim and preempt
-// on. nvidia.com/gpu needs nothing of its own: the predicates plugin fits extended
+// plane: the actions and plugins of Volcano's chart, with the capacity plugin (queues'
+// deserved, capability and guarantee) in place of proportion, no overcommit (a gang is
+// enqueued only if the cluster could hold it), and reclaim and preempt on. nvidia.com/gpu needs nothing of its own: the predicates plugin fits extended
 // resources like CPU and memory; binpack is told to pack GPUs, so a small job fills a
 // partly used node before it breaks into an empty one.
 const DefaultVolcanoSchedulerConfig = `actions: "enqueue, allocate, backfill, reclaim, preempt"
