@@ -40,8 +40,6 @@ const (
 	// the spec.managedBy of a Job that MultiKueue runs on a worker.
 	multiKueueController = "kueue.x-k8s.io/multikueue"
 	checkName            = "multikueue"
-	// Kwok completes a pod this long after it starts running.
-	kwokCompleteDelay = "pod-complete.stage.kwok.x-k8s.io/delay"
 )
 
 // cluster is one of the three control planes.
@@ -248,7 +246,7 @@ func gpuJob(name string, gpus int, runFor time.Duration) *batchv1.Job {
 		Spec: batchv1.JobSpec{
 			BackoffLimit: ptr.To[int32](0),
 			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{kwokCompleteDelay: runFor.String()}},
+				ObjectMeta: metav1.ObjectMeta{Annotations: kwokDelays(runFor)},
 				Spec: corev1.PodSpec{
 					RestartPolicy: corev1.RestartPolicyNever,
 					Containers: []corev1.Container{{
@@ -261,6 +259,18 @@ func gpuJob(name string, gpus int, runFor time.Duration) *batchv1.Job {
 			},
 		},
 	}
+}
+
+// kwokDelays are a pod's annotations for kwok: it completes runFor after it runs, and
+// starts at once. Kwok's default 1 to 6 s in each of its create and ready stages stand
+// for a container's start, which would hide the time MultiKueue takes.
+func kwokDelays(runFor time.Duration) map[string]string {
+	a := map[string]string{"pod-complete.stage.kwok.x-k8s.io/delay": runFor.String()}
+	for _, stage := range []string{"pod-create", "pod-ready"} {
+		a[stage+".stage.kwok.x-k8s.io/delay"] = "0s"
+		a[stage+".stage.kwok.x-k8s.io/jitter-delay"] = "0s"
+	}
+	return a
 }
 
 // TestJobRunsOnWorkerWithFreeGPUs: worker 1's GPUs are all taken by a job of its own;
@@ -285,7 +295,10 @@ func TestJobRunsOnWorkerWithFreeGPUs(t *testing.T) {
 		}
 	})
 
-	g.Eventually(func() []string { return runningPods(ctx, worker2, job.Name) }, 2*time.Minute, 50*time.Millisecond).
+	g.Eventually(func() []corev1.Pod { return jobPods(ctx, worker2, job.Name) }, 2*time.Minute, 20*time.Millisecond).
+		ShouldNot(gomega.BeEmpty(), "the job's copy makes a pod on worker 2")
+	t.Logf("submission on the manager to a pod created on worker 2: %s", time.Since(submitted).Round(time.Millisecond))
+	g.Eventually(func() []string { return runningPods(ctx, worker2, job.Name) }, 2*time.Minute, 20*time.Millisecond).
 		ShouldNot(gomega.BeEmpty(), "the job's copy runs on worker 2")
 	t.Logf("submission on the manager to a running pod on worker 2: %s", time.Since(submitted).Round(time.Millisecond))
 	g.Expect(runningPods(ctx, worker1, job.Name)).To(gomega.BeEmpty(), "nothing of the job runs on worker 1")
@@ -297,6 +310,7 @@ func TestJobRunsOnWorkerWithFreeGPUs(t *testing.T) {
 		g.Expect(j.Status.Active).To(gomega.BeEquivalentTo(1))
 	}, time.Minute, 200*time.Millisecond).Should(gomega.Succeed(), "the manager's Job shows the pod running")
 	g.Expect(workloadCluster(ctx, job.Name)).To(gomega.Equal(worker2.name))
+	logTimeline(t, job.Name, submitted)
 
 	logRSS(t)
 
@@ -304,17 +318,22 @@ func TestJobRunsOnWorkerWithFreeGPUs(t *testing.T) {
 		var j batchv1.Job
 		return manager.c.Get(ctx, client.ObjectKeyFromObject(job), &j) == nil && jobComplete(&j)
 	}, 2*time.Minute, 200*time.Millisecond).Should(gomega.BeTrue(), "the manager's Job completes with its copy")
-	t.Logf("submission on the manager to Complete there (the pod runs 10 s): %s", time.Since(submitted).Round(time.Millisecond))
+	t.Logf("submission on the manager to Complete there (kwok completes the pod after 10 s): %s", time.Since(submitted).Round(time.Millisecond))
 }
 
-// runningPods are the names of the Running pods of Job name on cl.
-func runningPods(ctx context.Context, cl *cluster, job string) []string {
+// jobPods are the pods of Job job on cl.
+func jobPods(ctx context.Context, cl *cluster, job string) []corev1.Pod {
 	var pods corev1.PodList
 	if err := cl.c.List(ctx, &pods, client.InNamespace(namespace), client.MatchingLabels{batchv1.JobNameLabel: job}); err != nil {
 		return nil
 	}
+	return pods.Items
+}
+
+// runningPods are the names of the Running pods of Job job on cl.
+func runningPods(ctx context.Context, cl *cluster, job string) []string {
 	var out []string
-	for _, p := range pods.Items {
+	for _, p := range jobPods(ctx, cl, job) {
 		if p.Status.Phase == corev1.PodRunning {
 			out = append(out, p.Name)
 		}
@@ -345,6 +364,43 @@ func workloadCluster(ctx context.Context, job string) string {
 		}
 	}
 	return ""
+}
+
+// logTimeline logs when each step from submission to a running pod happened, from
+// the objects' timestamps (whole seconds, as the API keeps them).
+func logTimeline(t *testing.T, job string, submitted time.Time) {
+	t.Helper()
+	ctx := t.Context()
+	var steps []string
+	at := func(what string, when metav1.Time) {
+		steps = append(steps, fmt.Sprintf("%s +%ds", what, int(when.Sub(submitted.Truncate(time.Second)).Seconds())))
+	}
+	for _, cl := range []*cluster{manager, worker2} {
+		var wls kueue.WorkloadList
+		if err := cl.c.List(ctx, &wls, client.InNamespace(namespace)); err != nil {
+			t.Log(err)
+			return
+		}
+		for _, wl := range wls.Items {
+			if !strings.Contains(wl.Name, job) {
+				continue
+			}
+			at(cl.name+" Workload created", wl.CreationTimestamp)
+			for _, c := range wl.Status.Conditions {
+				at(cl.name+" "+c.Type, c.LastTransitionTime)
+			}
+			for _, ac := range wl.Status.AdmissionChecks {
+				at(cl.name+" check "+string(ac.Name)+" "+string(ac.State), ac.LastTransitionTime)
+			}
+		}
+	}
+	for _, p := range jobPods(ctx, worker2, job) {
+		at("worker-2 pod created", p.CreationTimestamp)
+		for _, c := range p.Status.Conditions {
+			at("worker-2 pod "+string(c.Type), c.LastTransitionTime)
+		}
+	}
+	t.Logf("timeline (submission at +0s, whole seconds): %s", strings.Join(steps, "; "))
 }
 
 // describeJob gathers the manager's and workers' Workloads of a job, for a failed test.
