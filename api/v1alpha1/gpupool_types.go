@@ -71,6 +71,34 @@ type GPUPoolSpec struct {
 	// the guarantee costs preemptions while GPUs are out (docs/teams-and-pools.md measures it).
 	// +optional
 	QuotasFollowHealth *bool `json:"quotasFollowHealth,omitempty"`
+	// WorkerClusters are other clusters, each running Kueue and the pool's Teams
+	// (same namespaces and queues), where Kueue's MultiKueue runs the pool's
+	// workloads: Chamber compiles a MultiKueueCluster for each, one MultiKueueConfig
+	// and one MultiKueue AdmissionCheck for the pool, and puts the check on each of
+	// the pool's teams' ClusterQueues. Empty: workloads run in this cluster.
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=20
+	// +optional
+	WorkerClusters []WorkerCluster `json:"workerClusters,omitempty"`
+}
+
+// WorkerCluster is a cluster that runs a pool's workloads through Kueue's MultiKueue.
+type WorkerCluster struct {
+	// Name of the worker cluster, a DNS-1123 label unique in the pool.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+	// KubeconfigSecret names a Secret in Kueue's namespace (where Kueue reads
+	// MultiKueue's credentials) whose "kubeconfig" key reaches the worker's API
+	// server. Kueue accepts only inline credentials there: a token or client
+	// certificate and certificate-authority-data, no files, exec plugins or
+	// insecure TLS.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	KubeconfigSecret string `json:"kubeconfigSecret"`
 }
 
 // FollowsHealth reports whether the pool's compiled quotas follow its healthy GPUs

@@ -1,0 +1,63 @@
+package kueue
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+
+	chamber "chamber.dev/chamber/api/v1alpha1"
+)
+
+// MultiKueueControllerName is the controllerName of Kueue's MultiKueue AdmissionCheck,
+// and the spec.managedBy of a Job that MultiKueue runs on a worker cluster.
+const MultiKueueControllerName = "kueue.x-k8s.io/multikueue"
+
+// MultiKueueCheckName is the pool's MultiKueue AdmissionCheck, which the team
+// controller puts on the ClusterQueue of each of the pool's teams (Kueue allows one
+// MultiKueue check per ClusterQueue); "" when the pool has no worker clusters.
+func MultiKueueCheckName(pool *chamber.GPUPool) string {
+	if len(pool.Spec.WorkerClusters) == 0 {
+		return ""
+	}
+	return pool.Name + "-multikueue"
+}
+
+// MultiKueueClusterName is the MultiKueueCluster of a pool's worker: named after the
+// pool too, since MultiKueueClusters are cluster-scoped and two pools may list
+// workers of the same name.
+func MultiKueueClusterName(pool *chamber.GPUPool, worker string) string {
+	return pool.Name + "-" + worker
+}
+
+// MultiKueue compiles the pool's worker clusters into Kueue's MultiKueue objects: a
+// MultiKueueCluster per worker, reading its kubeconfig from the worker's Secret in
+// Kueue's namespace; one MultiKueueConfig listing them in the pool's order (the order
+// Kueue's incremental dispatcher tries them in); and the AdmissionCheck of
+// controller kueue.x-k8s.io/multikueue whose parameters point at the config. All nil
+// when the pool has no worker clusters.
+func MultiKueue(pool *chamber.GPUPool) ([]*kueue.MultiKueueCluster, *kueue.MultiKueueConfig, *kueue.AdmissionCheck) {
+	if len(pool.Spec.WorkerClusters) == 0 {
+		return nil, nil, nil
+	}
+	clusters := make([]*kueue.MultiKueueCluster, 0, len(pool.Spec.WorkerClusters))
+	names := make([]string, 0, len(pool.Spec.WorkerClusters))
+	for _, w := range pool.Spec.WorkerClusters {
+		name := MultiKueueClusterName(pool, w.Name)
+		clusters = append(clusters, &kueue.MultiKueueCluster{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels(LabelPool, pool.Name)},
+			Spec: kueue.MultiKueueClusterSpec{ClusterSource: kueue.ClusterSource{
+				KubeConfig: &kueue.KubeConfig{Location: w.KubeconfigSecret, LocationType: kueue.SecretLocationType},
+			}},
+		})
+		names = append(names, name)
+	}
+	config := &kueue.MultiKueueConfig{
+		ObjectMeta: metav1.ObjectMeta{Name: pool.Name, Labels: labels(LabelPool, pool.Name)},
+		Spec:       kueue.MultiKueueConfigSpec{Clusters: names},
+	}
+	check := AdmissionCheck(MultiKueueCheckName(pool), MultiKueueControllerName)
+	check.Labels[LabelPool] = pool.Name
+	check.Spec.Parameters = &kueue.AdmissionCheckParametersReference{
+		APIGroup: kueue.SchemeGroupVersion.Group, Kind: "MultiKueueConfig", Name: config.Name,
+	}
+	return clusters, config, check
+}
