@@ -26,6 +26,7 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 	kueueconstants "sigs.k8s.io/kueue/pkg/controller/constants"
 
+	chamber "chamber.dev/chamber/api/v1alpha1"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 	"chamber.dev/chamber/test/controlplane"
 )
@@ -102,7 +103,7 @@ func run(m *testing.M) int {
 // with the cluster's GPUs as quota.
 func (cl *cluster) start(ctx context.Context) error {
 	opts := controlplane.Full()
-	opts.ChamberCRDs = false
+	opts.ChamberCRDs = cl == manager
 	opts.Progress = prefixWriter(cl.name)
 	cp, err := controlplane.Start(ctx, opts)
 	if err != nil {
@@ -150,49 +151,36 @@ func clusterQueue(gpus int) *kueue.ClusterQueue {
 	}
 }
 
-// wireMultiKueue does on the manager what Kueue's MultiKueue setup guide does: a
-// Secret with each worker's kubeconfig in Kueue's namespace, a MultiKueueCluster per
-// worker, a MultiKueueConfig listing them, the AdmissionCheck of controller
-// kueue.x-k8s.io/multikueue pointing at it, and the check on the ClusterQueue. It
-// waits until the check is Active, which MultiKueue sets once it reaches every worker.
+// pool declares the two workers as Chamber's GPUPool does; wireMultiKueue applies the
+// MultiKueue objects Chamber compiles from it.
+var pool = &chamber.GPUPool{
+	ObjectMeta: metav1.ObjectMeta{Name: "fleet"},
+	Spec: chamber.GPUPoolSpec{WorkerClusters: []chamber.WorkerCluster{
+		{Name: "worker-1", KubeconfigSecret: "worker-1-kubeconfig"},
+		{Name: "worker-2", KubeconfigSecret: "worker-2-kubeconfig"},
+	}},
+}
+
+// wireMultiKueue does on the manager what Kueue's MultiKueue setup guide does, with
+// the objects Chamber compiles from pool: a Secret with each worker's kubeconfig in
+// Kueue's namespace, a MultiKueueCluster per worker, a MultiKueueConfig listing them,
+// the AdmissionCheck of controller kueue.x-k8s.io/multikueue pointing at it, and the
+// check on the ClusterQueue. It waits until the check is Active, which MultiKueue
+// sets once it reaches every worker.
 func wireMultiKueue(ctx context.Context) error {
-	var names []string
-	for _, w := range []*cluster{worker1, worker2} {
+	clusters, config, check := chamberkueue.MultiKueue(pool)
+	objs := []client.Object{config, check}
+	for i, w := range []*cluster{worker1, worker2} {
 		kubeconfig, err := os.ReadFile(w.cp.Kubeconfig)
 		if err != nil {
 			return err
 		}
-		secret := &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: w.name + "-kubeconfig", Namespace: kueueNamespace},
+		objs = append(objs, clusters[i], &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: pool.Spec.WorkerClusters[i].KubeconfigSecret, Namespace: kueueNamespace},
 			Data:       map[string][]byte{kueue.MultiKueueConfigSecretKey: kubeconfig},
-		}
-		mkc := &kueue.MultiKueueCluster{
-			ObjectMeta: metav1.ObjectMeta{Name: w.name},
-			Spec: kueue.MultiKueueClusterSpec{ClusterSource: kueue.ClusterSource{
-				KubeConfig: &kueue.KubeConfig{Location: secret.Name, LocationType: kueue.SecretLocationType},
-			}},
-		}
-		for _, obj := range []client.Object{secret, mkc} {
-			if err := manager.c.Create(ctx, obj); err != nil {
-				return fmt.Errorf("manager: create %T %s: %w", obj, obj.GetName(), err)
-			}
-		}
-		names = append(names, w.name)
+		})
 	}
-	config := &kueue.MultiKueueConfig{
-		ObjectMeta: metav1.ObjectMeta{Name: "workers"},
-		Spec:       kueue.MultiKueueConfigSpec{Clusters: names},
-	}
-	check := &kueue.AdmissionCheck{
-		ObjectMeta: metav1.ObjectMeta{Name: checkName},
-		Spec: kueue.AdmissionCheckSpec{
-			ControllerName: multiKueueController,
-			Parameters: &kueue.AdmissionCheckParametersReference{
-				APIGroup: kueue.SchemeGroupVersion.Group, Kind: "MultiKueueConfig", Name: config.Name,
-			},
-		},
-	}
-	for _, obj := range []client.Object{config, check} {
+	for _, obj := range objs {
 		if err := manager.c.Create(ctx, obj); err != nil {
 			return fmt.Errorf("manager: create %T %s: %w", obj, obj.GetName(), err)
 		}
@@ -202,7 +190,7 @@ func wireMultiKueue(ctx context.Context) error {
 		return err
 	}
 	cq.Spec.AdmissionChecksStrategy = &kueue.AdmissionChecksStrategy{
-		AdmissionChecks: []kueue.AdmissionCheckStrategyRule{{Name: checkName}},
+		AdmissionChecks: []kueue.AdmissionCheckStrategyRule{{Name: kueue.AdmissionCheckReference(check.Name)}},
 	}
 	if err := manager.c.Update(ctx, &cq); err != nil {
 		return fmt.Errorf("manager: put the MultiKueue check on ClusterQueue %s: %w", queue, err)
@@ -211,12 +199,12 @@ func wireMultiKueue(ctx context.Context) error {
 	deadline := time.Now().Add(time.Minute)
 	for {
 		var ac kueue.AdmissionCheck
-		err := manager.c.Get(ctx, client.ObjectKey{Name: checkName}, &ac)
+		err := manager.c.Get(ctx, client.ObjectKeyFromObject(check), &ac)
 		if err == nil && meta.IsStatusConditionTrue(ac.Status.Conditions, kueue.AdmissionCheckActive) {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("AdmissionCheck %s not Active after a minute: %v %s", checkName, err, describeClusters(ctx))
+			return fmt.Errorf("AdmissionCheck %s not Active after a minute: %v %s", check.Name, err, describeClusters(ctx))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -261,14 +249,16 @@ func gpuJob(name string, gpus int, runFor time.Duration) *batchv1.Job {
 	}
 }
 
-// kwokDelays are a pod's annotations for kwok: it completes runFor after it runs, and
-// starts at once. Kwok's default 1 to 6 s in each of its create and ready stages stand
-// for a container's start, which would hide the time MultiKueue takes.
+// kwokDelays are a pod's annotations for kwok: it starts at once and completes runFor
+// after it runs. Kwok's default 1 to 6 s in each of its create and ready stages stand
+// for a container's start, which would hide the time MultiKueue takes. Each stage's
+// jitter is set with its delay, since kwok takes a jitter below the delay (its
+// default 5 s) in place of the delay.
 func kwokDelays(runFor time.Duration) map[string]string {
-	a := map[string]string{"pod-complete.stage.kwok.x-k8s.io/delay": runFor.String()}
-	for _, stage := range []string{"pod-create", "pod-ready"} {
-		a[stage+".stage.kwok.x-k8s.io/delay"] = "0s"
-		a[stage+".stage.kwok.x-k8s.io/jitter-delay"] = "0s"
+	a := map[string]string{}
+	for stage, d := range map[string]time.Duration{"pod-create": 0, "pod-ready": 0, "pod-complete": runFor} {
+		a[stage+".stage.kwok.x-k8s.io/delay"] = d.String()
+		a[stage+".stage.kwok.x-k8s.io/jitter-delay"] = d.String()
 	}
 	return a
 }
@@ -286,7 +276,7 @@ func TestJobRunsOnWorkerWithFreeGPUs(t *testing.T) {
 		ShouldNot(gomega.BeEmpty(), "worker 1's own job fills its GPUs")
 
 	job := gpuJob("train", 8, 10*time.Second)
-	job.Spec.ManagedBy = ptr.To(multiKueueController)
+	job.Spec.ManagedBy = ptr.To(chamberkueue.MultiKueueControllerName)
 	submitted := time.Now()
 	g.Expect(manager.c.Create(ctx, job)).To(gomega.Succeed())
 	t.Cleanup(func() {
@@ -309,7 +299,7 @@ func TestJobRunsOnWorkerWithFreeGPUs(t *testing.T) {
 		g.Expect(manager.c.Get(ctx, client.ObjectKeyFromObject(job), &j)).To(gomega.Succeed())
 		g.Expect(j.Status.Active).To(gomega.BeEquivalentTo(1))
 	}, time.Minute, 200*time.Millisecond).Should(gomega.Succeed(), "the manager's Job shows the pod running")
-	g.Expect(workloadCluster(ctx, job.Name)).To(gomega.Equal(worker2.name))
+	g.Expect(workloadCluster(ctx, job.Name)).To(gomega.Equal(chamberkueue.MultiKueueClusterName(pool, worker2.name)))
 	logTimeline(t, job.Name, submitted)
 
 	logRSS(t)
@@ -465,4 +455,37 @@ type prefixWriter string
 func (p prefixWriter) Write(b []byte) (int, error) {
 	fmt.Fprintf(os.Stderr, "%s: %s", string(p), b)
 	return len(b), nil
+}
+
+// TestWorkerClustersSchema: the GPUPool's schema takes the pool's worker clusters and
+// refuses a name that is no DNS-1123 label or given twice.
+func TestWorkerClustersSchema(t *testing.T) {
+	tests := map[string]struct {
+		workers []chamber.WorkerCluster
+		wantErr string
+	}{
+		"two workers":    {workers: pool.Spec.WorkerClusters},
+		"duplicate name": {workers: []chamber.WorkerCluster{{Name: "west", KubeconfigSecret: "a"}, {Name: "west", KubeconfigSecret: "b"}}, wantErr: "Duplicate value"},
+		"name not DNS":   {workers: []chamber.WorkerCluster{{Name: "West_1", KubeconfigSecret: "a"}}, wantErr: "should match"},
+		"no secret":      {workers: []chamber.WorkerCluster{{Name: "west"}}, wantErr: "kubeconfigSecret"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			p := &chamber.GPUPool{
+				ObjectMeta: metav1.ObjectMeta{GenerateName: "schema-"},
+				Spec:       chamber.GPUPoolSpec{WorkerClusters: tc.workers},
+			}
+			err := manager.c.Create(t.Context(), p)
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatalf("create: %v", err)
+				}
+				_ = manager.c.Delete(t.Context(), p)
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("create: %v, want an error with %q", err, tc.wantErr)
+			}
+		})
+	}
 }
