@@ -37,10 +37,6 @@ const (
 	flavor    = "h100"
 	// kueueNamespace is where the manager's Kueue reads MultiKueue's kubeconfig Secrets.
 	kueueNamespace = "kueue-system"
-	// multiKueueController is the controllerName of MultiKueue's AdmissionCheck, and
-	// the spec.managedBy of a Job that MultiKueue runs on a worker.
-	multiKueueController = "kueue.x-k8s.io/multikueue"
-	checkName            = "multikueue"
 )
 
 // cluster is one of the three control planes.
