@@ -75,7 +75,9 @@ type GPUPoolSpec struct {
 	// (same namespaces and queues), where Kueue's MultiKueue runs the pool's
 	// workloads: Chamber compiles a MultiKueueCluster for each, one MultiKueueConfig
 	// and one MultiKueue AdmissionCheck for the pool, and puts the check on each of
-	// the pool's teams' ClusterQueues. Empty: workloads run in this cluster.
+	// the pool's teams' ClusterQueues. Empty: workloads run in this cluster. Not yet
+	// applied by Chamber's controllers (issue 17): the compiled objects exist in
+	// integrations/kueue only.
 	// +listType=map
 	// +listMapKey=name
 	// +kubebuilder:validation:MaxItems=20
