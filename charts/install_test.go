@@ -61,14 +61,7 @@ func TestInstall(t *testing.T) {
 	g := gomega.NewWithT(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cp, c := start(t, ctx, controlplane.Full())
-	gpuNodes := []controlplane.GPUNode{
-		{Name: "gpu-1", GPUs: 8, Labels: map[string]string{"pool": "main"}},
-		{Name: "gpu-2", GPUs: 8, Labels: map[string]string{"pool": "main"}},
-	}
-	if err := controlplane.CreateGPUNodes(ctx, c, gpuNodes...); err != nil {
-		t.Fatal(err)
-	}
+	cp, c := startWithPoolNodes(t, ctx)
 	cpuNode := controlplane.GPUNode{Name: "cpu-1"}.Object()
 	for k := range cpuNode.Labels {
 		if strings.HasPrefix(k, "nvidia.com/") {
@@ -159,13 +152,13 @@ func TestInstall(t *testing.T) {
 	// metrics (read as Prometheus would), the pool and the team compiled into Kueue.
 	readerToken := token(t, c, "prometheus")
 	g.Eventually(func(g gomega.Gomega) {
-		for _, n := range gpuNodes {
+		for _, n := range poolNodes {
 			var gn chamber.GPUNode
 			g.Expect(c.Get(ctx, client.ObjectKey{Name: n.Name}, &gn)).To(gomega.Succeed())
 			g.Expect(gn.Status.GPUs).To(gomega.HaveLen(8), "GPUs of %s", n.Name)
 		}
 		g.Expect(gpusInMetrics(g, metricsPort, readerToken)).To(gomega.Equal(16.0))
-		for _, n := range gpuNodes {
+		for _, n := range poolNodes {
 			var node corev1.Node
 			g.Expect(c.Get(ctx, client.ObjectKey{Name: n.Name}, &node)).To(gomega.Succeed())
 			g.Expect(node.Status.Conditions).To(gomega.ContainElement(gomega.SatisfyAll(
@@ -269,6 +262,22 @@ func start(t *testing.T, ctx context.Context, opts controlplane.Options) (*contr
 	cp := controlplanetest.StartForTest(t, ctx, opts)
 	c, err := cp.Client()
 	if err != nil {
+		t.Fatal(err)
+	}
+	return cp, c
+}
+
+// poolNodes are two kwok nodes of 8 H100s that installValues' pool selects.
+var poolNodes = []controlplane.GPUNode{
+	{Name: "gpu-1", GPUs: 8, Labels: map[string]string{"pool": "main"}},
+	{Name: "gpu-2", GPUs: 8, Labels: map[string]string{"pool": "main"}},
+}
+
+// startWithPoolNodes is a full control plane with poolNodes.
+func startWithPoolNodes(t *testing.T, ctx context.Context) (*controlplane.ControlPlane, client.Client) {
+	t.Helper()
+	cp, c := start(t, ctx, controlplane.Full())
+	if err := controlplane.CreateGPUNodes(ctx, c, poolNodes...); err != nil {
 		t.Fatal(err)
 	}
 	return cp, c

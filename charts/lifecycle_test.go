@@ -21,18 +21,7 @@ import (
 )
 
 // upgradeValues are installValues with a team added and the admission check on.
-const upgradeValues = `
-pools:
-- name: main
-  spec:
-    nodeLabels: {pool: main}
-teams:
-- name: vision
-  spec:
-    pool: main
-    namespaces: [vision]
-    quotas:
-    - {model: NVIDIA-H100-80GB-HBM3, gpus: 16}
+var upgradeValues = strings.Replace(installValues, "\nmetrics:", `
 - name: nlp
   spec:
     pool: main
@@ -42,10 +31,7 @@ teams:
 controller:
   flags:
     admission-check: true
-metrics:
-  readers:
-  - {name: prometheus, namespace: monitoring}
-`
+metrics:`, 1)
 
 // The release's whole life through the real helm binary against a real API server:
 // helm install --wait (the Deployment and DaemonSet become ready on kwok's nodes),
@@ -57,14 +43,7 @@ func TestHelmLifecycle(t *testing.T) {
 	g := gomega.NewWithT(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cp, c := start(t, ctx, controlplane.Full())
-	nodes := []controlplane.GPUNode{
-		{Name: "gpu-1", GPUs: 8, Labels: map[string]string{"pool": "main"}},
-		{Name: "gpu-2", GPUs: 8, Labels: map[string]string{"pool": "main"}},
-	}
-	if err := controlplane.CreateGPUNodes(ctx, c, nodes...); err != nil {
-		t.Fatal(err)
-	}
+	cp, c := startWithPoolNodes(t, ctx)
 	dir := t.TempDir()
 	write := func(name, content string) string {
 		path := filepath.Join(dir, name)

@@ -18,6 +18,24 @@ import (
 // KwokNodeAnnotation marks the nodes kwok manages (value "fake").
 const KwokNodeAnnotation = "kwok.x-k8s.io/node"
 
+// KwokPodStages are a pod's annotations that set how long kwok waits in each of its
+// pod stages ("pod-create", "pod-ready", "pod-complete"). Each stage's jitter is set
+// with its delay: kwok takes a jitter below the delay (its default 5 s) in place of
+// the delay, so a delay alone can end a stage early.
+func KwokPodStages(delays map[string]time.Duration) map[string]string {
+	a := make(map[string]string, 2*len(delays))
+	for stage, d := range delays {
+		a[stage+".stage.kwok.x-k8s.io/delay"] = d.String()
+		a[stage+".stage.kwok.x-k8s.io/jitter-delay"] = d.String()
+	}
+	return a
+}
+
+// PodRunsFor are the annotations with which kwok completes a pod d after it runs.
+func PodRunsFor(d time.Duration) map[string]string {
+	return KwokPodStages(map[string]time.Duration{"pod-complete": d})
+}
+
 // Labels that NVIDIA GPU feature discovery puts on GPU nodes.
 const (
 	LabelGPUCount   = "nvidia.com/gpu.count"

@@ -230,7 +230,10 @@ func gpuJob(name string, gpus int, runFor time.Duration) *batchv1.Job {
 		Spec: batchv1.JobSpec{
 			BackoffLimit: ptr.To[int32](0),
 			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Annotations: kwokDelays(runFor)},
+				// Kwok's default 1 to 6 s in its create and ready stages stand for a
+				// container's start, which would hide the time MultiKueue takes.
+				ObjectMeta: metav1.ObjectMeta{Annotations: controlplane.KwokPodStages(map[string]time.Duration{
+					"pod-create": 0, "pod-ready": 0, "pod-complete": runFor})},
 				Spec: corev1.PodSpec{
 					RestartPolicy: corev1.RestartPolicyNever,
 					Containers: []corev1.Container{{
@@ -243,20 +246,6 @@ func gpuJob(name string, gpus int, runFor time.Duration) *batchv1.Job {
 			},
 		},
 	}
-}
-
-// kwokDelays are a pod's annotations for kwok: it starts at once and completes runFor
-// after it runs. Kwok's default 1 to 6 s in each of its create and ready stages stand
-// for a container's start, which would hide the time MultiKueue takes. Each stage's
-// jitter is set with its delay, since kwok takes a jitter below the delay (its
-// default 5 s) in place of the delay.
-func kwokDelays(runFor time.Duration) map[string]string {
-	a := map[string]string{}
-	for stage, d := range map[string]time.Duration{"pod-create": 0, "pod-ready": 0, "pod-complete": runFor} {
-		a[stage+".stage.kwok.x-k8s.io/delay"] = d.String()
-		a[stage+".stage.kwok.x-k8s.io/jitter-delay"] = d.String()
-	}
-	return a
 }
 
 // TestJobRunsOnWorkerWithFreeGPUs: worker 1's GPUs are all taken by a job of its own;

@@ -92,7 +92,7 @@ func TestGangJobRunsToCompletion(t *testing.T) {
 	g := newG(t)
 	ns := namespace(t, "gang-fits")
 	queue(t, "gang-fits", 16)
-	job := gangJob("train", ns, "gang-fits", 2, 8, "10s")
+	job := gangJob("train", ns, "gang-fits", 2, 8, 10*time.Second)
 	create(t, job)
 
 	// Both pods run at the same time, on different nodes: neither node holds two.
@@ -131,7 +131,7 @@ func TestGangThatCannotFitStaysPending(t *testing.T) {
 	g := newG(t)
 	ns := namespace(t, "gang-too-big")
 	queue(t, "gang-too-big", 24)
-	job := gangJob("train", ns, "gang-too-big", 3, 8, "10s")
+	job := gangJob("train", ns, "gang-too-big", 3, 8, 10*time.Second)
 	create(t, job)
 
 	// vc-scheduler has looked at the gang and found it does not fit.
@@ -167,7 +167,7 @@ func TestVolcanoOutage(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	job := gangJob("train", ns, "outage", 2, 8, "2s")
+	job := gangJob("train", ns, "outage", 2, 8, 2*time.Second)
 	create(t, job)
 	g.Consistently(func(g gomega.Gomega) {
 		g.Expect(podGroupsOf(g, job)).To(gomega.BeEmpty())
@@ -249,7 +249,7 @@ func queue(t *testing.T, name string, gpus int) {
 // gangJob is a Volcano Job of tasks one-pod tasks of gpus GPUs each, all of which
 // must be placed together (minAvailable = tasks); kwok completes each pod run after
 // it starts.
-func gangJob(name, ns, queue string, tasks, gpus int, run string) *batch.Job {
+func gangJob(name, ns, queue string, tasks, gpus int, run time.Duration) *batch.Job {
 	job := &batch.Job{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: batch.JobSpec{
@@ -264,10 +264,7 @@ func gangJob(name, ns, queue string, tasks, gpus int, run string) *batch.Job {
 			Name:     "worker-" + strconv.Itoa(i),
 			Replicas: 1,
 			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
-					"pod-complete.stage.kwok.x-k8s.io/delay":        run,
-					"pod-complete.stage.kwok.x-k8s.io/jitter-delay": run,
-				}},
+				ObjectMeta: metav1.ObjectMeta{Annotations: controlplane.PodRunsFor(run)},
 				Spec: corev1.PodSpec{
 					RestartPolicy: corev1.RestartPolicyNever,
 					Containers: []corev1.Container{{
