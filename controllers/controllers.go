@@ -71,9 +71,16 @@ type Config struct {
 	// metrics endpoint, behind the same authentication and authorization as /metrics.
 	FleetPage bool
 	// MonitoringOnly runs Chamber as monitoring alone, the way it runs on a cluster
-	// without Kueue: the fleet inventory and its metrics, and the DCGM source. Nothing
-	// is compiled into Kueue, nothing evicted, tainted or written but GPUNodes.
+	// with neither Kueue nor Volcano: the fleet inventory and its metrics, and the DCGM
+	// source. Nothing is compiled into Kueue or Volcano, nothing evicted, tainted or
+	// written but GPUNodes.
 	MonitoringOnly bool
+	// WithoutKueue: the API server does not serve Kueue's API, so the controllers that
+	// work through Kueue do not run (chamber-controller asks at start-up).
+	WithoutKueue bool
+	// Volcano: the API server serves Volcano's API (integrations/volcano.Served), so
+	// the controllers that work through Volcano run too.
+	Volcano bool
 	// SilentAfterHeartbeats is how many of its heartbeats an agent may miss before
 	// every controller takes it for silent (chamber.SilentAfterHeartbeats when 0).
 	SilentAfterHeartbeats int
@@ -92,16 +99,38 @@ func DefaultConfig() Config {
 		DCGM: dcgm.DefaultOptions()}
 }
 
+// What a controller needs to run.
+type needs int
+
+const (
+	// monitoring: the controller runs in monitoring-only mode too (it needs neither
+	// Kueue nor Volcano and changes nothing but Chamber's own reports).
+	monitoring needs = iota
+	// kueueAPI: the controller works through Kueue.
+	kueueAPI
+	// volcanoAPI: the controller works through Volcano.
+	volcanoAPI
+)
+
+// runs says whether a controller that needs n runs under cfg.
+func (n needs) runs(cfg Config) bool {
+	switch n {
+	case kueueAPI:
+		return !cfg.MonitoringOnly && !cfg.WithoutKueue
+	case volcanoAPI:
+		return !cfg.MonitoringOnly && cfg.Volcano
+	}
+	return true
+}
+
 // controllerList is what runs, in start order.
 var controllerList = []struct {
-	name string
-	// monitoring: the controller runs in monitoring-only mode too (it needs no Kueue
-	// and changes nothing but Chamber's own reports).
-	monitoring bool
-	setup      func(mgr ctrl.Manager, cfg Config) error
+	name  string
+	needs needs
+	setup func(mgr ctrl.Manager, cfg Config) error
 }{
-	{"pool", false, func(mgr ctrl.Manager, _ Config) error { return pool.Register(mgr) }},
-	{"team", false, func(mgr ctrl.Manager, cfg Config) error {
+	{"pool", kueueAPI, func(mgr ctrl.Manager, _ Config) error { return pool.Register(mgr) }},
+	{"team", kueueAPI, func(mgr ctrl.Manager, cfg Config) error {
 		opts := team.Options{AccountingInterval: cfg.AccountingInterval, Clock: cfg.Clock,
 			PodGracePeriods: cfg.PodGracePeriods, EvictionGrace: cfg.Admission.GracePeriod}
 		if cfg.AdmissionCheck {
@@ -109,31 +138,31 @@ var controllerList = []struct {
 		}
 		return team.Register(mgr, opts)
 	}},
-	{"admission", false, func(mgr ctrl.Manager, cfg Config) error {
+	{"admission", kueueAPI, func(mgr ctrl.Manager, cfg Config) error {
 		opts := cfg.Admission
 		opts.Check, opts.Clock, opts.Heartbeats = cfg.AdmissionCheck, cfg.Clock, cfg.heartbeats
 		return admission.Register(mgr, opts)
 	}},
-	{"inventory", true, func(mgr ctrl.Manager, cfg Config) error {
+	{"inventory", monitoring, func(mgr ctrl.Manager, cfg Config) error {
 		inv := cfg.Inventory
-		inv.Clock, inv.Fleet.Heartbeats, inv.WithoutKueue = cfg.Clock, cfg.heartbeats, cfg.MonitoringOnly
+		inv.Clock, inv.Fleet.Heartbeats, inv.WithoutKueue = cfg.Clock, cfg.heartbeats, cfg.MonitoringOnly || cfg.WithoutKueue
 		model, err := inventory.Register(mgr, inv)
 		if err != nil || !cfg.FleetPage {
 			return err
 		}
 		return mgr.AddMetricsServerExtraHandler(page.Path, page.New(model, 0))
 	}},
-	{"isolation", false, func(mgr ctrl.Manager, cfg Config) error {
+	{"isolation", kueueAPI, func(mgr ctrl.Manager, cfg Config) error {
 		opts := cfg.Isolation
 		opts.Clock, opts.Heartbeats = cfg.Clock, cfg.heartbeats
 		return isolation.Register(mgr, opts)
 	}},
-	{"idlereclaim", false, func(mgr ctrl.Manager, cfg Config) error {
+	{"idlereclaim", kueueAPI, func(mgr ctrl.Manager, cfg Config) error {
 		opts := cfg.IdleReclaim
 		opts.Clock, opts.Heartbeats = cfg.Clock, cfg.heartbeats
 		return idlereclaim.Register(mgr, opts)
 	}},
-	{"room", false, func(mgr ctrl.Manager, cfg Config) error {
+	{"room", kueueAPI, func(mgr ctrl.Manager, cfg Config) error {
 		if !cfg.RoomForBigJobs {
 			return nil
 		}
@@ -141,7 +170,7 @@ var controllerList = []struct {
 		opts.Clock = cfg.Clock
 		return room.Register(mgr, opts)
 	}},
-	{"dcgm", true, func(mgr ctrl.Manager, cfg Config) error {
+	{"dcgm", monitoring, func(mgr ctrl.Manager, cfg Config) error {
 		opts := cfg.DCGM
 		opts.Heartbeats = cfg.heartbeats
 		if c, ok := cfg.Clock.(clock.WithTicker); ok {
@@ -149,7 +178,7 @@ var controllerList = []struct {
 		}
 		return dcgm.Register(mgr, opts)
 	}},
-	{"priority-tiers", false, func(mgr ctrl.Manager, cfg Config) error {
+	{"priority-tiers", kueueAPI, func(mgr ctrl.Manager, cfg Config) error {
 		return mgr.Add(priorityTiers{client: mgr.GetClient(), tiers: cfg.PriorityTiers})
 	}},
 }
@@ -163,18 +192,18 @@ func Names() []string {
 	return names
 }
 
-// Setup registers every controller with the manager: controllerList is what runs (in
-// monitoring-only mode, those marked for it).
+// Setup registers every controller with the manager: controllerList is what runs,
+// each where what it needs is there (in monitoring-only mode, the monitoring ones).
 // It returns the name of the one that failed.
 func Setup(mgr ctrl.Manager, cfg Config) (string, error) {
 	cfg.heartbeats = chamber.NewHeartbeats(cfg.Clock, cfg.SilentAfterHeartbeats)
-	if !cfg.MonitoringOnly {
+	if kueueAPI.runs(cfg) {
 		if err := chamberkueue.SetupIndexes(context.Background(), mgr.GetFieldIndexer()); err != nil {
 			return "indexes", err
 		}
 	}
 	for _, c := range controllerList {
-		if cfg.MonitoringOnly && !c.monitoring {
+		if !c.needs.runs(cfg) {
 			continue
 		}
 		if err := c.setup(mgr, cfg); err != nil {

@@ -20,6 +20,7 @@ import (
 	"chamber.dev/chamber/controllers"
 	"chamber.dev/chamber/controllers/options"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/integrations/volcano"
 )
 
 func main() {
@@ -39,19 +40,26 @@ func main() {
 	kube := ctrl.GetConfigOrDie()
 	kube.QPS, kube.Burst = float32(o.APIQPS), o.APIBurst
 	if !cfg.MonitoringOnly {
-		// Without Kueue, Chamber is monitoring: the first step, before anyone changes
-		// how jobs are queued.
+		// Without Kueue or Volcano, Chamber is monitoring: the first step, before
+		// anyone changes how jobs are queued.
 		dc, err := discovery.NewDiscoveryClientForConfig(kube)
 		if err != nil {
 			fail("discovery client: %v", err)
 		}
-		served, err := chamberkueue.Served(dc)
+		kueueServed, err := chamberkueue.Served(dc)
 		if err != nil {
 			fail("ask the API server whether it serves Kueue's API: %v", err)
 		}
-		if !served {
-			log.Info("The API server does not serve Kueue's API (kueue.x-k8s.io/v1beta2): running as monitoring only; install Kueue and restart for teams, pools, placement and fault isolation")
+		if cfg.Volcano, err = volcano.Served(dc); err != nil {
+			fail("ask the API server whether it serves Volcano's API: %v", err)
+		}
+		cfg.WithoutKueue = !kueueServed
+		switch {
+		case !kueueServed && !cfg.Volcano:
+			log.Info("The API server serves neither Kueue's API (kueue.x-k8s.io/v1beta2) nor Volcano's (scheduling.volcano.sh/v1beta1, batch.volcano.sh/v1alpha1, bus.volcano.sh/v1alpha1): running as monitoring only; install Kueue or Volcano and restart for teams, pools, placement and fault isolation")
 			cfg.MonitoringOnly = true
+		case !kueueServed:
+			log.Info("The API server does not serve Kueue's API (kueue.x-k8s.io/v1beta2): Chamber works through Volcano alone")
 		}
 	}
 	mgr, err := ctrl.NewManager(kube, ctrl.Options{
@@ -78,7 +86,7 @@ func main() {
 		"idleThresholdPercent", cfg.Inventory.Fleet.IdleThresholdPercent, "idleWindow", cfg.Inventory.Fleet.IdleWindow,
 		"perGPUMetrics", cfg.Inventory.PerGPUMetrics, "admissionCheck", cfg.AdmissionCheck,
 		"placementTimeout", cfg.Admission.PlacementTimeout, "evictionGracePeriod", cfg.Admission.GracePeriod,
-		"monitoringOnly", cfg.MonitoringOnly, "dcgmPrometheus", cfg.DCGM.PrometheusURL)
+		"monitoringOnly", cfg.MonitoringOnly, "kueue", !cfg.WithoutKueue, "volcano", cfg.Volcano, "dcgmPrometheus", cfg.DCGM.PrometheusURL)
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
 		fail("run manager: %v", err)
 	}
