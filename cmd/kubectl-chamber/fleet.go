@@ -454,6 +454,14 @@ func (cl *cluster) status(now time.Time) statusView {
 	return v
 }
 
+// count says n things: "1 GPU", "2 GPUs".
+func count[N int | int64](n N, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
+}
+
 func (o *options) printStatus(v statusView) error {
 	out := o.streams.Out
 	eff := "unknown"
@@ -461,14 +469,14 @@ func (o *options) printStatus(v statusView) error {
 		eff = fmt.Sprintf("%.0f%%", *v.Efficiency*100)
 	}
 	c := v.Counts
-	fmt.Fprintf(out, "%d GPUs on %d nodes: %d busy, %d idle, %d free, %d unhealthy, %d isolated. Efficiency %s. %d workloads waiting for %d GPUs.\n",
-		v.GPUs, v.Nodes, c.Busy, c.Idle, c.Free, c.Unhealthy, c.Isolated, eff, v.Pending, v.PendingGPUs)
+	fmt.Fprintf(out, "%s on %s: %d busy, %d idle, %d free, %d unhealthy, %d isolated. Efficiency %s. %s waiting for %s.\n",
+		count(v.GPUs, "GPU"), count(v.Nodes, "node"), c.Busy, c.Idle, c.Free, c.Unhealthy, c.Isolated, eff, count(v.Pending, "workload"), count(v.PendingGPUs, "GPU"))
 	if v.IdleCost > 0 {
 		fmt.Fprintf(out, "Idle GPUs cost %.2f an hour at their pools' prices.\n", v.IdleCost)
 	}
 	if v.Paused > 0 || v.IdleReclaims > 0 {
-		fmt.Fprintf(out, "Chamber keeps %d workloads paused (%d GPUs given to waiting work or kept free for it); idle reclaim has evicted the workloads there are now %d times, taking back %.1f GPU-hours they held idle.\n",
-			v.Paused, v.PausedGPUs, v.IdleReclaims, v.ReclaimedGPUHours)
+		fmt.Fprintf(out, "Chamber keeps %s paused (%s given to waiting work or kept free for it); idle reclaim has evicted the workloads there are now %s, taking back %.1f GPU-hours they held idle.\n",
+			count(v.Paused, "workload"), count(v.PausedGPUs, "GPU"), count(v.IdleReclaims, "time"), v.ReclaimedGPUHours)
 	}
 	fmt.Fprintln(out)
 	t := newTable(out, "POOL", "MODEL", "GPUS", "FREE", "BUSY", "IDLE", "UNHEALTHY", "ISOLATED", "UTIL")

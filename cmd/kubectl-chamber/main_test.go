@@ -200,7 +200,7 @@ func TestCommands(t *testing.T) {
 		g.Expect(v.Teams).To(gomega.ContainElement(gomega.And(gomega.HaveField("Team", "broke"), gomega.HaveField("Reason", chamber.ConditionBudgetExceeded))))
 		out := run(g, "status")
 		g.Expect(out).To(gomega.ContainSubstring("2 workloads waiting for 9 GPUs"))
-		g.Expect(out).To(gomega.ContainSubstring("Chamber keeps 1 workloads paused (2 GPUs"))
+		g.Expect(out).To(gomega.ContainSubstring("Chamber keeps 1 workload paused (2 GPUs"))
 		g.Expect(out).To(gomega.ContainSubstring("Out of service:"))
 		g.Expect(out).To(gomega.MatchRegexp(`ops-2\s+ops\s+1\s+7\s+XID79`))
 	})
