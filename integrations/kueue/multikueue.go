@@ -1,6 +1,10 @@
 package kueue
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
@@ -18,14 +22,37 @@ func MultiKueueCheckName(pool *chamber.GPUPool) string {
 	if len(pool.Spec.WorkerClusters) == 0 {
 		return ""
 	}
-	return pool.Name + "-multikueue"
+	return multiKueueName(pool.Name, "multikueue")
+}
+
+// MultiKueueConfigName is the pool's MultiKueueConfig.
+func MultiKueueConfigName(pool *chamber.GPUPool) string {
+	return multiKueueName(pool.Name)
 }
 
 // MultiKueueClusterName is the MultiKueueCluster of a pool's worker: named after the
 // pool too, since MultiKueueClusters are cluster-scoped and two pools may list
 // workers of the same name.
 func MultiKueueClusterName(pool *chamber.GPUPool, worker string) string {
-	return pool.Name + "-" + worker
+	return multiKueueName(pool.Name, worker)
+}
+
+// maxMultiKueueName is the longest name of a MultiKueue object Chamber makes: a
+// DNS-1123 label, since Kueue copies a MultiKueueCluster's name into each Workload's
+// status and into the metrics' labels.
+const maxMultiKueueName = 63
+
+// multiKueueName joins parts with "-"; a name longer than maxMultiKueueName keeps its
+// head and ends with a hash of the whole, so that two long names stay distinct.
+func multiKueueName(parts ...string) string {
+	name := strings.Join(parts, "-")
+	if len(name) <= maxMultiKueueName {
+		return name
+	}
+	sum := sha256.Sum256([]byte(name))
+	hash := hex.EncodeToString(sum[:])[:10]
+	head := strings.TrimRight(name[:maxMultiKueueName-len(hash)-1], "-.")
+	return head + "-" + hash
 }
 
 // MultiKueue compiles the pool's worker clusters into Kueue's MultiKueue objects: a
@@ -51,7 +78,7 @@ func MultiKueue(pool *chamber.GPUPool) ([]*kueue.MultiKueueCluster, *kueue.Multi
 		names = append(names, name)
 	}
 	config := &kueue.MultiKueueConfig{
-		ObjectMeta: metav1.ObjectMeta{Name: pool.Name, Labels: labels(LabelPool, pool.Name)},
+		ObjectMeta: metav1.ObjectMeta{Name: MultiKueueConfigName(pool), Labels: labels(LabelPool, pool.Name)},
 		Spec:       kueue.MultiKueueConfigSpec{Clusters: names},
 	}
 	check := AdmissionCheck(MultiKueueCheckName(pool), MultiKueueControllerName)

@@ -1,10 +1,12 @@
 package kueue
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
@@ -92,5 +94,53 @@ func TestMultiKueueCheckOnClusterQueue(t *testing.T) {
 	want := &kueue.AdmissionChecksStrategy{AdmissionChecks: []kueue.AdmissionCheckStrategyRule{{Name: "main-multikueue"}}}
 	if diff := cmp.Diff(want, cq.Spec.AdmissionChecksStrategy); diff != "" {
 		t.Errorf("admissionChecksStrategy (-want +got):\n%s", diff)
+	}
+}
+
+// TestMultiKueueNames: the names of a pool's MultiKueue objects stay valid DNS-1123
+// labels of at most 63 characters, and distinct, however long the pool and worker
+// names are.
+func TestMultiKueueNames(t *testing.T) {
+	long := strings.Repeat("a", 60)
+	tests := map[string]struct {
+		pool, worker    string
+		wantCluster     string
+		wantCheck       string
+		wantConfig      string
+		wantHashedNames bool
+	}{
+		"short names as they are": {pool: "main", worker: "west", wantCluster: "main-west", wantCheck: "main-multikueue", wantConfig: "main"},
+		"long pool name hashed":   {pool: long, worker: "west", wantHashedNames: true},
+		"long worker name hashed": {pool: "main", worker: long + "bbb", wantHashedNames: true},
+		"ends in a dash when cut": {pool: strings.Repeat("a", 51) + "-bbbbbbbbbb", worker: "west", wantHashedNames: true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			pool := &chamber.GPUPool{
+				ObjectMeta: metav1.ObjectMeta{Name: tc.pool},
+				Spec:       chamber.GPUPoolSpec{WorkerClusters: []chamber.WorkerCluster{{Name: tc.worker, KubeconfigSecret: "s"}}},
+			}
+			got := map[string]string{
+				"cluster": MultiKueueClusterName(pool, tc.worker),
+				"check":   MultiKueueCheckName(pool),
+				"config":  MultiKueueConfigName(pool),
+			}
+			for what, n := range got {
+				if errs := validation.IsDNS1123Label(n); len(errs) > 0 {
+					t.Errorf("%s name %q: %v", what, n, errs)
+				}
+			}
+			if !tc.wantHashedNames {
+				want := map[string]string{"cluster": tc.wantCluster, "check": tc.wantCheck, "config": tc.wantConfig}
+				if diff := cmp.Diff(want, got); diff != "" {
+					t.Errorf("names (-want +got):\n%s", diff)
+				}
+			}
+			// Another worker whose name differs past the cut gets another name.
+			other := MultiKueueClusterName(pool, tc.worker+"x")
+			if other == got["cluster"] {
+				t.Errorf("workers %q and %q share MultiKueueCluster name %q", tc.worker, tc.worker+"x", other)
+			}
+		})
 	}
 }
