@@ -75,9 +75,10 @@ type GPUPoolSpec struct {
 	// (same namespaces and queues), where Kueue's MultiKueue runs the pool's
 	// workloads: Chamber compiles a MultiKueueCluster for each, one MultiKueueConfig
 	// and one MultiKueue AdmissionCheck for the pool, and puts the check on each of
-	// the pool's teams' ClusterQueues. Empty: workloads run in this cluster. Not yet
-	// applied by Chamber's controllers (issue 17): the compiled objects exist in
-	// integrations/kueue only.
+	// the pool's teams' ClusterQueues. Where Kueue runs Chamber's dispatcher
+	// (docs/multicluster.md), a workload goes to the worker with the most free
+	// healthy GPUs of its model that fit it, the cheapest first (WorkerCluster.Prices),
+	// then the one with more free GPUs. Empty: workloads run in this cluster.
 	// +listType=map
 	// +listMapKey=name
 	// +kubebuilder:validation:MaxItems=20
@@ -101,6 +102,36 @@ type WorkerCluster struct {
 	// +kubebuilder:validation:MaxLength=253
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	KubeconfigSecret string `json:"kubeconfigSecret"`
+	// Prices per GPU-hour of each model on this worker, which Chamber's dispatcher
+	// compares between workers that have room for a workload: the cheapest gets it.
+	// A model the worker has no price for costs what the pool's spec.prices say.
+	// +listType=map
+	// +listMapKey=model
+	// +kubebuilder:validation:MaxItems=64
+	// +optional
+	Prices []GPUPrice `json:"prices,omitempty"`
+}
+
+// ConditionWorkerClustersActive is the GPUPool condition that is True when Kueue's
+// MultiKueue reaches every worker cluster of the pool; its message says which worker
+// lacks its kubeconfig Secret or cannot be reached, and what to fix.
+const ConditionWorkerClustersActive = "WorkerClustersActive"
+
+// WorkerPricesPerGPUHour are the prices of a GPU-hour by model on the pool's worker:
+// the worker's own, and the pool's for the models the worker does not price.
+func (p *GPUPool) WorkerPricesPerGPUHour(worker string) map[string]float64 {
+	prices := p.PricesPerGPUHour()
+	for _, w := range p.Spec.WorkerClusters {
+		if w.Name != worker {
+			continue
+		}
+		for _, price := range w.Prices {
+			if v, err := strconv.ParseFloat(price.PerGPUHour, 64); err == nil {
+				prices[price.Model] = v
+			}
+		}
+	}
+	return prices
 }
 
 // FollowsHealth reports whether the pool's compiled quotas follow its healthy GPUs
