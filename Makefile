@@ -65,7 +65,7 @@ bench-go: ## Go benchmarks: NVML poll, agent scrape, fleet model, exporter scrap
 CHAMBER_PERF_SCALE ?= 0.2
 .PHONY: bench-controllers
 bench-controllers: tools ## Admission check overhead on Kueue's own benchmark shape; fault-to-taint and fault-to-readmission times.
-	CHAMBER_PERF_SCALE=$(CHAMBER_PERF_SCALE) $(GO) test -count=1 -timeout 60m -run '^$$' -bench SchedulerShape -benchtime 1x -v ./controllers/admission/
+	CHAMBER_PERF_SCALE=$(CHAMBER_PERF_SCALE) $(GO) test -count=1 -timeout 60m -run '^$$' -bench SchedulerShape -benchtime 1x -v ./test/schedulershape/
 	$(GO) test -count=1 -timeout 30m -run '^$$' -bench FaultIsolation -benchtime 1x ./controllers/isolation/
 
 # Chamber at fleet scale: the chamber-controller binary, every controller on, 1,000 kwok

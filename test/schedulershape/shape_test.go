@@ -1,13 +1,17 @@
-package admission_test
+// Package schedulershape benchmarks admission with and without Chamber on the shape of
+// Kueue's own scheduler performance test.
+package schedulershape
 
 import (
+	"bufio"
 	"context"
+	"flag"
 	"fmt"
 	"math"
 	"os"
-	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -59,36 +63,67 @@ const (
 	perfPairsVariable = "CHAMBER_PERF_PAIRS"
 )
 
+const h100 = "NVIDIA-H100-80GB-HBM3"
+
+var (
+	cp  *controlplane.ControlPlane
+	k8s client.Client
+)
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if !benchmarking() {
+		// The package has benchmarks only: no control plane for make test.
+		os.Exit(m.Run())
+	}
+	os.Exit(controllertest.MainForBinaries(m, &cp, &k8s))
+}
+
+// benchmarking says whether go test was asked to run benchmarks.
+func benchmarking() bool {
+	f := flag.Lookup("test.bench")
+	return f != nil && f.Value.String() != ""
+}
+
+// arm is one way of running the scenario: which chamber-controller, if any, runs.
+type arm struct {
+	name string
+	// args are chamber-controller's flags; nil: no chamber-controller at all.
+	args []string
+	// check puts Chamber's admission check on every ClusterQueue.
+	check bool
+}
+
+var arms = []arm{
+	{name: "Kueue alone"},
+	{name: "Kueue + Chamber", args: []string{"--leader-elect=false"}},
+	{name: "Kueue + Chamber's check", args: []string{"--leader-elect=false", "--admission-check=true"}, check: true},
+}
+
 // shapeResult is what one run of the scenario measured.
 type shapeResult struct {
 	controllertest.RunResult
-	// heapMB is the test process's live heap once every workload finished, before
-	// they are deleted: Chamber's caches (every Workload, Pod, Node) are most of it.
-	heapMB float64
-}
-
-// liveHeapMB is the heap in use after a collection, in MiB.
-func liveHeapMB() float64 {
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return float64(m.HeapInuse) / (1 << 20)
+	// rssMiB is chamber-controller's peak resident memory over the run (0 without it).
+	rssMiB float64
 }
 
 // BenchmarkSchedulerShape runs the shape of Kueue's scheduler performance test on one
-// control plane (real kube-apiserver, the real Kueue binary, Chamber's controllers
-// running), in pairs: once with Kueue alone deciding admission, once with Chamber's
-// admission check on every ClusterQueue, in alternating order, each run's objects
-// deleted before the next. The workloads ask for GPUs on the flavor of 10 kwok nodes
-// of 64 GPUs, so the check does its full work: it reads the flavor's nodes, their
-// pods and agents before it says Ready. It reports each run's wall time and time from
-// creation to admission (mean, p50, p99), and the median and range of the pairs'
-// ratios. CHAMBER_PERF_SCALE (default 1) scales the number of workloads,
-// CHAMBER_PERF_PAIRS (default 3) sets the number of pairs.
+// control plane (real kube-apiserver, the real Kueue binary) in three arms: Kueue
+// alone, with no chamber-controller running; Kueue with chamber-controller (the binary
+// the chart runs) at its defaults; and with chamber-controller's admission check on
+// every ClusterQueue. The arms run in rounds, in an order that rotates from round to
+// round, each run's objects deleted before the next. The workloads ask for GPUs on the
+// flavor of 10 kwok nodes of 64 GPUs, so the check does its full work: it reads the
+// flavor's nodes, their pods and agents before it says Ready. It reports each run's
+// wall time, time from creation to admission (mean, p50, p99), API writes per
+// workload and chamber-controller's peak RSS, and per Chamber arm the median and
+// range of its ratios to Kueue alone in the same round. CHAMBER_PERF_SCALE (default
+// 1) scales the number of workloads, CHAMBER_PERF_PAIRS (default 3) sets the number of
+// rounds.
 //
-//	go test -run '^$' -bench SchedulerShape -benchtime 1x ./controllers/admission/
+//	go test -run '^$' -bench SchedulerShape -benchtime 1x ./test/schedulershape/
 func BenchmarkSchedulerShape(b *testing.B) {
-	scale, pairs := 1.0, 3
+	scale, rounds := 1.0, 3
 	if s := os.Getenv(perfScaleVariable); s != "" {
 		v, err := strconv.ParseFloat(s, 64)
 		if err != nil || v <= 0 || v > 1 {
@@ -101,46 +136,73 @@ func BenchmarkSchedulerShape(b *testing.B) {
 		if err != nil || v < 1 {
 			b.Fatalf("%s=%q: want a whole number of at least 1", perfPairsVariable, s)
 		}
-		pairs = v
+		rounds = v
 	}
 	perfNodesOnce(b)
 	for i := range b.N {
-		var wallRatios, p99Ratios []float64
-		var heapMB float64
-		var kueueOnly, withCheck shapeResult
-		for p := range pairs {
-			// Even pairs run Kueue alone first, odd pairs Chamber first.
-			for _, check := range []bool{p%2 == 1, p%2 == 0} {
-				name := fmt.Sprintf("perf%d-%d-kueue", i, p)
-				if check {
-					name = fmt.Sprintf("perf%d-%d-chamber", i, p)
-				}
-				res := runShape(b, name, check, scale)
-				if check {
-					withCheck = res
-				} else {
-					kueueOnly = res
-				}
+		wallRatios := make([][]float64, len(arms))
+		p99Ratios := make([][]float64, len(arms))
+		var rssMiB float64
+		for r := range rounds {
+			results := make([]shapeResult, len(arms))
+			for k := range arms {
+				a := (k + r) % len(arms)
+				results[a] = runArm(b, fmt.Sprintf("perf%d-%d-%d", i, r, a), arms[a], scale)
 			}
-			for _, r := range []struct {
-				name string
-				res  shapeResult
-			}{{"Kueue alone", kueueOnly}, {"Kueue + Chamber's check", withCheck}} {
-				b.Logf("pair %d, %-24s %5d workloads: wall %6.1fs, time to admission mean %6.0f ms, p50 %6.0f ms, p99 %6.0f ms, %.1f writes per workload, live heap %.0f MiB",
-					p+1, r.name, r.res.Workloads, r.res.Wall.Seconds(), ms(r.res.MeanAdmission), ms(r.res.P50), ms(r.res.P99), r.res.WritesPerWorkload, r.res.heapMB)
-				heapMB = max(heapMB, r.res.heapMB)
+			for a, res := range results {
+				b.Logf("round %d, %-24s %5d workloads: wall %6.1fs, time to admission mean %6.0f ms, p50 %6.0f ms, p99 %6.0f ms, %.1f writes per workload, chamber-controller peak RSS %.0f MiB",
+					r+1, arms[a].name, res.Workloads, res.Wall.Seconds(), ms(res.MeanAdmission), ms(res.P50), ms(res.P99), res.WritesPerWorkload, res.rssMiB)
+				rssMiB = max(rssMiB, res.rssMiB)
+				wallRatios[a] = append(wallRatios[a], res.Wall.Seconds()/results[0].Wall.Seconds())
+				p99Ratios[a] = append(p99Ratios[a], ms(res.P99)/math.Max(ms(results[0].P99), 1e-3))
 			}
-			wallRatios = append(wallRatios, withCheck.Wall.Seconds()/kueueOnly.Wall.Seconds())
-			p99Ratios = append(p99Ratios, ms(withCheck.P99)/math.Max(ms(kueueOnly.P99), 1e-3))
 		}
-		slices.Sort(wallRatios)
-		slices.Sort(p99Ratios)
-		b.Logf("%d pairs: wall-time ratio median %.2f (range %.2f-%.2f); admission p99 ratio median %.2f (range %.2f-%.2f)",
-			pairs, median(wallRatios), wallRatios[0], wallRatios[len(wallRatios)-1], median(p99Ratios), p99Ratios[0], p99Ratios[len(p99Ratios)-1])
-		b.ReportMetric(median(wallRatios), "wall-ratio")
-		b.ReportMetric(median(p99Ratios), "admit-p99-ratio")
-		b.ReportMetric(heapMB, "max-heap-MiB")
+		for a := 1; a < len(arms); a++ {
+			slices.Sort(wallRatios[a])
+			slices.Sort(p99Ratios[a])
+			w, p := wallRatios[a], p99Ratios[a]
+			b.Logf("%s against Kueue alone, %d rounds: wall-time ratio median %.2f (range %.2f-%.2f); admission p99 ratio median %.2f (range %.2f-%.2f)",
+				arms[a].name, rounds, median(w), w[0], w[len(w)-1], median(p), p[0], p[len(p)-1])
+		}
+		b.ReportMetric(median(wallRatios[1]), "chamber-wall-ratio")
+		b.ReportMetric(median(p99Ratios[1]), "chamber-admit-p99-ratio")
+		b.ReportMetric(median(wallRatios[2]), "check-wall-ratio")
+		b.ReportMetric(median(p99Ratios[2]), "check-admit-p99-ratio")
+		b.ReportMetric(rssMiB, "max-rss-MiB")
 	}
+}
+
+// runArm runs the scenario once in namespace ns with the arm's chamber-controller
+// running, and stops that process afterwards.
+func runArm(b *testing.B, ns string, a arm, scale float64) shapeResult {
+	if a.args == nil {
+		return runShape(b, ns, a.check, scale, nil)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	ch, err := cp.StartChamber(ctx, "chamber-controller-"+ns, a.args...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ch.Kill()
+	return runShape(b, ns, a.check, scale, ch)
+}
+
+// peakRSSMiB is the process's peak resident memory (VmHWM), in MiB.
+func peakRSSMiB(pid int) float64 {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 64)
+			return kb / 1024
+		}
+	}
+	return 0
 }
 
 // median of sorted values.
@@ -176,8 +238,8 @@ func perfNodesOnce(b *testing.B) {
 
 // runShape creates the ClusterQueues and workloads of one run in namespace ns, plays
 // the workloads (each finishes its runtime after admission, as Kueue's runner does)
-// and measures.
-func runShape(b *testing.B, ns string, withCheck bool, scale float64) shapeResult {
+// and measures; ch is the chamber-controller running, if any.
+func runShape(b *testing.B, ns string, withCheck bool, scale float64, ch *controlplane.Chamber) shapeResult {
 	ctx, cancel := context.WithTimeout(context.Background(), perfRunTimeout)
 	defer cancel()
 	must := func(err error) {
@@ -245,7 +307,11 @@ func runShape(b *testing.B, ns string, withCheck bool, scale float64) shapeResul
 	for {
 		select {
 		case <-done:
-			return shapeResult{RunResult: rec.Result(start), heapMB: liveHeapMB()}
+			res := shapeResult{RunResult: rec.Result(start)}
+			if ch != nil {
+				res.rssMiB = peakRSSMiB(ch.Pid())
+			}
+			return res
 		case <-progress.C:
 			fmt.Fprintf(os.Stderr, "%s: %d of %d workloads admitted, %d finished, %s\n", ns, rec.AdmittedCount(), total, rec.FinishedCount(), time.Since(start).Round(time.Second))
 		case <-ctx.Done():
