@@ -285,8 +285,13 @@ func (c *Controller) reconcileQueues(ctx context.Context, team *chamber.Team, te
 
 	models := poolModels(pool)
 	hold := exceeded && team.Spec.Budget != nil && team.Spec.Budget.OnExceeded == chamber.BudgetHold
+	checks := c.opts.AdmissionChecks
+	if mk := chamberkueue.MultiKueueCheckName(pool); mk != "" {
+		// The pool's workloads run on its worker clusters (the pool controller makes the check).
+		checks = append(slices.Clone(checks), mk)
+	}
 	want, err := chamberkueue.ClusterQueue(team, pool, models, chamberkueue.ClusterQueueOptions{
-		StopBorrowing: exceeded, Hold: hold, AdmissionChecks: c.opts.AdmissionChecks, Withheld: withheld,
+		StopBorrowing: exceeded, Hold: hold, AdmissionChecks: checks, Withheld: withheld,
 	})
 	if err != nil {
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, chamber.ReasonUnknownModel, err.Error()
