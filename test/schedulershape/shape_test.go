@@ -16,11 +16,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
@@ -76,6 +78,8 @@ func TestMain(m *testing.M) {
 		// The package has benchmarks only: no control plane for make test.
 		os.Exit(m.Run())
 	}
+	// The runner's informers log through controller-runtime.
+	ctrl.SetLogger(logr.Discard())
 	os.Exit(controllertest.MainForBinaries(m, &cp, &k8s))
 }
 
