@@ -84,6 +84,9 @@ type Config struct {
 	// SilentAfterHeartbeats is how many of its heartbeats an agent may miss before
 	// every controller takes it for silent (chamber.SilentAfterHeartbeats when 0).
 	SilentAfterHeartbeats int
+	// KueueNamespace is the namespace Kueue runs in, where its MultiKueue reads the
+	// worker clusters' kubeconfig Secrets (chamberkueue.DefaultNamespace when empty).
+	KueueNamespace string
 	// Clock is the time source; the real clock when nil.
 	Clock clock.Clock
 
@@ -129,7 +132,9 @@ var controllerList = []struct {
 	needs needs
 	setup func(mgr ctrl.Manager, cfg Config) error
 }{
-	{"pool", kueueAPI, func(mgr ctrl.Manager, _ Config) error { return pool.Register(mgr) }},
+	{"pool", kueueAPI, func(mgr ctrl.Manager, cfg Config) error {
+		return pool.Register(mgr, pool.Options{KueueNamespace: cfg.KueueNamespace})
+	}},
 	{"team", kueueAPI, func(mgr ctrl.Manager, cfg Config) error {
 		opts := team.Options{AccountingInterval: cfg.AccountingInterval, Clock: cfg.Clock,
 			PodGracePeriods: cfg.PodGracePeriods, EvictionGrace: cfg.Admission.GracePeriod}

@@ -41,14 +41,28 @@ import (
 // reconciles for 3,000 workloads on 1,000 nodes without it.
 const CountsSettle = 2 * time.Second
 
+// Options configure the GPUPool controller.
+type Options struct {
+	// KueueNamespace is where Kueue reads the worker clusters' kubeconfig Secrets
+	// (chamberkueue.DefaultNamespace when empty).
+	KueueNamespace string
+}
+
 // Controller reconciles GPUPools.
 type Controller struct {
 	client client.Client
+	// secrets reads the workers' kubeconfig Secrets from the API server: the
+	// controller caches no Secrets.
+	secrets client.Reader
+	opts    Options
 }
 
 // Register adds the controller to the manager.
-func Register(mgr ctrl.Manager) error {
-	c := &Controller{client: mgr.GetClient()}
+func Register(mgr ctrl.Manager, opts Options) error {
+	if opts.KueueNamespace == "" {
+		opts.KueueNamespace = chamberkueue.DefaultNamespace
+	}
+	c := &Controller{client: mgr.GetClient(), secrets: mgr.GetAPIReader(), opts: opts}
 	allPools := handler.EnqueueRequestsFromMapFunc(c.allPools)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("pool").
@@ -56,6 +70,11 @@ func Register(mgr ctrl.Manager) error {
 		Owns(&kueue.ResourceFlavor{}).
 		Owns(&kueue.Cohort{}).
 		Owns(&kueue.Topology{}).
+		// MultiKueue's objects of the pool's worker clusters; Kueue's changes of a
+		// MultiKueueCluster's status (Active or not) go into the pool's conditions.
+		Owns(&kueue.MultiKueueCluster{}).
+		Owns(&kueue.MultiKueueConfig{}).
+		Owns(&kueue.AdmissionCheck{}).
 		// A node or an agent report can change any pool's models and counts, but most
 		// of their updates (heartbeats, utilization) change neither: skip those, since
 		// each pool reconcile reads every node, and count the rest CountsSettle later.
@@ -153,6 +172,12 @@ func (c *Controller) Reconcile(ctx context.Context, pool *chamber.GPUPool) (reco
 		}
 	}
 
+	mkProblems, workers, err := c.applyMultiKueue(ctx, pool)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	problems = append(problems, mkProblems...)
+
 	var teams chamber.TeamList
 	if err := c.client.List(ctx, &teams); err != nil {
 		return reconcile.Result{}, fmt.Errorf("list teams: %w", err)
@@ -175,6 +200,11 @@ func (c *Controller) Reconcile(ctx context.Context, pool *chamber.GPUPool) (reco
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, "KueueObjectsNotApplied", strings.Join(problems, "; ")
 	}
 	apimeta.SetStatusCondition(&pool.Status.Conditions, cond)
+	if workers != nil {
+		apimeta.SetStatusCondition(&pool.Status.Conditions, *workers)
+	} else {
+		apimeta.RemoveStatusCondition(&pool.Status.Conditions, chamber.ConditionWorkerClustersActive)
+	}
 	if !equality.Semantic.DeepEqual(before, &pool.Status) {
 		if err := c.client.Status().Update(ctx, pool); apierrors.IsConflict(err) {
 			// Our cache had not seen our last write yet: try again on the fresh object.
@@ -205,7 +235,7 @@ func (c *Controller) apply(ctx context.Context, pool *chamber.GPUPool, obj clien
 	if !chamberkueue.Owned(existing) {
 		return fmt.Errorf("%T %s exists and is not managed by Chamber: rename it or delete it", obj, obj.GetName())
 	}
-	changed := false
+	changed := copyMultiKueueSpec(existing, obj)
 	switch want := obj.(type) {
 	case *kueue.ResourceFlavor:
 		have := existing.(*kueue.ResourceFlavor)

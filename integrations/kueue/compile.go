@@ -133,8 +133,14 @@ func ResourceFlavor(pool *chamber.GPUPool, model string) *kueue.ResourceFlavor {
 }
 
 // TopologyEnabled reports whether the pool's flavors use Kueue's Topology-Aware
-// Scheduling (the default).
+// Scheduling (the default). A pool with worker clusters runs its pods there, where
+// the workers' own flavors place them: on the manager, Kueue v0.19 would hold its
+// workloads short of Admitted waiting for a topology assignment among nodes that run
+// none of them (PendingDelayedTopologyRequests).
 func TopologyEnabled(pool *chamber.GPUPool) bool {
+	if len(pool.Spec.WorkerClusters) > 0 {
+		return false
+	}
 	return pool.Spec.Topology == nil || pool.Spec.Topology.Enabled == nil || *pool.Spec.Topology.Enabled
 }
 

@@ -88,3 +88,7 @@ func MultiKueue(pool *chamber.GPUPool) ([]*kueue.MultiKueueCluster, *kueue.Multi
 	}
 	return clusters, config, check
 }
+
+// DefaultNamespace is the namespace Kueue runs in, where its MultiKueue reads the
+// worker clusters' kubeconfig Secrets, unless its Configuration says otherwise.
+const DefaultNamespace = "kueue-system"
