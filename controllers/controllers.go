@@ -1,5 +1,5 @@
 // Package controllers wires Chamber's controllers, one package each (pool, team,
-// admission, inventory, isolation, idlereclaim, room): Setup is the one list of what runs.
+// dispatch, admission, inventory, isolation, idlereclaim, room): Setup is the one list of what runs.
 package controllers
 
 import (
@@ -17,6 +17,7 @@ import (
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers/admission"
 	"chamber.dev/chamber/controllers/dcgm"
+	"chamber.dev/chamber/controllers/dispatch"
 	"chamber.dev/chamber/controllers/idlereclaim"
 	"chamber.dev/chamber/controllers/inventory"
 	"chamber.dev/chamber/controllers/isolation"
@@ -84,6 +85,12 @@ type Config struct {
 	// SilentAfterHeartbeats is how many of its heartbeats an agent may miss before
 	// every controller takes it for silent (chamber.SilentAfterHeartbeats when 0).
 	SilentAfterHeartbeats int
+	// MultiKueueDispatcher runs Chamber's dispatcher for Kueue's MultiKueue
+	// (controllers/dispatch): it nominates each waiting workload's worker cluster by
+	// free healthy GPUs and price. Off by default: Kueue must name it in its
+	// Configuration (multiKueue.dispatcherName: dispatch.DispatcherName), else
+	// Kueue's own dispatcher nominates and both would write the same field.
+	MultiKueueDispatcher bool
 	// KueueNamespace is the namespace Kueue runs in, where its MultiKueue reads the
 	// worker clusters' kubeconfig Secrets (chamberkueue.DefaultNamespace when empty).
 	KueueNamespace string
@@ -143,6 +150,12 @@ var controllerList = []struct {
 		}
 		return team.Register(mgr, opts)
 	}},
+	{"dispatch", kueueAPI, func(mgr ctrl.Manager, cfg Config) error {
+		if !cfg.MultiKueueDispatcher {
+			return nil
+		}
+		return dispatch.Register(mgr, dispatch.Options{KueueNamespace: cfg.KueueNamespace, Clock: cfg.Clock})
+	}},
 	{"admission", kueueAPI, func(mgr ctrl.Manager, cfg Config) error {
 		opts := cfg.Admission
 		opts.Check, opts.Clock, opts.Heartbeats = cfg.AdmissionCheck, cfg.Clock, cfg.heartbeats
@@ -162,10 +175,20 @@ var controllerList = []struct {
 		opts.Clock, opts.Heartbeats = cfg.Clock, cfg.heartbeats
 		return isolation.Register(mgr, opts)
 	}},
+	{"isolation-volcano", volcanoAPI, func(mgr ctrl.Manager, cfg Config) error {
+		opts := cfg.Isolation
+		opts.Clock, opts.Heartbeats, opts.WithoutKueue, opts.GracePeriod = cfg.Clock, cfg.heartbeats, cfg.WithoutKueue, cfg.Admission.GracePeriod
+		return isolation.RegisterVolcano(mgr, opts)
+	}},
 	{"idlereclaim", kueueAPI, func(mgr ctrl.Manager, cfg Config) error {
 		opts := cfg.IdleReclaim
 		opts.Clock, opts.Heartbeats = cfg.Clock, cfg.heartbeats
 		return idlereclaim.Register(mgr, opts)
+	}},
+	{"idlereclaim-volcano", volcanoAPI, func(mgr ctrl.Manager, cfg Config) error {
+		opts := idlereclaim.VolcanoOptions{Options: cfg.IdleReclaim, GracePeriod: cfg.Admission.GracePeriod}
+		opts.Clock, opts.Heartbeats = cfg.Clock, cfg.heartbeats
+		return idlereclaim.RegisterVolcano(mgr, opts)
 	}},
 	{"room", kueueAPI, func(mgr ctrl.Manager, cfg Config) error {
 		if !cfg.RoomForBigJobs {

@@ -75,10 +75,11 @@ type GPUPoolSpec struct {
 	// (same namespaces and queues), where Kueue's MultiKueue runs the pool's
 	// workloads: Chamber compiles a MultiKueueCluster for each, one MultiKueueConfig
 	// and one MultiKueue AdmissionCheck for the pool, and puts the check on each of
-	// the pool's teams' ClusterQueues. Where Kueue runs Chamber's dispatcher
-	// (docs/multicluster.md), a workload goes to the worker with the most free
-	// healthy GPUs of its model that fit it, the cheapest first (WorkerCluster.Prices),
-	// then the one with more free GPUs. Empty: workloads run in this cluster.
+	// the pool's teams' ClusterQueues; the pool's flavors then have no topology (the
+	// workers place the pods). Where Kueue runs Chamber's dispatcher
+	// (docs/multicluster.md), a workload goes to the cheapest worker (its prices,
+	// else the pool's) with enough free healthy GPUs of its model, at equal price to
+	// the one with more free GPUs. Empty: workloads run in this cluster.
 	// +listType=map
 	// +listMapKey=name
 	// +kubebuilder:validation:MaxItems=20

@@ -55,6 +55,10 @@ type Options struct {
 	ChamberCRDs bool
 	// KueueFeatureGates overrides Kueue's feature gates.
 	KueueFeatureGates map[string]bool
+	// KueueMultiKueueDispatcher names the dispatcher Kueue's MultiKueue leaves the
+	// choice of worker clusters to (its Configuration's multiKueue.dispatcherName),
+	// such as Chamber's; empty: Kueue's default, all at once.
+	KueueMultiKueueDispatcher string
 	// JobBackoff, when set, is the Job controller's delay before it replaces a failed
 	// (or preempted) pod, doubling with each further failure up to 60 times it.
 	// Upstream's is 10 s up to 10 minutes; the simulator divides it by its speed-up.

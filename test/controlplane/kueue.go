@@ -25,6 +25,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	configapi "sigs.k8s.io/kueue/apis/config/v1beta2"
 	"sigs.k8s.io/yaml"
 
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
@@ -88,6 +89,9 @@ func (cp *ControlPlane) startKueue(ctx context.Context) error {
 	cfg.Metrics.BindAddress = "0"
 	cfg.LeaderElection = leaderElectionOff()
 	cfg.InternalCertManagement = &configInternalCertManagementOff
+	if cp.opts.KueueMultiKueueDispatcher != "" {
+		cfg.MultiKueue = &configapi.MultiKueue{DispatcherName: ptr.To(cp.opts.KueueMultiKueueDispatcher)}
+	}
 	cfgYAML, err := yaml.Marshal(cfg)
 	if err != nil {
 		return fmt.Errorf("marshal kueue configuration: %w", err)

@@ -1,6 +1,10 @@
 // Package multicluster tests Kueue's MultiKueue across three local control planes: a
-// manager and two workers, each with the real Kueue and kwok GPU nodes. It is the
-// ground Chamber's cross-cluster placement (issue 17) stands on.
+// manager and two workers, each with the real Kueue and kwok GPU nodes. On the
+// manager, Chamber's controllers run in-process: the pool controller makes the
+// MultiKueue objects from the GPUPool's worker clusters, the team controller puts
+// the pool's check on the team's ClusterQueue, and Chamber's dispatcher (issue 17)
+// chooses the worker. Run with -kueue-dispatcher=default to measure Kueue's own
+// all-at-once dispatcher instead.
 package multicluster
 
 import (
@@ -8,6 +12,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -15,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/onsi/gomega"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -22,11 +29,16 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 	kueueconstants "sigs.k8s.io/kueue/pkg/controller/constants"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
+	"chamber.dev/chamber/controllers"
+	"chamber.dev/chamber/controllers/dispatch"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 	"chamber.dev/chamber/test/controlplane"
 )
@@ -35,9 +47,17 @@ const (
 	namespace = "team-a"
 	queue     = "team-a"
 	flavor    = "h100"
+	h100      = "NVIDIA-H100-80GB-HBM3"
 	// kueueNamespace is where the manager's Kueue reads MultiKueue's kubeconfig Secrets.
-	kueueNamespace = "kueue-system"
+	kueueNamespace = chamberkueue.DefaultNamespace
 )
+
+var kueueDispatcher = flag.String("kueue-dispatcher", "chamber",
+	"who nominates the worker clusters: chamber (Chamber's dispatcher) or default (Kueue's all-at-once)")
+
+// chamberDispatches says whether the manager's Kueue leaves the choice of worker to
+// Chamber's dispatcher.
+func chamberDispatches() bool { return *kueueDispatcher == "chamber" }
 
 // cluster is one of the three control planes.
 type cluster struct {
@@ -87,6 +107,12 @@ func run(m *testing.M) int {
 			return 1
 		}
 	}
+	managerCtx, stopManager := context.WithCancel(context.Background())
+	defer stopManager()
+	if err := runChamber(managerCtx); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	if err := wireMultiKueue(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -94,13 +120,19 @@ func run(m *testing.M) int {
 	return m.Run()
 }
 
-// start runs a control plane with Kueue and a kwok H100 node, and gives it the queues
-// every cluster has alike: namespace team-a, LocalQueue team-a, ClusterQueue team-a
-// with the cluster's GPUs as quota.
+// start runs a control plane with Kueue and a kwok H100 node. The workers get the
+// queues the manager's team has (namespace team-a, LocalQueue team-a, ClusterQueue
+// team-a with the worker's GPUs as quota), as the workers' own Chamber would make
+// them; the manager gets them from Chamber's controllers (wireMultiKueue).
 func (cl *cluster) start(ctx context.Context) error {
 	opts := controlplane.Full()
-	opts.ChamberCRDs = cl == manager
 	opts.Progress = prefixWriter(cl.name)
+	if dir := os.Getenv("MULTICLUSTER_LOG_DIR"); dir != "" {
+		opts.LogDir = filepath.Join(dir, cl.name)
+	}
+	if cl == manager && chamberDispatches() {
+		opts.KueueMultiKueueDispatcher = dispatch.DispatcherName
+	}
 	cp, err := controlplane.Start(ctx, opts)
 	if err != nil {
 		return fmt.Errorf("%s: %w", cl.name, err)
@@ -109,23 +141,49 @@ func (cl *cluster) start(ctx context.Context) error {
 	if cl.c, err = cp.Client(); err != nil {
 		return err
 	}
-	if err := controlplane.CreateGPUNodes(ctx, cl.c, controlplane.GPUNode{Name: cl.name + "-gpu-1", GPUs: cl.gpus}); err != nil {
+	if err := controlplane.CreateGPUNodes(ctx, cl.c, controlplane.GPUNode{Name: cl.name + "-gpu-1", GPUs: cl.gpus, Product: h100}); err != nil {
 		return fmt.Errorf("%s: %w", cl.name, err)
 	}
-	objs := []client.Object{
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}},
-		&kueue.ResourceFlavor{ObjectMeta: metav1.ObjectMeta{Name: flavor}},
-		clusterQueue(cl.gpus),
-		&kueue.LocalQueue{
-			ObjectMeta: metav1.ObjectMeta{Name: queue, Namespace: namespace},
-			Spec:       kueue.LocalQueueSpec{ClusterQueue: queue},
-		},
+	objs := []client.Object{&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}}
+	if cl != manager {
+		objs = append(objs,
+			&kueue.ResourceFlavor{ObjectMeta: metav1.ObjectMeta{Name: flavor}},
+			clusterQueue(cl.gpus),
+			&kueue.LocalQueue{
+				ObjectMeta: metav1.ObjectMeta{Name: queue, Namespace: namespace},
+				Spec:       kueue.LocalQueueSpec{ClusterQueue: queue},
+			})
 	}
 	for _, obj := range objs {
 		if err := cl.c.Create(ctx, obj); err != nil {
 			return fmt.Errorf("%s: create %T %s: %w", cl.name, obj, obj.GetName(), err)
 		}
 	}
+	return nil
+}
+
+// runChamber runs Chamber's controllers (controllers.Setup) in-process against the
+// manager, with Chamber's dispatcher where the manager's Kueue names it.
+func runChamber(ctx context.Context) error {
+	ctrl.SetLogger(logr.Discard())
+	if os.Getenv("CHAMBER_TEST_LOGS") != "" {
+		ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
+	}
+	mgr, err := ctrl.NewManager(manager.cp.Config, ctrl.Options{Scheme: controlplane.Scheme, Cache: controllers.CacheOptions(),
+		Metrics: metricsserver.Options{BindAddress: "0"}})
+	if err != nil {
+		return err
+	}
+	cfg := controllers.DefaultConfig()
+	cfg.MultiKueueDispatcher = chamberDispatches()
+	if name, err := controllers.Setup(mgr, cfg); err != nil {
+		return fmt.Errorf("set up controller %s: %w", name, err)
+	}
+	go func() {
+		if err := mgr.Start(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "manager:", err)
+		}
+	}()
 	return nil
 }
 
@@ -147,63 +205,79 @@ func clusterQueue(gpus int) *kueue.ClusterQueue {
 	}
 }
 
-// pool declares the two workers as Chamber's GPUPool does; wireMultiKueue applies the
-// MultiKueue objects Chamber compiles from it.
+// pool declares the two workers; worker 2 is the cheaper.
 var pool = &chamber.GPUPool{
 	ObjectMeta: metav1.ObjectMeta{Name: "fleet"},
-	Spec: chamber.GPUPoolSpec{WorkerClusters: []chamber.WorkerCluster{
-		{Name: "worker-1", KubeconfigSecret: "worker-1-kubeconfig"},
-		{Name: "worker-2", KubeconfigSecret: "worker-2-kubeconfig"},
-	}},
+	Spec: chamber.GPUPoolSpec{
+		Prices: []chamber.GPUPrice{{Model: h100, PerGPUHour: "3.00"}},
+		WorkerClusters: []chamber.WorkerCluster{
+			{Name: "worker-1", KubeconfigSecret: "worker-1-kubeconfig"},
+			{Name: "worker-2", KubeconfigSecret: "worker-2-kubeconfig", Prices: []chamber.GPUPrice{{Model: h100, PerGPUHour: "1.00"}}},
+		},
+	},
 }
 
-// wireMultiKueue does on the manager what Kueue's MultiKueue setup guide does, with
-// the objects Chamber compiles from pool: a Secret with each worker's kubeconfig in
-// Kueue's namespace, a MultiKueueCluster per worker, a MultiKueueConfig listing them,
-// the AdmissionCheck of controller kueue.x-k8s.io/multikueue pointing at it, and the
-// check on the ClusterQueue. It waits until the check is Active, which MultiKueue
-// sets once it reaches every worker.
+// team is the manager's team, whose ClusterQueue and LocalQueue match the workers'.
+var team = &chamber.Team{
+	ObjectMeta: metav1.ObjectMeta{Name: queue},
+	Spec: chamber.TeamSpec{Pool: pool.Name, Namespaces: []string{namespace}, LocalQueueName: queue,
+		Quotas: []chamber.TeamQuota{{Model: h100, GPUs: 16}}},
+}
+
+// wireMultiKueue does on the manager what a user does: a Secret with each worker's
+// kubeconfig in Kueue's namespace, the GPUPool listing the workers and the Team.
+// Chamber's controllers make the rest; it waits until the pool says Kueue reaches
+// both workers and the team's ClusterQueue carries the pool's MultiKueue check.
 func wireMultiKueue(ctx context.Context) error {
-	clusters, config, check := chamberkueue.MultiKueue(pool)
-	objs := []client.Object{config, check}
+	var objs []client.Object
 	for i, w := range []*cluster{worker1, worker2} {
 		kubeconfig, err := os.ReadFile(w.cp.Kubeconfig)
 		if err != nil {
 			return err
 		}
-		objs = append(objs, clusters[i], &corev1.Secret{
+		objs = append(objs, &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Name: pool.Spec.WorkerClusters[i].KubeconfigSecret, Namespace: kueueNamespace},
 			Data:       map[string][]byte{kueue.MultiKueueConfigSecretKey: kubeconfig},
 		})
 	}
+	objs = append(objs, pool.DeepCopy(), team.DeepCopy())
 	for _, obj := range objs {
 		if err := manager.c.Create(ctx, obj); err != nil {
 			return fmt.Errorf("manager: create %T %s: %w", obj, obj.GetName(), err)
 		}
 	}
+
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		err := multiKueueReady(ctx)
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("MultiKueue not ready after two minutes: %w %s", err, describeClusters(ctx))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// multiKueueReady says what of the manager's MultiKueue is not in place yet.
+func multiKueueReady(ctx context.Context) error {
+	var p chamber.GPUPool
+	if err := manager.c.Get(ctx, client.ObjectKeyFromObject(pool), &p); err != nil {
+		return err
+	}
+	if c := meta.FindStatusCondition(p.Status.Conditions, chamber.ConditionWorkerClustersActive); c == nil || c.Status != metav1.ConditionTrue {
+		return fmt.Errorf("pool condition %s: %v", chamber.ConditionWorkerClustersActive, c)
+	}
 	var cq kueue.ClusterQueue
 	if err := manager.c.Get(ctx, client.ObjectKey{Name: queue}, &cq); err != nil {
 		return err
 	}
-	cq.Spec.AdmissionChecksStrategy = &kueue.AdmissionChecksStrategy{
-		AdmissionChecks: []kueue.AdmissionCheckStrategyRule{{Name: kueue.AdmissionCheckReference(check.Name)}},
+	if !meta.IsStatusConditionTrue(cq.Status.Conditions, kueue.ClusterQueueActive) || cq.Spec.AdmissionChecksStrategy == nil {
+		return fmt.Errorf("ClusterQueue %s not active with the MultiKueue check: %v", queue, cq.Status.Conditions)
 	}
-	if err := manager.c.Update(ctx, &cq); err != nil {
-		return fmt.Errorf("manager: put the MultiKueue check on ClusterQueue %s: %w", queue, err)
-	}
-
-	deadline := time.Now().Add(time.Minute)
-	for {
-		var ac kueue.AdmissionCheck
-		err := manager.c.Get(ctx, client.ObjectKeyFromObject(check), &ac)
-		if err == nil && meta.IsStatusConditionTrue(ac.Status.Conditions, kueue.AdmissionCheckActive) {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("AdmissionCheck %s not Active after a minute: %v %s", check.Name, err, describeClusters(ctx))
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	var lq kueue.LocalQueue
+	return manager.c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: queue}, &lq)
 }
 
 // describeClusters says why MultiKueue has not reached a worker.
@@ -255,20 +329,11 @@ func TestJobRunsOnWorkerWithFreeGPUs(t *testing.T) {
 	g := gomega.NewWithT(t)
 	ctx := t.Context()
 
-	filler := gpuJob("filler", worker1.gpus, time.Hour)
-	g.Expect(worker1.c.Create(ctx, filler)).To(gomega.Succeed())
-	g.Eventually(func() []string { return runningPods(ctx, worker1, filler.Name) }, time.Minute, 200*time.Millisecond).
-		ShouldNot(gomega.BeEmpty(), "worker 1's own job fills its GPUs")
+	fill(t, worker1, worker1.gpus)
 
-	job := gpuJob("train", 8, 10*time.Second)
-	job.Spec.ManagedBy = ptr.To(chamberkueue.MultiKueueControllerName)
+	job := managerJob("train", 8, 10*time.Second)
 	submitted := time.Now()
-	g.Expect(manager.c.Create(ctx, job)).To(gomega.Succeed())
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Log(describeJob(context.Background(), job.Name))
-		}
-	})
+	submit(t, job)
 
 	g.Eventually(func() []corev1.Pod { return jobPods(ctx, worker2, job.Name) }, 2*time.Minute, 20*time.Millisecond).
 		ShouldNot(gomega.BeEmpty(), "the job's copy makes a pod on worker 2")
@@ -294,6 +359,176 @@ func TestJobRunsOnWorkerWithFreeGPUs(t *testing.T) {
 		return manager.c.Get(ctx, client.ObjectKeyFromObject(job), &j) == nil && jobComplete(&j)
 	}, 2*time.Minute, 200*time.Millisecond).Should(gomega.BeTrue(), "the manager's Job completes with its copy")
 	t.Logf("submission on the manager to Complete there (kwok completes the pod after 10 s): %s", time.Since(submitted).Round(time.Millisecond))
+}
+
+// fill runs a job of gpus GPUs of cl's own on cl until the test ends, and waits
+// until its pod runs.
+func fill(t *testing.T, cl *cluster, gpus int) {
+	t.Helper()
+	ctx := t.Context()
+	filler := gpuJob("filler", gpus, time.Hour)
+	gomega.NewWithT(t).Expect(cl.c.Create(ctx, filler)).To(gomega.Succeed())
+	t.Cleanup(func() { deleteJob(t, cl, filler) })
+	gomega.NewWithT(t).Eventually(func() []string { return runningPods(ctx, cl, filler.Name) }, time.Minute, 100*time.Millisecond).
+		ShouldNot(gomega.BeEmpty(), "%s's own job holds %d GPUs", cl.name, gpus)
+}
+
+// deleteJob deletes a Job with its pods and waits until none is left, so the next
+// test finds the GPUs free.
+func deleteJob(t *testing.T, cl *cluster, job *batchv1.Job) {
+	ctx := context.Background()
+	_ = cl.c.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationForeground))
+	gomega.NewWithT(t).Eventually(func() bool {
+		var j batchv1.Job
+		return cl.c.Get(ctx, client.ObjectKeyFromObject(job), &j) != nil && len(jobPods(ctx, cl, job.Name)) == 0
+	}, time.Minute, 100*time.Millisecond).Should(gomega.BeTrue(), "%s: Job %s and its pods deleted", cl.name, job.Name)
+}
+
+// managerJob is a Job for the manager, which MultiKueue runs on a worker.
+func managerJob(name string, gpus int, runFor time.Duration) *batchv1.Job {
+	job := gpuJob(name, gpus, runFor)
+	job.Spec.ManagedBy = ptr.To(chamberkueue.MultiKueueControllerName)
+	return job
+}
+
+// submit creates job on the manager, deleted when the test ends (with its copy, by
+// MultiKueue); a failed test logs its Workloads.
+func submit(t *testing.T, job *batchv1.Job) {
+	t.Helper()
+	gomega.NewWithT(t).Expect(manager.c.Create(t.Context(), job)).To(gomega.Succeed())
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(describeJob(context.Background(), job.Name))
+		}
+		deleteJob(t, manager, job)
+		for _, w := range []*cluster{worker1, worker2} {
+			gomega.NewWithT(t).Eventually(func() []corev1.Pod { return jobPods(context.Background(), w, job.Name) }, time.Minute, 100*time.Millisecond).
+				Should(gomega.BeEmpty(), "MultiKueue deletes the copy of %s on %s", job.Name, w.name)
+		}
+	})
+}
+
+// runsOn waits until the manager's job has a running pod on a worker and returns
+// that worker's name.
+func runsOn(t *testing.T, job *batchv1.Job) string {
+	t.Helper()
+	var on string
+	gomega.NewWithT(t).Eventually(func() string {
+		for _, w := range []*cluster{worker1, worker2} {
+			if len(runningPods(t.Context(), w, job.Name)) > 0 {
+				on = w.name
+			}
+		}
+		return on
+	}, 2*time.Minute, 20*time.Millisecond).ShouldNot(gomega.BeEmpty(), "job %s runs on a worker", job.Name)
+	return on
+}
+
+// setWorkerPrices gives the pool's workers these prices of an H100-hour and waits
+// until Chamber's controllers have seen them (the pool controller has written the
+// pool's status for its new generation, from the cache the dispatcher reads too).
+func setWorkerPrices(t *testing.T, prices ...string) {
+	t.Helper()
+	g := gomega.NewWithT(t)
+	ctx := t.Context()
+	update := func(prices []string) int64 {
+		var p chamber.GPUPool
+		g.Expect(manager.c.Get(ctx, client.ObjectKeyFromObject(pool), &p)).To(gomega.Succeed())
+		for i := range p.Spec.WorkerClusters {
+			p.Spec.WorkerClusters[i].Prices = []chamber.GPUPrice{{Model: h100, PerGPUHour: prices[i]}}
+		}
+		g.Expect(manager.c.Update(ctx, &p)).To(gomega.Succeed())
+		return p.Generation
+	}
+	generation := update(prices)
+	g.Eventually(func() int64 {
+		var p chamber.GPUPool
+		g.Expect(manager.c.Get(ctx, client.ObjectKeyFromObject(pool), &p)).To(gomega.Succeed())
+		c := meta.FindStatusCondition(p.Status.Conditions, chamber.ConditionWorkerClustersActive)
+		if c == nil {
+			return 0
+		}
+		return c.ObservedGeneration
+	}, 30*time.Second, 50*time.Millisecond).Should(gomega.Equal(generation), "the pool controller sees the new prices")
+	t.Cleanup(func() {
+		var p chamber.GPUPool
+		if manager.c.Get(context.Background(), client.ObjectKeyFromObject(pool), &p) == nil {
+			p.Spec.WorkerClusters = pool.Spec.WorkerClusters
+			_ = manager.c.Update(context.Background(), &p)
+		}
+	})
+}
+
+// TestCheaperWorkerWins: with both workers free, a job goes to the one whose GPUs cost
+// less; at equal price, to the one with more free GPUs.
+func TestCheaperWorkerWins(t *testing.T) {
+	if !chamberDispatches() {
+		t.Skip("Kueue's own dispatcher knows no prices")
+	}
+	t.Run("worker 2 cheaper", func(t *testing.T) {
+		job := managerJob("cheaper", 8, 5*time.Second)
+		submit(t, job)
+		gomega.NewWithT(t).Expect(runsOn(t, job)).To(gomega.Equal(worker2.name), "worker 2's H100s cost 1.00 an hour, worker 1's 3.00")
+	})
+	t.Run("equal price, worker 1 has more free GPUs", func(t *testing.T) {
+		setWorkerPrices(t, "2.00", "2.00")
+		fill(t, worker2, 4)
+		job := managerJob("roomier", 4, 5*time.Second)
+		submit(t, job)
+		gomega.NewWithT(t).Expect(runsOn(t, job)).To(gomega.Equal(worker1.name), "worker 1 has 8 free H100s, worker 2 has 4")
+	})
+}
+
+// TestIsolatedWorkerGetsNoWork: worker 2 is the cheaper, but Chamber's isolation there
+// tainted its GPU node (its GPUs failed): a new job goes to worker 1.
+func TestIsolatedWorkerGetsNoWork(t *testing.T) {
+	if !chamberDispatches() {
+		t.Skip("Kueue's own dispatcher does not look at the workers' GPUs")
+	}
+	g := gomega.NewWithT(t)
+	ctx := context.Background() // the cleanup's too
+	node := worker2.name + "-gpu-1"
+	setTaint := func(on bool) {
+		var n corev1.Node
+		g.Expect(worker2.c.Get(ctx, client.ObjectKey{Name: node}, &n)).To(gomega.Succeed())
+		n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == chamber.TaintGPUUnhealthy })
+		if on {
+			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: chamber.TaintGPUUnhealthy, Value: "XID79", Effect: corev1.TaintEffectNoSchedule})
+		}
+		g.Expect(worker2.c.Update(ctx, &n)).To(gomega.Succeed())
+	}
+	setTaint(true)
+	t.Cleanup(func() { setTaint(false) })
+	// The dispatcher's read of worker 2 may be up to dispatch.DefaultWorkersMaxAge old.
+	time.Sleep(dispatch.DefaultWorkersMaxAge)
+
+	job := managerJob("after-fault", 8, 5*time.Second)
+	submit(t, job)
+	g.Expect(runsOn(t, job)).To(gomega.Equal(worker1.name), "worker 2's only GPU node is isolated")
+}
+
+// TestSubmissionToRunning measures, for several jobs one after another, the time from
+// submission on the manager to a running pod on a worker, and logs its p50 and p99
+// with the dispatcher in use (-kueue-dispatcher).
+func TestSubmissionToRunning(t *testing.T) {
+	runs := 10
+	if s := os.Getenv("MULTICLUSTER_RUNS"); s != "" {
+		runs, _ = strconv.Atoi(s)
+	}
+	var took []time.Duration
+	for i := range runs {
+		job := managerJob(fmt.Sprintf("measure-%d", i), 1, time.Second)
+		submitted := time.Now()
+		gomega.NewWithT(t).Expect(manager.c.Create(t.Context(), job)).To(gomega.Succeed())
+		runsOn(t, job)
+		took = append(took, time.Since(submitted))
+		deleteJob(t, manager, job)
+	}
+	slices.Sort(took)
+	pct := func(p float64) time.Duration { return took[min(len(took)-1, int(p*float64(len(took))))] }
+	t.Logf("dispatcher %s: submission to a running pod on a worker over %d jobs: p50 %s, p99 %s, min %s, max %s",
+		*kueueDispatcher, len(took), pct(0.5).Round(time.Millisecond), pct(0.99).Round(time.Millisecond),
+		took[0].Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond))
 }
 
 // jobPods are the pods of Job job on cl.
@@ -440,6 +675,50 @@ type prefixWriter string
 func (p prefixWriter) Write(b []byte) (int, error) {
 	fmt.Fprintf(os.Stderr, "%s: %s", string(p), b)
 	return len(b), nil
+}
+
+// TestPoolSaysWhatToFix: a worker whose kubeconfig Secret is missing shows in the
+// pool's WorkerClustersActive condition with what to do, and a MultiKueueCluster of
+// the name Chamber would use that someone else made is left alone, the pool not
+// Ready saying so.
+func TestPoolSaysWhatToFix(t *testing.T) {
+	g := gomega.NewWithT(t)
+	ctx := t.Context()
+	// Pools that select no node, so the fleet pool keeps the manager's.
+	noNodes := map[string]string{"example.com/none": "true"}
+	condition := func(name, typ string) func() string {
+		return func() string {
+			var p chamber.GPUPool
+			if err := manager.c.Get(ctx, client.ObjectKey{Name: name}, &p); err != nil {
+				return err.Error()
+			}
+			if c := meta.FindStatusCondition(p.Status.Conditions, typ); c != nil {
+				return string(c.Status) + ": " + c.Message
+			}
+			return ""
+		}
+	}
+	create := func(obj client.Object) {
+		g.Expect(manager.c.Create(ctx, obj)).To(gomega.Succeed())
+		t.Cleanup(func() { _ = manager.c.Delete(context.Background(), obj) })
+	}
+
+	create(&chamber.GPUPool{ObjectMeta: metav1.ObjectMeta{Name: "no-secret"}, Spec: chamber.GPUPoolSpec{NodeLabels: noNodes,
+		WorkerClusters: []chamber.WorkerCluster{{Name: "west", KubeconfigSecret: "west-kubeconfig"}}}})
+	g.Eventually(condition("no-secret", chamber.ConditionWorkerClustersActive), 30*time.Second, 100*time.Millisecond).
+		Should(gomega.Equal("False: worker west: Secret kueue-system/west-kubeconfig does not exist: create it with the worker's kubeconfig under the key \"kubeconfig\""))
+
+	theirs := &kueue.MultiKueueCluster{ObjectMeta: metav1.ObjectMeta{Name: "taken-west"}, Spec: kueue.MultiKueueClusterSpec{ClusterSource: kueue.ClusterSource{
+		KubeConfig: &kueue.KubeConfig{Location: "theirs", LocationType: kueue.SecretLocationType}}}}
+	create(theirs)
+	create(&chamber.GPUPool{ObjectMeta: metav1.ObjectMeta{Name: "taken"}, Spec: chamber.GPUPoolSpec{NodeLabels: noNodes,
+		WorkerClusters: []chamber.WorkerCluster{{Name: "west", KubeconfigSecret: pool.Spec.WorkerClusters[0].KubeconfigSecret}}}})
+	g.Eventually(condition("taken", chamber.ConditionReady), 30*time.Second, 100*time.Millisecond).
+		Should(gomega.ContainSubstring("False: *v1beta2.MultiKueueCluster taken-west exists and is not managed by Chamber: rename it or delete it"))
+	var mkc kueue.MultiKueueCluster
+	g.Expect(manager.c.Get(ctx, client.ObjectKeyFromObject(theirs), &mkc)).To(gomega.Succeed())
+	g.Expect(mkc.Spec.ClusterSource.KubeConfig.Location).To(gomega.Equal("theirs"), "Chamber leaves it as it was")
+	g.Expect(mkc.OwnerReferences).To(gomega.BeEmpty())
 }
 
 // TestWorkerClustersSchema: the GPUPool's schema takes the pool's worker clusters and

@@ -1,0 +1,330 @@
+// Package dispatch runs Chamber's dispatcher for Kueue's MultiKueue: for each
+// Workload waiting on a pool's MultiKueue check, it nominates the worker cluster
+// with free healthy GPUs of the model the workload asks for, the cheapest first
+// (Nominate). Kueue runs it in place of its own dispatchers when its Configuration
+// names it (multiKueue.dispatcherName: DispatcherName).
+package dispatch
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+	kueueac "sigs.k8s.io/kueue/client-go/applyconfiguration/kueue/v1beta2"
+
+	chamber "chamber.dev/chamber/api/v1alpha1"
+	"chamber.dev/chamber/fleet"
+	chamberkueue "chamber.dev/chamber/integrations/kueue"
+)
+
+// DispatcherName is the name Kueue's Configuration gives Chamber's dispatcher
+// (multiKueue.dispatcherName). Any name other than Kueue's built-in dispatchers makes
+// Kueue leave the nomination to an external controller: its MultiKueue then creates
+// a Workload's copies only on the clusters in the Workload's
+// status.nominatedClusterNames (Kueue v0.19, admissionchecks/multikueue/workload.go).
+const DispatcherName = "chamber.dev/multikueue-dispatcher"
+
+// fieldOwner is the field manager of the nominations. Kueue asks external dispatchers
+// to write status.nominatedClusterNames as kueue-admission (Kueue v0.13 release
+// notes): Kueue clears the field as that manager when it sets status.clusterName, and
+// the two fields must not be set together.
+const fieldOwner = "kueue-admission"
+
+// Defaults of Options.
+const (
+	DefaultWorkersMaxAge = 2 * time.Second
+	DefaultRenominate    = 15 * time.Second
+)
+
+// Options configure the dispatcher.
+type Options struct {
+	// KueueNamespace is where Kueue reads the workers' kubeconfig Secrets
+	// (chamberkueue.DefaultNamespace when empty).
+	KueueNamespace string
+	// WorkersMaxAge is how long a read of a worker's nodes and pods serves the
+	// nominations of other workloads (DefaultWorkersMaxAge when 0): a burst of
+	// workloads costs each worker one read, not one per workload.
+	WorkersMaxAge time.Duration
+	// Renominate is how often a workload that no worker has admitted yet is
+	// nominated again from fresh counts (DefaultRenominate when 0).
+	Renominate time.Duration
+	// Clock is the time source; the real clock when nil.
+	Clock clock.PassiveClock
+}
+
+// Controller nominates worker clusters for the Workloads waiting on MultiKueue.
+type Controller struct {
+	client client.Client
+	// secrets reads the workers' kubeconfig Secrets past the cache.
+	secrets client.Reader
+	scheme  *runtime.Scheme
+	opts    Options
+
+	mu      sync.Mutex
+	workers map[string]*workerRead // by MultiKueueCluster
+}
+
+// workerRead is one read of a worker: its client (kept while its Secret is
+// unchanged) and its free GPUs by model at a time.
+type workerRead struct {
+	secretVersion string
+	client        client.Client
+	at            time.Time
+	free          map[string]int64
+	err           error
+}
+
+// Register adds the dispatcher to the manager.
+func Register(mgr ctrl.Manager, opts Options) error {
+	if opts.KueueNamespace == "" {
+		opts.KueueNamespace = chamberkueue.DefaultNamespace
+	}
+	if opts.WorkersMaxAge <= 0 {
+		opts.WorkersMaxAge = DefaultWorkersMaxAge
+	}
+	if opts.Renominate <= 0 {
+		opts.Renominate = DefaultRenominate
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	c := &Controller{client: mgr.GetClient(), secrets: mgr.GetAPIReader(), scheme: mgr.GetScheme(), opts: opts,
+		workers: map[string]*workerRead{}}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("dispatch").
+		For(&kueue.Workload{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(obj client.Object) bool {
+			return waiting(obj.(*kueue.Workload))
+		}))).
+		Complete(reconcile.AsReconciler(mgr.GetClient(), c))
+}
+
+// waiting says whether the workload waits for a worker cluster: its quota reserved on
+// the manager, a MultiKueue check Pending, no cluster chosen yet. Kueue's MultiKueue
+// reads the nominations then only (workload.ShouldSkipClusterNomination).
+func waiting(wl *kueue.Workload) bool {
+	if wl.Status.ClusterName != nil || !apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadQuotaReserved) ||
+		apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadFinished) {
+		return false
+	}
+	return slices.ContainsFunc(wl.Status.AdmissionChecks, func(s kueue.AdmissionCheckState) bool { return s.State == kueue.CheckStatePending })
+}
+
+// Reconcile nominates the worker clusters of a waiting workload, and again every
+// Renominate while none has admitted it.
+func (c *Controller) Reconcile(ctx context.Context, wl *kueue.Workload) (reconcile.Result, error) {
+	if !waiting(wl) {
+		return reconcile.Result{}, nil
+	}
+	pool, err := c.poolOf(ctx, wl)
+	if pool == nil || err != nil {
+		return reconcile.Result{}, err
+	}
+	model, gpus := Request(wl, pool)
+	if model == "" {
+		// Asks for no GPUs of the pool's models: any worker will do.
+		return reconcile.Result{}, c.nominate(ctx, wl, c.activeWorkers(ctx, pool))
+	}
+	var workers []Worker
+	for _, name := range c.activeWorkers(ctx, pool) {
+		w := pool.Spec.WorkerClusters[slices.IndexFunc(pool.Spec.WorkerClusters, func(w chamber.WorkerCluster) bool {
+			return chamberkueue.MultiKueueClusterName(pool, w.Name) == name
+		})]
+		free, err := c.freeGPUs(ctx, pool, w)
+		if err != nil {
+			ctrl.LoggerFrom(ctx).Info("worker cluster not counted", "worker", w.Name, "error", err.Error())
+			continue
+		}
+		workers = append(workers, Worker{Name: name, FreeGPUs: free[model], PricePerGPUHour: pool.WorkerPricesPerGPUHour(w.Name)[model]})
+	}
+	if err := c.nominate(ctx, wl, Nominate(workers, gpus)); err != nil {
+		return reconcile.Result{}, err
+	}
+	return reconcile.Result{RequeueAfter: c.opts.Renominate}, nil
+}
+
+// poolOf is the pool whose MultiKueue check (one Chamber made) the workload waits on;
+// nil when it waits on no such check.
+func (c *Controller) poolOf(ctx context.Context, wl *kueue.Workload) (*chamber.GPUPool, error) {
+	for _, s := range wl.Status.AdmissionChecks {
+		if s.State != kueue.CheckStatePending {
+			continue
+		}
+		var ac kueue.AdmissionCheck
+		if err := c.client.Get(ctx, client.ObjectKey{Name: string(s.Name)}, &ac); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			return nil, fmt.Errorf("get AdmissionCheck %s: %w", s.Name, err)
+		}
+		poolName := ac.Labels[chamberkueue.LabelPool]
+		if ac.Spec.ControllerName != chamberkueue.MultiKueueControllerName || !chamberkueue.Owned(&ac) || poolName == "" {
+			continue
+		}
+		var pool chamber.GPUPool
+		if err := c.client.Get(ctx, client.ObjectKey{Name: poolName}, &pool); err != nil {
+			return nil, client.IgnoreNotFound(err)
+		}
+		return &pool, nil
+	}
+	return nil, nil
+}
+
+// activeWorkers are the pool's MultiKueueClusters that Kueue reaches, in the pool's
+// order: Kueue makes no copy on the others.
+func (c *Controller) activeWorkers(ctx context.Context, pool *chamber.GPUPool) []string {
+	var out []string
+	for _, w := range pool.Spec.WorkerClusters {
+		var mkc kueue.MultiKueueCluster
+		name := chamberkueue.MultiKueueClusterName(pool, w.Name)
+		if c.client.Get(ctx, client.ObjectKey{Name: name}, &mkc) == nil && apimeta.IsStatusConditionTrue(mkc.Status.Conditions, kueue.MultiKueueClusterActive) {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// nominate writes the nominated clusters into the workload's status, as Kueue's
+// admission field manager (fieldOwner); nothing when they are already there.
+func (c *Controller) nominate(ctx context.Context, wl *kueue.Workload, clusters []string) error {
+	if len(clusters) == 0 || sameSet(wl.Status.NominatedClusterNames, clusters) {
+		return nil
+	}
+	apply := kueueac.Workload(wl.Name, wl.Namespace).WithUID(wl.UID).WithResourceVersion(wl.ResourceVersion).
+		WithStatus(kueueac.WorkloadStatus().WithNominatedClusterNames(clusters...))
+	err := c.client.Status().Apply(ctx, apply, client.FieldOwner(fieldOwner), client.ForceOwnership)
+	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		// Changed or gone meanwhile: the change reconciles it again.
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("nominate worker clusters %v for workload %s/%s: %w", clusters, wl.Namespace, wl.Name, err)
+	}
+	ctrl.LoggerFrom(ctx).V(1).Info("nominated worker clusters", "clusters", clusters)
+	return nil
+}
+
+func sameSet(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
+}
+
+// Request is the GPU model the workload's quota was reserved in (the flavor Kueue
+// assigned its GPUs, one of the pool's models) and the GPUs it asks for in all; ""
+// when it asks for none of the pool's GPUs.
+func Request(wl *kueue.Workload, pool *chamber.GPUPool) (model string, gpus int64) {
+	if wl.Status.Admission == nil {
+		return "", 0
+	}
+	byFlavor := map[string]string{}
+	for _, m := range pool.Status.Models {
+		byFlavor[m.Flavor] = m.Model
+	}
+	for _, psa := range wl.Status.Admission.PodSetAssignments {
+		flavor, ok := psa.Flavors[chamberkueue.ResourceGPU]
+		if !ok {
+			continue
+		}
+		if model == "" {
+			model = byFlavor[string(flavor)]
+		}
+		q := psa.ResourceUsage[chamberkueue.ResourceGPU]
+		gpus += q.Value()
+	}
+	return model, gpus
+}
+
+// freeGPUs are the worker's free healthy GPUs by model, read at most WorkersMaxAge
+// ago. The counts are the fleet model's (fleet.Free) over the worker's nodes that
+// take work, its pods and its node agents' reports.
+func (c *Controller) freeGPUs(ctx context.Context, pool *chamber.GPUPool, w chamber.WorkerCluster) (map[string]int64, error) {
+	name := chamberkueue.MultiKueueClusterName(pool, w.Name)
+	now := c.opts.Clock.Now()
+	c.mu.Lock()
+	read := c.workers[name]
+	if read != nil && now.Sub(read.at) < c.opts.WorkersMaxAge {
+		c.mu.Unlock()
+		return read.free, read.err
+	}
+	c.mu.Unlock()
+
+	var secret corev1.Secret
+	if err := c.secrets.Get(ctx, client.ObjectKey{Namespace: c.opts.KueueNamespace, Name: w.KubeconfigSecret}, &secret); err != nil {
+		return nil, fmt.Errorf("get kubeconfig Secret %s/%s: %w", c.opts.KueueNamespace, w.KubeconfigSecret, err)
+	}
+	next := &workerRead{secretVersion: secret.ResourceVersion, at: now}
+	if read != nil && read.secretVersion == secret.ResourceVersion {
+		next.client = read.client
+	} else {
+		cfg, err := clientcmd.RESTConfigFromKubeConfig(secret.Data[kueue.MultiKueueConfigSecretKey])
+		if err != nil {
+			return nil, fmt.Errorf("kubeconfig in Secret %s/%s: %w", c.opts.KueueNamespace, w.KubeconfigSecret, err)
+		}
+		if next.client, err = client.New(cfg, client.Options{Scheme: c.scheme}); err != nil {
+			return nil, fmt.Errorf("client of worker %s: %w", w.Name, err)
+		}
+	}
+	next.free, next.err = countFree(ctx, next.client, pool)
+	c.mu.Lock()
+	c.workers[name] = next
+	c.mu.Unlock()
+	return next.free, next.err
+}
+
+// countFree reads a worker's nodes, pods and GPUNodes into a fleet model and counts
+// its free GPUs by model. Nodes that take no work (cordoned, or tainted NoSchedule or
+// NoExecute) offer none. A worker without Chamber's CRDs has no agent reports.
+func countFree(ctx context.Context, c client.Client, pool *chamber.GPUPool) (map[string]int64, error) {
+	var nodes corev1.NodeList
+	if err := c.List(ctx, &nodes); err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	var pods corev1.PodList
+	if err := c.List(ctx, &pods); err != nil {
+		return nil, fmt.Errorf("list pods: %w", err)
+	}
+	var agents chamber.GPUNodeList
+	if err := c.List(ctx, &agents); err != nil && !apimeta.IsNoMatchError(err) && !apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("list GPUNodes: %w", err)
+	}
+	model := fleet.New(fleet.DefaultOptions())
+	// The worker's nodes carry the product label the pool names; its own pools'
+	// node labels are the worker's business.
+	model.SetPool(&chamber.GPUPool{ObjectMeta: metav1.ObjectMeta{Name: pool.Name}, Spec: chamber.GPUPoolSpec{ProductLabel: pool.Spec.ProductLabel}})
+	takesWork := map[string]bool{}
+	for i := range nodes.Items {
+		if chamberkueue.Schedulable(&nodes.Items[i]) {
+			model.SetNode(&nodes.Items[i])
+			takesWork[nodes.Items[i].Name] = true
+		}
+	}
+	for i := range agents.Items {
+		if takesWork[agents.Items[i].Name] {
+			model.SetGPUNode(&agents.Items[i])
+		}
+	}
+	for i := range pods.Items {
+		model.SetPod(&pods.Items[i])
+	}
+	free := map[string]int64{}
+	for m, counts := range model.Snapshot().CountsByModel() {
+		free[m] = int64(counts[fleet.Free])
+	}
+	return free, nil
+}
