@@ -35,6 +35,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
@@ -106,6 +107,14 @@ type Options struct {
 	// healthy reports (the pool's recoveryReports), or, without an agent, when an
 	// operator clears it. None by default.
 	NodeConditions []corev1.NodeConditionType
+	// WithoutKueue: the cluster does not serve Kueue's API. Isolation decides, taints,
+	// holds and records all the same; no Kueue workload is evicted (RegisterVolcano
+	// restarts the Volcano Jobs on the isolated hardware).
+	WithoutKueue bool
+	// GracePeriod is the checkpoint grace period of a Volcano Job on the healthy GPUs
+	// of a drained node (DrainTimeout) whose team and pool set none. Kueue workloads
+	// get theirs from Chamber's admission controller.
+	GracePeriod time.Duration
 	// Clock is the time source; the real clock when nil.
 	Clock clock.PassiveClock
 	// Heartbeats tells which agents are silent: a silent agent's node has Unknown
@@ -375,13 +384,15 @@ func (c *Controller) holdBack(ctx context.Context, node *corev1.Node, pool *cham
 		if changed, err := c.setConditionChanged(ctx, node, corev1.ConditionFalse, ReasonDryRun, "would isolate: "+what); err != nil || !changed {
 			return reconcile.Result{}, true, err
 		}
-		bound, err := c.boundWorkloads(ctx, node)
-		if err != nil {
-			return reconcile.Result{}, true, err
-		}
-		wls, err := c.workloadsOn(ctx, node, bound, nil)
-		if err != nil {
-			return reconcile.Result{}, true, err
+		var wls []*kueue.Workload
+		if !c.opts.WithoutKueue {
+			bound, err := c.boundWorkloads(ctx, node)
+			if err != nil {
+				return reconcile.Result{}, true, err
+			}
+			if wls, err = c.workloadsOn(ctx, node, bound, nil); err != nil {
+				return reconcile.Result{}, true, err
+			}
 		}
 		c.recorder.Eventf(node, nil, corev1.EventTypeWarning, "WouldIsolate", "Isolate",
 			"dry run: would %s (%s) and evict %d workloads %v: %s", levelAction(level), why, len(wls), names(wls), what)

@@ -29,6 +29,9 @@ import (
 // checkpoint before they leave it. Where the agent does not say which pod holds which
 // GPU, every workload counts as on a failing GPU.
 func (c *Controller) evict(ctx context.Context, node *corev1.Node, pool *chamber.GPUPool, rec record, rep report, now time.Time) (reconcile.Result, error) {
+	if c.opts.WithoutKueue {
+		return reconcile.Result{}, nil
+	}
 	// The workloads on the failing GPUs go at once, at every level. The node's healthy
 	// GPUs keep theirs, which run on while the isolated node takes no new pods (it
 	// drains), until the drain timeout of a node-level isolation: then they get their

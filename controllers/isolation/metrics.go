@@ -26,6 +26,10 @@ var (
 		Name: "chamber_isolation_evictions_total",
 		Help: "Workloads Chamber asked Kueue to evict from isolated hardware.",
 	}, []string{"pool"})
+	volcanoRestarts = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "chamber_isolation_volcano_restarts_total",
+		Help: "Volcano Jobs Chamber restarted whole (Volcano's RestartJob) off isolated hardware.",
+	}, []string{"pool"})
 	recoveries = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "chamber_isolation_recoveries_total",
 		Help: "Isolated nodes returned to service: Recovered (a transient fault cleared) or Cleared (by an operator).",
@@ -41,5 +45,5 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(breakerOpen, isolations, withheld, dryRuns, evictions, recoveries, unknownNodes, preflightFailures)
+	metrics.Registry.MustRegister(breakerOpen, isolations, withheld, dryRuns, evictions, volcanoRestarts, recoveries, unknownNodes, preflightFailures)
 }
