@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -108,9 +109,9 @@ func reclaimWindow(window time.Duration, reclaims int) time.Duration {
 // reclaimMarks are the annotations a reclaim writes with its eviction request: the
 // workload (namespace/name) its GPUs were reclaimed for, when, its count of reclaims
 // and the idle GPU-hours reclaimed, this reclaim's added.
-func reclaimMarks(wl *kueue.Workload, reclaimedFor string, at time.Time, gpuHours float64) map[string]string {
-	reclaims, _ := strconv.Atoi(wl.Annotations[AnnotationReclaims])
-	before, _ := strconv.ParseFloat(wl.Annotations[AnnotationReclaimedGPUHours], 64)
+func reclaimMarks(obj metav1.Object, reclaimedFor string, at time.Time, gpuHours float64) map[string]string {
+	reclaims, _ := strconv.Atoi(obj.GetAnnotations()[AnnotationReclaims])
+	before, _ := strconv.ParseFloat(obj.GetAnnotations()[AnnotationReclaimedGPUHours], 64)
 	return map[string]string{
 		AnnotationReclaimedFor:      reclaimedFor,
 		AnnotationReclaimedAt:       at.UTC().Format(time.RFC3339),

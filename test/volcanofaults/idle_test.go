@@ -1,0 +1,102 @@
+package volcanofaults
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	batch "volcano.sh/apis/pkg/apis/batch/v1alpha1"
+
+	chamber "chamber.dev/chamber/api/v1alpha1"
+	"chamber.dev/chamber/controllers/controllertest"
+	"chamber.dev/chamber/controllers/idlereclaim"
+	"chamber.dev/chamber/healthcheck"
+	"chamber.dev/chamber/test/controlplane"
+)
+
+// TestIdleJobPausedWhileAnotherTeamWaits: team A's Volcano Job holds the one node's 8
+// GPUs idle (its agent's fake GPUs report 0%). Team B's Job waits for them. After A's
+// idle window (5 s) and its grace period (2 s), Chamber pauses A (Volcano AbortJob:
+// its pod goes, the Job stays), B runs to completion, and once nobody waits Chamber
+// resumes A (ResumeJob), which runs to completion: one Job each, nothing lost.
+func TestIdleJobPausedWhileAnotherTeamWaits(t *testing.T) {
+	ctx := context.Background()
+	nsA, nsB := namespace(t, "idle-a"), namespace(t, "idle-b")
+	g := newG(t)
+	labels := map[string]string{"chamber.dev/test-pool": "idle"}
+	create(t, &chamber.GPUPool{ObjectMeta: metav1.ObjectMeta{Name: "idle"}, Spec: chamber.GPUPoolSpec{NodeLabels: labels}})
+	quota := []chamber.TeamQuota{{Model: "NVIDIA-H100-80GB-HBM3", GPUs: 8}}
+	create(t, &chamber.Team{ObjectMeta: metav1.ObjectMeta{Name: "idle-a"}, Spec: chamber.TeamSpec{Pool: "idle", Namespaces: []string{nsA}, Quotas: quota,
+		IdleReclaim: &chamber.IdleReclaimPolicy{Enabled: ptr.To(true), Window: &metav1.Duration{Duration: 5 * time.Second}},
+		Eviction:    &chamber.EvictionPolicy{GracePeriod: &metav1.Duration{Duration: 2 * time.Second}}}})
+	create(t, &chamber.Team{ObjectMeta: metav1.ObjectMeta{Name: "idle-b"}, Spec: chamber.TeamSpec{Pool: "idle", Namespaces: []string{nsB}, Quotas: quota}})
+	if err := controlplane.CreateGPUNodes(ctx, k8s, controlplane.GPUNode{Name: "idle-1", GPUs: 8, Labels: labels}); err != nil {
+		t.Fatal(err)
+	}
+	fake, err := healthcheck.NewFake("dgxh100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	controllertest.RunAgent(t, "idle-1", fake, nil, nil)
+	queue(t, "idle-a", 8)
+	queue(t, "idle-b", 8)
+
+	a := onPool(gangJob("notebook", nsA, "idle-a", 1, 8, 20*time.Second), labels)
+	create(t, a)
+	g.Eventually(func(g gomega.Gomega) { runningGang(g, a, 1) }).Should(gomega.Succeed())
+	b := onPool(gangJob("train", nsB, "idle-b", 1, 8, 10*time.Second), labels)
+	create(t, b)
+	waits := time.Now()
+
+	// A is paused: Volcano aborted it, its pod gone, the Job kept and marked.
+	g.Eventually(func(g gomega.Gomega) {
+		got := vcjob(g, a)
+		g.Expect(got.Status.State.Phase).To(gomega.Equal(batch.Aborted))
+		g.Expect(got.Annotations).To(gomega.HaveKeyWithValue(idlereclaim.AnnotationReclaimedFor, nsB+"/"+podGroupName(g, b)))
+	}).Should(gomega.Succeed())
+	t.Logf("team B's job waiting to team A's idle job paused: %s", time.Since(waits).Round(10*time.Millisecond))
+	// B runs while A is paused, to completion.
+	g.Eventually(func(g gomega.Gomega) {
+		g.Expect(vcjob(g, b).Status.State.Phase).To(gomega.Equal(batch.Completed))
+	}).Should(gomega.Succeed())
+	// Nobody waits any more: A is resumed and runs to completion.
+	g.Eventually(func(g gomega.Gomega) {
+		got := vcjob(g, a)
+		g.Expect(got.Status.State.Phase).To(gomega.Equal(batch.Completed))
+		g.Expect(got.Status.RetryCount).To(gomega.Equal(int32(1)), "resumed once")
+		g.Expect(got.Annotations).NotTo(gomega.HaveKey(idlereclaim.AnnotationHeld))
+		g.Expect(got.Annotations).To(gomega.HaveKeyWithValue(idlereclaim.AnnotationReclaims, "1"))
+	}).WithTimeout(2 * time.Minute).Should(gomega.Succeed())
+	for _, job := range []*batch.Job{a, b} {
+		var jobs batch.JobList
+		g.Expect(k8s.List(ctx, &jobs, client.InNamespace(job.Namespace))).To(gomega.Succeed())
+		g.Expect(jobs.Items).To(gomega.HaveLen(1))
+	}
+}
+
+// onPool keeps the job's pods on the pool's nodes, and makes them go quickly when
+// Volcano deletes them.
+func onPool(job *batch.Job, labels map[string]string) *batch.Job {
+	for i := range job.Spec.Tasks {
+		spec := &job.Spec.Tasks[i].Template.Spec
+		spec.NodeSelector = labels
+		spec.TerminationGracePeriodSeconds = ptr.To[int64](1)
+	}
+	return job
+}
+
+func vcjob(g gomega.Gomega, job *batch.Job) *batch.Job {
+	var got batch.Job
+	g.Expect(k8s.Get(context.Background(), client.ObjectKeyFromObject(job), &got)).To(gomega.Succeed())
+	return &got
+}
+
+// podGroupName is the name of the job's one PodGroup.
+func podGroupName(g gomega.Gomega, job *batch.Job) string {
+	got := vcjob(g, job)
+	return got.Name + "-" + string(got.UID)
+}
