@@ -479,32 +479,52 @@ func TestCheaperWorkerWins(t *testing.T) {
 	})
 }
 
-// TestIsolatedWorkerGetsNoWork: worker 2 is the cheaper, but Chamber's isolation there
-// tainted its GPU node (its GPUs failed): a new job goes to worker 1.
-func TestIsolatedWorkerGetsNoWork(t *testing.T) {
+// TestFailedWorkerGetsNoWork: worker 2 is the cheaper, but its GPUs failed: a new job
+// goes to worker 1, whether Chamber's isolation there tainted the GPU node or its node
+// agent reports every GPU unhealthy.
+func TestFailedWorkerGetsNoWork(t *testing.T) {
 	if !chamberDispatches() {
 		t.Skip("Kueue's own dispatcher does not look at the workers' GPUs")
 	}
-	g := gomega.NewWithT(t)
-	ctx := context.Background() // the cleanup's too
+	ctx := context.Background() // the cleanups' too
 	node := worker2.name + "-gpu-1"
-	setTaint := func(on bool) {
-		var n corev1.Node
-		g.Expect(worker2.c.Get(ctx, client.ObjectKey{Name: node}, &n)).To(gomega.Succeed())
-		n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == chamber.TaintGPUUnhealthy })
-		if on {
-			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: chamber.TaintGPUUnhealthy, Value: "XID79", Effect: corev1.TaintEffectNoSchedule})
-		}
-		g.Expect(worker2.c.Update(ctx, &n)).To(gomega.Succeed())
+	tests := map[string]func(t *testing.T, g gomega.Gomega){
+		"node isolated": func(t *testing.T, g gomega.Gomega) {
+			setTaint := func(on bool) {
+				var n corev1.Node
+				g.Expect(worker2.c.Get(ctx, client.ObjectKey{Name: node}, &n)).To(gomega.Succeed())
+				n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == chamber.TaintGPUUnhealthy })
+				if on {
+					n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: chamber.TaintGPUUnhealthy, Value: "XID79", Effect: corev1.TaintEffectNoSchedule})
+				}
+				g.Expect(worker2.c.Update(ctx, &n)).To(gomega.Succeed())
+			}
+			setTaint(true)
+			t.Cleanup(func() { setTaint(false) })
+		},
+		"GPUs reported unhealthy": func(t *testing.T, g gomega.Gomega) {
+			// What worker 2's node agent writes after an XID 79 on every GPU.
+			gn := &chamber.GPUNode{ObjectMeta: metav1.ObjectMeta{Name: node}}
+			g.Expect(worker2.c.Create(ctx, gn)).To(gomega.Succeed())
+			t.Cleanup(func() { _ = worker2.c.Delete(ctx, gn) })
+			gn.Status = chamber.GPUNodeStatus{Health: chamber.GPUUnhealthy, LastHeartbeatTime: ptr.To(metav1.Now()), HeartbeatSeconds: 3600}
+			for i := range worker2.gpus {
+				gn.Status.GPUs = append(gn.Status.GPUs, chamber.GPUStatus{Index: int32(i), Model: h100, Health: chamber.GPUUnhealthy})
+			}
+			g.Expect(worker2.c.Status().Update(ctx, gn)).To(gomega.Succeed())
+		},
 	}
-	setTaint(true)
-	t.Cleanup(func() { setTaint(false) })
-	// The dispatcher's read of worker 2 may be up to dispatch.DefaultWorkersMaxAge old.
-	time.Sleep(dispatch.DefaultWorkersMaxAge)
-
-	job := managerJob("after-fault", 8, 5*time.Second)
-	submit(t, job)
-	g.Expect(runsOn(t, job)).To(gomega.Equal(worker1.name), "worker 2's only GPU node is isolated")
+	for name, fail := range tests {
+		t.Run(name, func(t *testing.T) {
+			g := gomega.NewWithT(t)
+			fail(t, g)
+			// The dispatcher's read of worker 2 may be up to dispatch.DefaultWorkersMaxAge old.
+			time.Sleep(dispatch.DefaultWorkersMaxAge)
+			job := managerJob("after-fault", 8, 5*time.Second)
+			submit(t, job)
+			g.Expect(runsOn(t, job)).To(gomega.Equal(worker1.name), "worker 2's GPUs failed")
+		})
+	}
 }
 
 // TestSubmissionToRunning measures, for several jobs one after another, the time from
