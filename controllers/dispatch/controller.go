@@ -146,8 +146,9 @@ func (c *Controller) Reconcile(ctx context.Context, wl *kueue.Workload) (reconci
 		})]
 		free, err := c.freeGPUs(ctx, pool, w)
 		if err != nil {
-			ctrl.LoggerFrom(ctx).Info("worker cluster not counted", "worker", w.Name, "error", err.Error())
-			continue
+			// Kueue reaches it but Chamber cannot count it: it has no room Chamber
+			// knows of, and is nominated only where no worker has room.
+			ctrl.LoggerFrom(ctx).Info("cannot count the free GPUs of a worker cluster", "worker", w.Name, "error", err.Error())
 		}
 		workers = append(workers, Worker{Name: name, FreeGPUs: free[model], PricePerGPUHour: pool.WorkerPricesPerGPUHour(w.Name)[model]})
 	}
