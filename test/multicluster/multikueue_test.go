@@ -698,7 +698,8 @@ func (p prefixWriter) Write(b []byte) (int, error) {
 }
 
 // TestPoolSaysWhatToFix: a worker whose kubeconfig Secret is missing shows in the
-// pool's WorkerClustersActive condition with what to do, and a MultiKueueCluster of
+// pool's WorkerClustersActive condition with what to do; a worker the pool drops
+// leaves no MultiKueue object behind; and a MultiKueueCluster of
 // the name Chamber would use that someone else made is left alone, the pool not
 // Ready saying so.
 func TestPoolSaysWhatToFix(t *testing.T) {
@@ -727,6 +728,21 @@ func TestPoolSaysWhatToFix(t *testing.T) {
 		WorkerClusters: []chamber.WorkerCluster{{Name: "west", KubeconfigSecret: "west-kubeconfig"}}}})
 	g.Eventually(condition("no-secret", chamber.ConditionWorkerClustersActive), 30*time.Second, 100*time.Millisecond).
 		Should(gomega.Equal("False: worker west: Secret kueue-system/west-kubeconfig does not exist: create it with the worker's kubeconfig under the key \"kubeconfig\""))
+
+	// The pool drops its worker: Chamber deletes what it made for it.
+	var p chamber.GPUPool
+	g.Expect(manager.c.Get(ctx, client.ObjectKey{Name: "no-secret"}, &p)).To(gomega.Succeed())
+	g.Expect(manager.c.Get(ctx, client.ObjectKey{Name: chamberkueue.MultiKueueClusterName(&p, "west")}, &kueue.MultiKueueCluster{})).To(gomega.Succeed())
+	p.Spec.WorkerClusters = nil
+	g.Expect(manager.c.Update(ctx, &p)).To(gomega.Succeed())
+	g.Eventually(func(g gomega.Gomega) {
+		for _, obj := range []client.Object{&kueue.MultiKueueCluster{ObjectMeta: metav1.ObjectMeta{Name: "no-secret-west"}},
+			&kueue.MultiKueueConfig{ObjectMeta: metav1.ObjectMeta{Name: "no-secret"}},
+			&kueue.AdmissionCheck{ObjectMeta: metav1.ObjectMeta{Name: "no-secret-multikueue"}}} {
+			g.Expect(manager.c.Get(ctx, client.ObjectKeyFromObject(obj), obj)).NotTo(gomega.Succeed(), "%T %s deleted", obj, obj.GetName())
+		}
+	}, 30*time.Second, 100*time.Millisecond).Should(gomega.Succeed())
+	g.Eventually(condition("no-secret", chamber.ConditionWorkerClustersActive), 30*time.Second, 100*time.Millisecond).Should(gomega.BeEmpty())
 
 	theirs := &kueue.MultiKueueCluster{ObjectMeta: metav1.ObjectMeta{Name: "taken-west"}, Spec: kueue.MultiKueueClusterSpec{ClusterSource: kueue.ClusterSource{
 		KubeConfig: &kueue.KubeConfig{Location: "theirs", LocationType: kueue.SecretLocationType}}}}
