@@ -51,10 +51,10 @@ type Options struct {
 // Controller reconciles GPUPools.
 type Controller struct {
 	client client.Client
-	// secrets reads the workers' kubeconfig Secrets from the API server: the
-	// controller caches no Secrets.
-	secrets client.Reader
-	opts    Options
+	// api reads from the API server what the controller does not cache: the workers'
+	// kubeconfig Secrets and the MultiKueue objects (see applyMultiKueue).
+	api  client.Reader
+	opts Options
 }
 
 // Register adds the controller to the manager.
@@ -62,7 +62,7 @@ func Register(mgr ctrl.Manager, opts Options) error {
 	if opts.KueueNamespace == "" {
 		opts.KueueNamespace = chamberkueue.DefaultNamespace
 	}
-	c := &Controller{client: mgr.GetClient(), secrets: mgr.GetAPIReader(), opts: opts}
+	c := &Controller{client: mgr.GetClient(), api: mgr.GetAPIReader(), opts: opts}
 	allPools := handler.EnqueueRequestsFromMapFunc(c.allPools)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("pool").
@@ -70,10 +70,6 @@ func Register(mgr ctrl.Manager, opts Options) error {
 		Owns(&kueue.ResourceFlavor{}).
 		Owns(&kueue.Cohort{}).
 		Owns(&kueue.Topology{}).
-		// MultiKueue's objects of the pool's worker clusters; Kueue's changes of a
-		// MultiKueueCluster's status (Active or not) go into the pool's conditions.
-		Owns(&kueue.MultiKueueCluster{}).
-		Owns(&kueue.MultiKueueConfig{}).
 		Owns(&kueue.AdmissionCheck{}).
 		// A node or an agent report can change any pool's models and counts, but most
 		// of their updates (heartbeats, utilization) change neither: skip those, since
@@ -213,13 +209,17 @@ func (c *Controller) Reconcile(ctx context.Context, pool *chamber.GPUPool) (reco
 			return reconcile.Result{}, fmt.Errorf("update status of pool %s: %w", pool.Name, err)
 		}
 	}
-	return reconcile.Result{}, nil
+	return reconcile.Result{RequeueAfter: workersRecheck(workers)}, nil
 }
 
 // apply creates obj or updates its spec, only where Chamber owns it.
 func (c *Controller) apply(ctx context.Context, pool *chamber.GPUPool, obj client.Object) error {
 	existing := obj.DeepCopyObject().(client.Object)
-	err := c.client.Get(ctx, client.ObjectKeyFromObject(obj), existing)
+	var reader client.Reader = c.client
+	if isMultiKueue(obj) {
+		reader = c.api
+	}
+	err := reader.Get(ctx, client.ObjectKeyFromObject(obj), existing)
 	if apierrors.IsNotFound(err) {
 		if err := controllerutil.SetControllerReference(pool, obj, c.client.Scheme()); err != nil {
 			return err

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -22,6 +23,11 @@ import (
 // deletes the ones Chamber made for workers the pool no longer lists. It returns the
 // problems applying them, and the WorkerClustersActive condition; nil where the pool
 // has no worker clusters.
+//
+// The controller reads MultiKueueClusters and MultiKueueConfigs from the API server
+// and watches none: a cluster whose pools list no workers then needs no access to
+// them (nor to Secrets), and a pool with workers is reconciled again every
+// workersRecheck to follow Kueue's Active condition of its MultiKueueClusters.
 func (c *Controller) applyMultiKueue(ctx context.Context, pool *chamber.GPUPool) ([]string, *metav1.Condition, error) {
 	clusters, config, check := chamberkueue.MultiKueue(pool)
 	var problems []string
@@ -56,7 +62,11 @@ func (c *Controller) applyMultiKueue(ctx context.Context, pool *chamber.GPUPool)
 func (c *Controller) deleteStaleMultiKueue(ctx context.Context, pool *chamber.GPUPool, keep map[string]bool, hasWorkers bool) error {
 	mine := client.MatchingLabels{chamberkueue.LabelManagedBy: chamberkueue.ManagedBy, chamberkueue.LabelPool: pool.Name}
 	var clusters kueue.MultiKueueClusterList
-	if err := c.client.List(ctx, &clusters, mine); err != nil {
+	if err := c.api.List(ctx, &clusters, mine); err != nil {
+		if !hasWorkers && (apierrors.IsForbidden(err) || apimeta.IsNoMatchError(err)) {
+			// Chamber may not read them, so it made none for this pool.
+			return nil
+		}
 		return fmt.Errorf("list MultiKueueClusters of pool %s: %w", pool.Name, err)
 	}
 	var stale []client.Object
@@ -67,7 +77,7 @@ func (c *Controller) deleteStaleMultiKueue(ctx context.Context, pool *chamber.GP
 	}
 	if !hasWorkers {
 		var configs kueue.MultiKueueConfigList
-		if err := c.client.List(ctx, &configs, mine); err != nil {
+		if err := c.api.List(ctx, &configs, mine); err != nil && !apierrors.IsForbidden(err) && !apimeta.IsNoMatchError(err) {
 			return fmt.Errorf("list MultiKueueConfigs of pool %s: %w", pool.Name, err)
 		}
 		for i := range configs.Items {
@@ -99,7 +109,7 @@ func (c *Controller) workersActive(ctx context.Context, pool *chamber.GPUPool) (
 	for _, w := range pool.Spec.WorkerClusters {
 		// Read past the cache: Chamber watches no Secrets, and needs to read only these.
 		var secret corev1.Secret
-		err := c.secrets.Get(ctx, client.ObjectKey{Namespace: c.opts.KueueNamespace, Name: w.KubeconfigSecret}, &secret)
+		err := c.api.Get(ctx, client.ObjectKey{Namespace: c.opts.KueueNamespace, Name: w.KubeconfigSecret}, &secret)
 		switch {
 		case apierrors.IsNotFound(err):
 			problems = append(problems, fmt.Sprintf("worker %s: Secret %s/%s does not exist: create it with the worker's kubeconfig under the key %q",
@@ -114,7 +124,7 @@ func (c *Controller) workersActive(ctx context.Context, pool *chamber.GPUPool) (
 		}
 		var mkc kueue.MultiKueueCluster
 		name := chamberkueue.MultiKueueClusterName(pool, w.Name)
-		if err := c.client.Get(ctx, client.ObjectKey{Name: name}, &mkc); err != nil {
+		if err := c.api.Get(ctx, client.ObjectKey{Name: name}, &mkc); err != nil {
 			if apierrors.IsNotFound(err) {
 				problems = append(problems, fmt.Sprintf("worker %s: MultiKueueCluster %s not created yet", w.Name, name))
 				continue
@@ -165,4 +175,27 @@ func copyMultiKueueSpec(have, want client.Object) bool {
 		return false
 	}
 	return false
+}
+
+// isMultiKueue says whether obj is one of the MultiKueue objects the controller reads
+// past its cache.
+func isMultiKueue(obj client.Object) bool {
+	switch obj.(type) {
+	case *kueue.MultiKueueCluster, *kueue.MultiKueueConfig:
+		return true
+	}
+	return false
+}
+
+// workersRecheck is when a pool is reconciled again to follow its workers' state: 5 s
+// while Kueue does not reach them all, a minute once it does; never for a pool
+// without workers (workers nil).
+func workersRecheck(workers *metav1.Condition) time.Duration {
+	switch {
+	case workers == nil:
+		return 0
+	case workers.Status != metav1.ConditionTrue:
+		return 5 * time.Second
+	}
+	return time.Minute
 }
