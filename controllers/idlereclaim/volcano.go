@@ -81,8 +81,9 @@ func (r *VolcanoJobs) Reconcile(ctx context.Context, job *batch.Job) (reconcile.
 		return r.pause(ctx, job, req, now)
 	}
 	if job.Status.State.Phase != batch.Running || optedOut(job) {
+		// Not running: its next phase (or annotation) brings it back here.
 		r.forget(job.UID)
-		return again, nil
+		return reconcile.Result{}, nil
 	}
 	team, pool, err := r.teamOf(ctx, job.Namespace)
 	if err != nil || team == nil {
