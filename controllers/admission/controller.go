@@ -273,6 +273,7 @@ func (c *Controller) checkPlacement(ctx context.Context, wl *kueue.Workload, che
 // without copying them (client.UnsafeDisableDeepCopy): they never change what they
 // read, and a verdict on every admission must not copy the fleet each time.
 func (c *Controller) verdict(ctx context.Context, wl *kueue.Workload, now time.Time) (Verdict, error) {
+	defer c.timeVerdict()()
 	if wl.Status.Admission == nil {
 		return Verdict{Message: "no admission yet"}, nil
 	}
@@ -302,6 +303,13 @@ func (c *Controller) verdict(ctx context.Context, wl *kueue.Workload, now time.T
 		return Verdict{Ready: true, Message: "The workload uses no GPUs"}, nil
 	}
 	return Verdict{Ready: ready, Message: strings.Join(msgs, "; ")}, nil
+}
+
+// timeVerdict starts timing a verdict; call what it returns when the verdict is
+// decided.
+func (c *Controller) timeVerdict() func() {
+	start := time.Now()
+	return func() { c.metrics.verdictSeconds.Observe(time.Since(start).Seconds()) }
 }
 
 // nodesOfAssignment are the nodes Kueue placed pods on, keyed by hostname.

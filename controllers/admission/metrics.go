@@ -10,6 +10,9 @@ import (
 type metrics struct {
 	verdicts  *prometheus.CounterVec
 	evictions *prometheus.CounterVec
+	// verdictSeconds is how long a verdict takes to decide from the cache, without
+	// the write that records it.
+	verdictSeconds prometheus.Histogram
 }
 
 // newMetrics registers the check's metrics once per process (tests and the demo may
@@ -33,6 +36,18 @@ func newMetrics() (*metrics, error) {
 			}
 			*c = are.ExistingCollector.(*prometheus.CounterVec)
 		}
+	}
+	m.verdictSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "chamber_admission_check_verdict_duration_seconds",
+		Help:    "Time Chamber's admission check takes to decide a verdict (at pre-approval or at reservation) from its cache of nodes, pods and GPUNodes, without the API write that records it.",
+		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+	})
+	if err := ctrlmetrics.Registry.Register(m.verdictSeconds); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if !errors.As(err, &are) {
+			return nil, err
+		}
+		m.verdictSeconds = are.ExistingCollector.(prometheus.Histogram)
 	}
 	return m, nil
 }

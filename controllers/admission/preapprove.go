@@ -50,32 +50,42 @@ func (c *Controller) preApprove(ctx context.Context, wl *kueue.Workload, check *
 	if check == nil && !hasCheck(cq) {
 		return nil
 	}
-	reasons := []string{"the workload uses no GPUs"}
-	if len(specDemands(wl, "")) > 0 {
-		reasons = nil
-		now := c.opts.Clock.Now()
-		for _, flavor := range chamberkueue.GPUFlavors(cq) {
-			nodes, err := c.nodesOfFlavor(ctx, flavor, ownedBy(ownerUIDs(wl)), now)
-			if err != nil {
-				return err
-			}
-			if offersHealthyOnly(nodes) {
-				reasons = append(reasons, fmt.Sprintf("every GPU of flavor %s that can be given is healthy", flavor))
-				continue
-			}
-			for _, d := range specDemands(wl, flavor) {
-				if ok, _ := fitVerdict(d, nodes); !ok {
-					return c.leaveForReservation(ctx, wl, check)
-				}
-			}
-			reasons = append(reasons, fmt.Sprintf("it fits on the healthy free GPUs of flavor %s", flavor))
-		}
-		if len(reasons) == 0 {
-			return c.leaveForReservation(ctx, wl, check) // no flavor of its ClusterQueue has GPUs
-		}
+	reasons, ok, err := c.preApproval(ctx, wl, cq)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return c.leaveForReservation(ctx, wl, check)
 	}
 	c.metrics.verdicts.WithLabelValues("preapproved").Inc()
 	return c.setCheck(ctx, wl, kueue.CheckStateReady, preApprovedPrefix+strings.Join(reasons, "; "))
+}
+
+// preApproval decides whether a waiting workload of cq may be pre-approved, and why.
+func (c *Controller) preApproval(ctx context.Context, wl *kueue.Workload, cq *kueue.ClusterQueue) (reasons []string, ok bool, err error) {
+	defer c.timeVerdict()()
+	if len(specDemands(wl, "")) == 0 {
+		return []string{"the workload uses no GPUs"}, true, nil
+	}
+	now := c.opts.Clock.Now()
+	for _, flavor := range chamberkueue.GPUFlavors(cq) {
+		nodes, err := c.nodesOfFlavor(ctx, flavor, ownedBy(ownerUIDs(wl)), now)
+		if err != nil {
+			return nil, false, err
+		}
+		if offersHealthyOnly(nodes) {
+			reasons = append(reasons, fmt.Sprintf("every GPU of flavor %s that can be given is healthy", flavor))
+			continue
+		}
+		for _, d := range specDemands(wl, flavor) {
+			if ok, _ := fitVerdict(d, nodes); !ok {
+				return nil, false, nil
+			}
+		}
+		reasons = append(reasons, fmt.Sprintf("it fits on the healthy free GPUs of flavor %s", flavor))
+	}
+	// No flavor of its ClusterQueue has GPUs: not pre-approved.
+	return reasons, len(reasons) > 0, nil
 }
 
 // leaveForReservation leaves the check to its verdict at reservation: Pending. A

@@ -22,6 +22,9 @@ import (
 	"chamber.dev/chamber/test/controlplane"
 )
 
+// verdictDuration is the histogram of the check's verdict times.
+const verdictDuration = "chamber_admission_check_verdict_duration_seconds"
+
 // statusWrites watches the namespace's Workloads and sends each version of them the
 // API server stores: every write, none coalesced.
 func statusWrites(t *testing.T, ns string) <-chan *kueue.Workload {
@@ -54,6 +57,7 @@ func TestPreApprovedWorkloadIsAdmittedInOneWrite(t *testing.T) {
 	ctx := context.Background()
 	teamFixture(t, "preapproved", 8, []string{"preapproved-1"}, nil, nil)
 	writes := statusWrites(t, "preapproved")
+	verdictsTimed := controllertest.MetricValue(g, verdictDuration)
 
 	// "first" holds all 8 GPUs; "second" waits in the queue for them.
 	create(t, job("preapproved", "first", 8, "").Obj())
@@ -66,6 +70,8 @@ func TestPreApprovedWorkloadIsAdmittedInOneWrite(t *testing.T) {
 		g.Expect(c.State).To(gomega.Equal(kueue.CheckStateReady))
 		g.Expect(c.Message).To(gomega.ContainSubstring("every GPU of flavor"))
 	}).Should(gomega.Succeed())
+	// Each verdict's time is measured (make bench-scale reports it).
+	g.Expect(controllertest.MetricValue(g, verdictDuration)).To(gomega.BeNumerically(">", verdictsTimed))
 
 	if err := k8s.Delete(ctx, job("preapproved", "first", 8, "").Obj(), client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil {
 		t.Fatal(err)

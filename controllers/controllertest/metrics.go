@@ -7,7 +7,8 @@ import (
 
 // MetricValue is the value of the first series of metric name in controller-runtime's
 // registry (where Chamber's controllers register theirs) whose labels match labels,
-// given as name, value pairs; 0 when there is none.
+// given as name, value pairs; 0 when there is none. A histogram's value is its count
+// of observations.
 func MetricValue(g gomega.Gomega, name string, labels ...string) float64 {
 	families, err := metrics.Registry.Gather()
 	g.Expect(err).NotTo(gomega.HaveOccurred())
@@ -28,6 +29,9 @@ func MetricValue(g gomega.Gomega, name string, labels ...string) float64 {
 			}
 			if m.Gauge != nil {
 				return m.GetGauge().GetValue()
+			}
+			if m.Histogram != nil {
+				return float64(m.GetHistogram().GetSampleCount())
 			}
 			return m.GetCounter().GetValue()
 		}
