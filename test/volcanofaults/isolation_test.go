@@ -14,12 +14,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	batch "volcano.sh/apis/pkg/apis/batch/v1alpha1"
+	bus "volcano.sh/apis/pkg/apis/bus/v1alpha1"
 	scheduling "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers/controllertest"
 	"chamber.dev/chamber/healthcheck"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/integrations/volcano"
 	"chamber.dev/chamber/test/controlplane"
 )
 
@@ -50,6 +52,9 @@ func TestGangJobRestartsWholeOffFailingNode(t *testing.T) {
 	}
 	queue(t, "faults", 40)
 	job := gangJob("train", ns, "faults", 4, 8, 30*time.Second)
+	for i := range job.Spec.Tasks {
+		job.Spec.Tasks[i].Template.Spec.NodeSelector = labels // not on other tests' nodes
+	}
 	create(t, job)
 
 	var first []corev1.Pod
@@ -263,4 +268,81 @@ func podsOf(g gomega.Gomega, job *batch.Job) []corev1.Pod {
 	g.Expect(k8s.List(context.Background(), &pods, client.InNamespace(job.Namespace),
 		client.MatchingLabels{batch.JobNameKey: job.Name})).To(gomega.Succeed())
 	return pods.Items
+}
+
+// TestRestartIssuedOnceWhileVolcanoIsDown: vc-controller-manager is stopped when a
+// node of a running 2 x 8-GPU gang raises XID 79. Chamber records the restart on the
+// Job and creates one RestartJob Command, and no second one however often it looks
+// again while Volcano does not act. Once vc-controller-manager is back, the Job is
+// restarted once, off the failing node.
+func TestRestartIssuedOnceWhileVolcanoIsDown(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t, "outage")
+	g := newG(t)
+	labels := map[string]string{"chamber.dev/test-pool": "outage"}
+	create(t, &chamber.GPUPool{ObjectMeta: metav1.ObjectMeta{Name: "outage"}, Spec: chamber.GPUPoolSpec{NodeLabels: labels}})
+	fakes := map[string]*healthcheck.FakeGPUs{}
+	for i := range 3 {
+		name := "outage-" + strconv.Itoa(i+1)
+		if err := controlplane.CreateGPUNodes(ctx, k8s, controlplane.GPUNode{Name: name, GPUs: 8, Labels: labels}); err != nil {
+			t.Fatal(err)
+		}
+		fake, err := healthcheck.NewFake("dgxh100")
+		if err != nil {
+			t.Fatal(err)
+		}
+		controllertest.RunAgent(t, name, fake, nil, nil)
+		fakes[name] = fake
+	}
+	queue(t, "outage", 24)
+	job := onPool(gangJob("train", ns, "outage", 2, 8, 40*time.Second), labels)
+	create(t, job)
+	var first []corev1.Pod
+	g.Eventually(func(g gomega.Gomega) { first = runningGang(g, job, 2) }).Should(gomega.Succeed())
+	failing := first[0].Spec.NodeName
+
+	if err := cp.StopComponent("vc-controller-manager"); err != nil {
+		t.Fatal(err)
+	}
+	restarted := false
+	t.Cleanup(func() {
+		if !restarted {
+			_ = cp.StartComponent(context.Background(), "vc-controller-manager")
+		}
+	})
+	if err := fakes[failing].RaiseXID(3, 79); err != nil {
+		t.Fatal(err)
+	}
+	g.Eventually(func(g gomega.Gomega) {
+		got := vcjob(g, job)
+		g.Expect(got.Annotations).To(gomega.HaveKeyWithValue(volcano.AnnotationRestartFrom, "0"))
+		g.Expect(commandsOf(g, job)).To(gomega.HaveLen(1))
+	}).Should(gomega.Succeed())
+	// Chamber looks again every 2 s while the job is on the isolated node.
+	g.Consistently(func(g gomega.Gomega) {
+		g.Expect(commandsOf(g, job)).To(gomega.HaveLen(1))
+		g.Expect(vcjob(g, job).Status.RetryCount).To(gomega.BeZero())
+	}).WithTimeout(8 * time.Second).Should(gomega.Succeed())
+
+	if err := cp.StartComponent(ctx, "vc-controller-manager"); err != nil {
+		t.Fatal(err)
+	}
+	restarted = true
+	g.Eventually(func(g gomega.Gomega) {
+		for _, p := range runningGang(g, job, 2) {
+			g.Expect(p.Spec.NodeName).NotTo(gomega.Equal(failing), "pod %s on the failing node", p.Name)
+		}
+		g.Expect(commandsOf(g, job)).To(gomega.BeEmpty(), "Volcano read the Command")
+	}).Should(gomega.Succeed())
+	g.Consistently(func(g gomega.Gomega) {
+		g.Expect(vcjob(g, job).Status.RetryCount).To(gomega.Equal(int32(1)), "restarted more than once")
+	}).WithTimeout(5 * time.Second).Should(gomega.Succeed())
+	g.Expect(restartEvents(g, job)).To(gomega.Equal(1))
+}
+
+// commandsOf lists the Commands that target the job.
+func commandsOf(g gomega.Gomega, job *batch.Job) []bus.Command {
+	var list bus.CommandList
+	g.Expect(k8s.List(context.Background(), &list, client.InNamespace(job.Namespace))).To(gomega.Succeed())
+	return slices.DeleteFunc(list.Items, func(c bus.Command) bool { return c.TargetObject == nil || c.TargetObject.Name != job.Name })
 }

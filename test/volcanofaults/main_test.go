@@ -25,7 +25,10 @@ import (
 	"chamber.dev/chamber/test/controlplane"
 )
 
-var k8s client.Client
+var (
+	cp  *controlplane.ControlPlane
+	k8s client.Client
+)
 
 func TestMain(m *testing.M) {
 	flag.Parse()
@@ -45,7 +48,8 @@ func run(m *testing.M) int {
 	}
 	// kube-controller-manager removes the not-ready taint of new nodes; kwok runs the
 	// pods; vc-scheduler places them (no kube-scheduler, no Kueue).
-	cp, err := controlplane.Start(ctx, controlplane.Options{ControllerManager: true, Kwok: true, Volcano: true, ChamberCRDs: true})
+	var err error
+	cp, err = controlplane.Start(ctx, controlplane.Options{ControllerManager: true, Kwok: true, Volcano: true, ChamberCRDs: true})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
