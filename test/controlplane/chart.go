@@ -135,9 +135,9 @@ func AsServiceAccount(config *rest.Config, namespace, name, node string) *rest.C
 
 // InstallChartRBAC applies the chart's ServiceAccounts, roles, bindings and admission
 // policies (not its Deployment and DaemonSet: the tests run Chamber in-process, as
-// those ServiceAccounts).
-func (cp *ControlPlane) InstallChartRBAC(ctx context.Context) error {
-	objs, err := RenderChart(ctx, cp.binDir)
+// those ServiceAccounts), rendered with helm template's args (e.g. --set k=v).
+func (cp *ControlPlane) InstallChartRBAC(ctx context.Context, args ...string) error {
+	objs, err := RenderChart(ctx, cp.binDir, args...)
 	if err != nil {
 		return err
 	}

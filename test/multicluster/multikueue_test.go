@@ -163,13 +163,20 @@ func (cl *cluster) start(ctx context.Context) error {
 }
 
 // runChamber runs Chamber's controllers (controllers.Setup) in-process against the
-// manager, with Chamber's dispatcher where the manager's Kueue names it.
+// manager, as the chart's controller ServiceAccount, with Chamber's dispatcher where
+// the manager's Kueue names it.
 func runChamber(ctx context.Context) error {
 	ctrl.SetLogger(logr.Discard())
 	if os.Getenv("CHAMBER_TEST_LOGS") != "" {
 		ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
 	}
-	mgr, err := ctrl.NewManager(manager.cp.Config, ctrl.Options{Scheme: controlplane.Scheme, Cache: controllers.CacheOptions(),
+	// As the chart's controller ServiceAccount, with the chart's rules for pools with
+	// worker clusters: a rule missing from the chart fails the tests.
+	if err := manager.cp.InstallChartRBAC(ctx, "--set", "controller.multiKueue=true"); err != nil {
+		return err
+	}
+	kube := controlplane.AsServiceAccount(manager.cp.Config, controlplane.ChartNamespace, controlplane.ControllerAccount, "")
+	mgr, err := ctrl.NewManager(kube, ctrl.Options{Scheme: controlplane.Scheme, Cache: controllers.CacheOptions(),
 		Metrics: metricsserver.Options{BindAddress: "0"}})
 	if err != nil {
 		return err
