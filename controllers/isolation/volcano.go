@@ -217,17 +217,14 @@ func (r *VolcanoRestarts) restart(ctx context.Context, node *corev1.Node, pool *
 			grace = g
 			msg += fmt.Sprintf("; its GPUs are healthy and ran on while the node drained (%s): it has its grace period to checkpoint before the node's repair", r.opts.DrainTimeout)
 		}
-		next := volcano.Request{Reason: chamberkueue.ReasonGPUFault, Message: msg, RequestedAt: now, GracePeriod: grace}
-		// A request of another reason (idle reclaim) gives way when this one is due sooner.
-		if asked && !next.Deadline().Before(req.Deadline()) {
-			next = req
-		} else {
-			if err := chamberkueue.PatchAnnotations(ctx, r.client, job, next.Annotations()); err != nil {
-				return 0, client.IgnoreNotFound(err)
-			}
-			r.recorder.Eventf(job, node, corev1.EventTypeWarning, "RestartRequested", "Restart", "%s: %s (grace period %s)", next.Reason, next.Message, next.GracePeriod)
+		// A request of another reason (idle reclaim's pause) gives way: a job on failing
+		// hardware is restarted whatever else was asked of it, and idle reclaim leaves
+		// a job alone while another request stands.
+		req = volcano.Request{Reason: chamberkueue.ReasonGPUFault, Message: msg, RequestedAt: now, GracePeriod: grace}
+		if err := chamberkueue.PatchAnnotations(ctx, r.client, job, req.Annotations()); err != nil {
+			return 0, client.IgnoreNotFound(err)
 		}
-		req = next
+		r.recorder.Eventf(job, node, corev1.EventTypeWarning, "RestartRequested", "Restart", "%s: %s (grace period %s)", req.Reason, req.Message, req.GracePeriod)
 	}
 	pods, err := volcano.PodsOf(ctx, r.client, job)
 	if err != nil {
