@@ -13,8 +13,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	rbacv1 "k8s.io/api/rbac/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -58,15 +56,13 @@ func run(m *testing.M) int {
 	if k8s, err = cp.Client(); err == nil {
 		err = cp.InstallChartRBAC(ctx)
 	}
-	if err == nil {
-		err = grantVolcano(ctx)
-	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	// Chamber's controllers as chamber-controller runs them where the API server
-	// serves Volcano and not Kueue, as the chart's ServiceAccount.
+	// serves Volcano and not Kueue, as the chart's ServiceAccount: a rule missing
+	// from the chart fails the tests.
 	kube := controlplane.AsServiceAccount(cp.Config, controlplane.ChartNamespace, controlplane.ControllerAccount, "")
 	kube.QPS, kube.Burst = 300, 500
 	mgr, err := ctrl.NewManager(kube, ctrl.Options{Scheme: controlplane.Scheme, Cache: controllers.CacheOptions(), Metrics: metricsserver.Options{BindAddress: "0"}})
@@ -89,31 +85,4 @@ func run(m *testing.M) int {
 	}()
 	controllertest.Config = cp.Config // for RunAgent
 	return m.Run()
-}
-
-// volcanoRules are the rules chamber-controller needs on Volcano's API, beyond those
-// the chart grants today: it reads Volcano Jobs and writes their annotations (the
-// restart's and the pause's requests and records), creates the Commands that restart,
-// pause and resume them, and reads the PodGroups that wait.
-var volcanoRules = []rbacv1.PolicyRule{
-	{APIGroups: []string{"batch.volcano.sh"}, Resources: []string{"jobs"}, Verbs: []string{"get", "list", "watch", "patch"}},
-	{APIGroups: []string{"bus.volcano.sh"}, Resources: []string{"commands"}, Verbs: []string{"get", "create"}},
-	{APIGroups: []string{"scheduling.volcano.sh"}, Resources: []string{"podgroups"}, Verbs: []string{"get", "list", "watch"}},
-}
-
-// grantVolcano binds volcanoRules to the chart's controller ServiceAccount, until the
-// chart has them.
-func grantVolcano(ctx context.Context) error {
-	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "chamber-controller-volcano"}, Rules: volcanoRules}
-	binding := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "chamber-controller-volcano"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: controlplane.ChartNamespace, Name: controlplane.ControllerAccount}},
-	}
-	for _, obj := range []client.Object{role, binding} {
-		if err := k8s.Create(ctx, obj); err != nil {
-			return fmt.Errorf("grant chamber-controller Volcano's API: %w", err)
-		}
-	}
-	return nil
 }
