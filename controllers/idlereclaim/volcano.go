@@ -14,8 +14,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	batch "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 	bus "volcano.sh/apis/pkg/apis/bus/v1alpha1"
@@ -52,7 +55,11 @@ func RegisterVolcano(mgr ctrl.Manager, opts VolcanoOptions) error {
 	r := &VolcanoJobs{client: mgr.GetClient(), recorder: base.recorder, opts: opts, idle: map[types.UID]*idleWorkload{}}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("idlereclaim-volcano").
-		For(&batch.Job{}).
+		// A deleted job never reaches Reconcile: drop what was seen of it here.
+		For(&batch.Job{}, builder.WithPredicates(predicate.Funcs{DeleteFunc: func(e event.DeleteEvent) bool {
+			r.forget(e.Object.GetUID())
+			return false
+		}})).
 		Complete(reconcile.AsReconciler(mgr.GetClient(), r))
 }
 
