@@ -148,7 +148,11 @@ var controllerList = []struct {
 		if cfg.AdmissionCheck {
 			opts.AdmissionChecks = []string{chamberkueue.CheckName}
 		}
+		opts.VolcanoServed = cfg.Volcano
 		return team.Register(mgr, opts)
+	}},
+	{"team-volcano", volcanoAPI, func(mgr ctrl.Manager, cfg Config) error {
+		return team.RegisterVolcano(mgr, team.VolcanoOptions{WithoutKueue: cfg.WithoutKueue})
 	}},
 	{"dispatch", kueueAPI, func(mgr ctrl.Manager, cfg Config) error {
 		if !cfg.MultiKueueDispatcher {

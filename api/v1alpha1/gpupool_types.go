@@ -26,8 +26,28 @@ const (
 	PriceAmortized PriceKind = "Amortized"
 )
 
+// Backend is the queueing system a pool's Teams compile into.
+// +kubebuilder:validation:Enum=Kueue;Volcano
+type Backend string
+
+// Backends.
+const (
+	// BackendKueue: Teams become Kueue ClusterQueues and LocalQueues.
+	BackendKueue Backend = "Kueue"
+	// BackendVolcano: Teams become Volcano Queues.
+	BackendVolcano Backend = "Volcano"
+)
+
 // GPUPoolSpec says which nodes form the pool and what their GPUs cost.
 type GPUPoolSpec struct {
+	// Backend is the queueing system the pool's Teams compile into: Kueue (the
+	// default: a ClusterQueue per team in the pool's Cohort, a LocalQueue per
+	// namespace) or Volcano (a Volcano Queue per team, which jobs name in
+	// spec.queue). It cannot change: make a new pool.
+	// +kubebuilder:default=Kueue
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="backend cannot change: make a new pool for the other backend"
+	// +optional
+	Backend Backend `json:"backend,omitempty"`
 	// NodeLabels select the pool's nodes: a node belongs to the pool when it has all of
 	// them. They also go into each of the pool's ResourceFlavors, so Kueue places the
 	// pool's workloads on the pool's nodes. Empty: every GPU node.
@@ -238,3 +258,7 @@ type GPUPoolList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []GPUPool `json:"items"`
 }
+
+// UsesVolcano says whether the pool's Teams compile into Volcano Queues.
+func (p *GPUPool) UsesVolcano() bool { return p.Spec.Backend == BackendVolcano }
+

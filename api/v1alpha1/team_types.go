@@ -20,6 +20,12 @@ const (
 	ReasonNamespaceConflict = "NamespaceConflict"
 	ReasonClusterQueueTaken = "ClusterQueueNotOwned"
 	ReasonAdoptedNotFound   = "AdoptedClusterQueueNotFound"
+	// ReasonBackendNotServed: the team's pool compiles into a queueing system (its
+	// backend) whose API the cluster does not serve.
+	ReasonBackendNotServed = "BackendNotServed"
+	// ReasonQueueTaken: a Volcano Queue of the team's name exists that Chamber does
+	// not own; Chamber never takes it over.
+	ReasonQueueTaken = "QueueNotOwned"
 )
 
 // PreemptionPolicy is Kueue's preemption policy.

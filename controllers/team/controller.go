@@ -54,6 +54,10 @@ type Options struct {
 	UsageRefresh time.Duration
 	// Clock is the time source (a fake one in tests).
 	Clock clock.Clock
+	// VolcanoServed: the cluster serves Volcano's API, so the teams of Volcano pools
+	// are the Volcano Team controller's (RegisterVolcano); where it does not, they
+	// get Ready=False, BackendNotServed.
+	VolcanoServed bool
 }
 
 // DefaultAccountingInterval is the default of Options.AccountingInterval.
@@ -207,6 +211,13 @@ func (c *Controller) Reconcile(ctx context.Context, team *chamber.Team) (reconci
 		ready.Message = fmt.Sprintf("GPUPool %q does not exist: create it or fix spec.pool", team.Spec.Pool)
 	case poolErr != nil:
 		return reconcile.Result{}, fmt.Errorf("get pool %s: %w", team.Spec.Pool, poolErr)
+	case pool.UsesVolcano():
+		if c.opts.VolcanoServed {
+			return reconcile.Result{}, nil // the Volcano Team controller's
+		}
+		ready.Status, ready.Reason = metav1.ConditionFalse, chamber.ReasonBackendNotServed
+		ready.Message = fmt.Sprintf("GPUPool %q compiles into Volcano, whose API (scheduling.volcano.sh/v1beta1 Queues, batch.volcano.sh/v1alpha1 Jobs, bus.volcano.sh/v1alpha1 Commands) this cluster does not serve: install Volcano and restart chamber-controller, or give the team a pool whose backend is Kueue", pool.Name)
+		return reconcile.Result{}, writeCondition(ctx, c.client, team, ready)
 	}
 
 	// Spend is accounted with the usage that held since the last accounting.
@@ -263,6 +274,17 @@ func (c *Controller) Reconcile(ctx context.Context, team *chamber.Team) (reconci
 		}
 	}
 	return requeue, nil
+}
+
+// writeCondition sets the team's condition and writes its status if that changed it.
+func writeCondition(ctx context.Context, c client.Client, team *chamber.Team, cond metav1.Condition) error {
+	if !apimeta.SetStatusCondition(&team.Status.Conditions, cond) {
+		return nil
+	}
+	if err := c.Status().Update(ctx, team); err != nil && !apierrors.IsConflict(err) {
+		return fmt.Errorf("update status of team %s: %w", team.Name, err)
+	}
+	return nil // on a conflict, the write that beat this one reconciles the team again
 }
 
 // reconcileQueues makes or adopts the ClusterQueue and the LocalQueues. Problems the

@@ -491,6 +491,20 @@ func TestInvalidSpecs(t *testing.T) {
 			wantMsg:    "pool invalid has no GPUs of model " + a100,
 		},
 	}
+	// This cluster serves Kueue, not Volcano.
+	volcanoPool := &chamber.GPUPool{ObjectMeta: metav1.ObjectMeta{Name: "invalid-volcano"}, Spec: chamber.GPUPoolSpec{
+		NodeLabels: map[string]string{"chamber.dev/test-pool": "invalid-volcano"}, Backend: chamber.BackendVolcano}}
+	create(t, volcanoPool)
+	reported["pool on Volcano, which the cluster does not serve"] = reportCase{
+		team:       newTeam("on-volcano", "invalid-volcano", nil, chamber.TeamQuota{Model: h100, GPUs: 1}),
+		wantReason: chamber.ReasonBackendNotServed,
+		wantMsg:    "install Volcano and restart chamber-controller",
+	}
+	// A pool's backend cannot change.
+	volcanoPool.Spec.Backend = chamber.BackendKueue
+	if err := k8s.Update(context.Background(), volcanoPool); err == nil || !strings.Contains(err.Error(), "backend cannot change") {
+		t.Errorf("update a pool's backend: got error %v, want one saying it cannot change", err)
+	}
 	create(t, newTeam("first-owner", "invalid", []string{"invalid-shared"}, chamber.TeamQuota{Model: h100, GPUs: 4}))
 	g.Eventually(func(g gomega.Gomega) { teamReady(g, "first-owner") }).Should(gomega.Succeed())
 	reported["namespace claimed by two teams"] = reportCase{
@@ -511,6 +525,9 @@ func TestInvalidSpecs(t *testing.T) {
 			}).Should(gomega.Succeed())
 		})
 	}
+	// Nothing is compiled into Kueue for the team of the Volcano pool.
+	var cq kueue.ClusterQueue
+	g.Expect(k8s.Get(context.Background(), client.ObjectKey{Name: "on-volcano"}, &cq)).NotTo(gomega.Succeed())
 	// The first claim keeps its LocalQueue.
 	var lq kueue.LocalQueue
 	g.Expect(k8s.Get(context.Background(), client.ObjectKey{Namespace: "invalid-shared", Name: "default"}, &lq)).To(gomega.Succeed())

@@ -7,6 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	batch "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 	bus "volcano.sh/apis/pkg/apis/bus/v1alpha1"
 )
@@ -24,7 +25,7 @@ func TestJobCommandTargetsTheJob(t *testing.T) {
 	cmd := JobCommand(job, bus.RestartJobAction, CommandName(job, bus.RestartJobAction, 1), "GPUFault", "node gpu-1 isolated")
 	// vc-controller-manager reads only Commands whose target is a batch.volcano.sh/v1alpha1 Job.
 	want := &metav1.OwnerReference{APIVersion: "batch.volcano.sh/v1alpha1", Kind: "Job", Name: "train", UID: "job-uid",
-		Controller: ptr(true), BlockOwnerDeletion: ptr(true)}
+		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}
 	if diff := cmp.Diff(want, cmd.TargetObject); diff != "" {
 		t.Errorf("target (-want +got):\n%s", diff)
 	}
@@ -35,8 +36,6 @@ func TestJobCommandTargetsTheJob(t *testing.T) {
 		t.Errorf("got %s/%s action %s", cmd.Namespace, cmd.Name, cmd.Action)
 	}
 }
-
-func ptr[T any](v T) *T { return &v }
 
 func TestRestartRecord(t *testing.T) {
 	at := time.Date(2026, 12, 5, 5, 0, 0, 0, time.UTC)

@@ -1,0 +1,138 @@
+package team
+
+import (
+	"context"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	scheduling "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
+
+	chamber "chamber.dev/chamber/api/v1alpha1"
+	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/integrations/volcano"
+)
+
+// VolcanoOptions configure the Team controller for Volcano pools.
+type VolcanoOptions struct {
+	// WithoutKueue: the cluster does not serve Kueue's API, so the Kueue Team
+	// controller does not run, and this one reports on every team: a team of a Kueue
+	// pool gets Ready=False, BackendNotServed.
+	WithoutKueue bool
+}
+
+// RegisterVolcano adds the Team controller for Volcano pools to the manager: a Team
+// of a pool whose backend is Volcano becomes a Volcano Queue
+// (integrations/volcano.TeamQueue).
+func RegisterVolcano(mgr ctrl.Manager, opts VolcanoOptions) error {
+	c := &volcanoTeams{client: mgr.GetClient(), opts: opts}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("team-volcano").
+		For(&chamber.Team{}).
+		// A Queue changed by someone else is put back.
+		Owns(&scheduling.Queue{}).
+		Watches(&chamber.GPUPool{}, handler.EnqueueRequestsFromMapFunc(c.teamsOfPool)).
+		Complete(reconcile.AsReconciler(mgr.GetClient(), c))
+}
+
+type volcanoTeams struct {
+	client client.Client
+	opts   VolcanoOptions
+}
+
+func (c *volcanoTeams) teamsOfPool(ctx context.Context, obj client.Object) []reconcile.Request {
+	var teams chamber.TeamList
+	if err := c.client.List(ctx, &teams); err != nil {
+		return nil
+	}
+	var out []reconcile.Request
+	for _, t := range teams.Items {
+		if t.Spec.Pool == obj.GetName() {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&t)})
+		}
+	}
+	return out
+}
+
+// Reconcile makes or updates the team's Queue when its pool's backend is Volcano, and
+// deletes the Queue Chamber made for it when it is not (the team moved pools).
+func (c *volcanoTeams) Reconcile(ctx context.Context, team *chamber.Team) (reconcile.Result, error) {
+	ready := metav1.Condition{Type: chamber.ConditionReady, Status: metav1.ConditionTrue, Reason: "Reconciled", ObservedGeneration: team.Generation}
+	var pool chamber.GPUPool
+	err := c.client.Get(ctx, client.ObjectKey{Name: team.Spec.Pool}, &pool)
+	switch {
+	case apierrors.IsNotFound(err):
+		if !c.opts.WithoutKueue {
+			return reconcile.Result{}, nil // the Kueue Team controller says so
+		}
+		ready.Status, ready.Reason = metav1.ConditionFalse, chamber.ReasonPoolNotFound
+		ready.Message = fmt.Sprintf("GPUPool %q does not exist: create it or fix spec.pool", team.Spec.Pool)
+		return reconcile.Result{}, writeCondition(ctx, c.client, team, ready)
+	case err != nil:
+		return reconcile.Result{}, fmt.Errorf("get pool %s: %w", team.Spec.Pool, err)
+	case !pool.UsesVolcano():
+		if err := c.deleteQueue(ctx, team); err != nil || !c.opts.WithoutKueue {
+			return reconcile.Result{}, err
+		}
+		ready.Status, ready.Reason = metav1.ConditionFalse, chamber.ReasonBackendNotServed
+		ready.Message = fmt.Sprintf("GPUPool %q compiles into Kueue, whose API (kueue.x-k8s.io/v1beta2) this cluster does not serve: install Kueue and restart chamber-controller, or give the team a pool whose backend is Volcano", pool.Name)
+		return reconcile.Result{}, writeCondition(ctx, c.client, team, ready)
+	}
+
+	want := volcano.TeamQueue(team, &pool)
+	var have scheduling.Queue
+	err = c.client.Get(ctx, client.ObjectKeyFromObject(want), &have)
+	switch {
+	case apierrors.IsNotFound(err):
+		if err := controllerutil.SetControllerReference(team, want, c.client.Scheme()); err != nil {
+			return reconcile.Result{}, err
+		}
+		if err := c.client.Create(ctx, want); err != nil {
+			return reconcile.Result{}, fmt.Errorf("create Volcano Queue %s: %w", want.Name, err)
+		}
+	case err != nil:
+		return reconcile.Result{}, fmt.Errorf("get Volcano Queue %s: %w", want.Name, err)
+	case !chamberkueue.Owned(&have):
+		ready.Status, ready.Reason = metav1.ConditionFalse, chamber.ReasonQueueTaken
+		ready.Message = fmt.Sprintf("a Volcano Queue %q exists that Chamber did not make; Chamber never takes one over: rename the team or delete the Queue", want.Name)
+		return reconcile.Result{}, writeCondition(ctx, c.client, team, ready)
+	case queueSpecDiffers(&have.Spec, &want.Spec):
+		have.Spec.Weight, have.Spec.Deserved, have.Spec.Capability = want.Spec.Weight, want.Spec.Deserved, want.Spec.Capability
+		have.Spec.Guarantee, have.Spec.Reclaimable = want.Spec.Guarantee, want.Spec.Reclaimable
+		if err := c.client.Update(ctx, &have); err != nil {
+			return reconcile.Result{}, fmt.Errorf("update Volcano Queue %s: %w", want.Name, err)
+		}
+	}
+	ready.Message = fmt.Sprintf("Volcano Queue %s: the team's jobs name it in spec.queue", want.Name)
+	return reconcile.Result{}, writeCondition(ctx, c.client, team, ready)
+}
+
+func queueSpecDiffers(have, want *scheduling.QueueSpec) bool {
+	return have.Weight != want.Weight ||
+		!equality.Semantic.DeepEqual(have.Deserved, want.Deserved) ||
+		!equality.Semantic.DeepEqual(have.Capability, want.Capability) ||
+		!equality.Semantic.DeepEqual(have.Guarantee, want.Guarantee) ||
+		!equality.Semantic.DeepEqual(have.Reclaimable, want.Reclaimable)
+}
+
+// deleteQueue deletes the Queue Chamber made for the team, if any.
+func (c *volcanoTeams) deleteQueue(ctx context.Context, team *chamber.Team) error {
+	var q scheduling.Queue
+	err := c.client.Get(ctx, client.ObjectKey{Name: team.Name}, &q)
+	if apierrors.IsNotFound(err) || (err == nil && (!chamberkueue.Owned(&q) || !metav1.IsControlledBy(&q, team))) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("get Volcano Queue %s: %w", team.Name, err)
+	}
+	if err := c.client.Delete(ctx, &q); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("delete Volcano Queue %s: %w", team.Name, err)
+	}
+	return nil
+}

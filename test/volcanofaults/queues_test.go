@@ -1,0 +1,103 @@
+package volcanofaults
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	batch "volcano.sh/apis/pkg/apis/batch/v1alpha1"
+	scheduling "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
+
+	chamber "chamber.dev/chamber/api/v1alpha1"
+	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/test/controlplane"
+)
+
+// A Team of a Volcano pool becomes a Volcano Queue with its quota (deserved), its
+// borrowing cap (capability) and what it never lends (guarantee); a job naming the
+// queue runs; a change to the Queue is put back; a Team whose Queue name another
+// Queue holds, or whose pool is Kueue's on this cluster without Kueue, says what to
+// fix and gets nothing written.
+func TestTeamsBecomeVolcanoQueues(t *testing.T) {
+	ctx := context.Background()
+	g := newG(t)
+	labels := map[string]string{"chamber.dev/test-pool": "queues"}
+	if err := controlplane.CreateGPUNodes(ctx, k8s, controlplane.GPUNode{Name: "queues-1", GPUs: 8, Labels: labels}); err != nil {
+		t.Fatal(err)
+	}
+	ns := namespace(t, "research")
+	create(t, &chamber.GPUPool{ObjectMeta: metav1.ObjectMeta{Name: "queues"}, Spec: chamber.GPUPoolSpec{NodeLabels: labels, Backend: chamber.BackendVolcano}})
+	team := &chamber.Team{ObjectMeta: metav1.ObjectMeta{Name: "research"}, Spec: chamber.TeamSpec{Pool: "queues", Namespaces: []string{ns},
+		Quotas: []chamber.TeamQuota{{Model: "NVIDIA-H100-80GB-HBM3", GPUs: 4, BorrowingLimit: ptr.To[int32](4), LendingLimit: ptr.To[int32](1)}}}}
+	create(t, team)
+
+	gpus := func(l corev1.ResourceList) int64 { q := l[chamberkueue.ResourceGPU]; return q.Value() }
+	var q scheduling.Queue
+	g.Eventually(func(g gomega.Gomega) {
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Name: "research"}, &q)).To(gomega.Succeed())
+		g.Expect([]int64{gpus(q.Spec.Deserved), gpus(q.Spec.Capability), gpus(q.Spec.Guarantee.Resource)}).To(gomega.Equal([]int64{4, 8, 3}))
+		g.Expect(teamReady(g, "research")).To(gomega.HaveField("Status", metav1.ConditionTrue))
+	}).Should(gomega.Succeed())
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), team) })
+
+	// Volcano takes the queue: a job naming it runs.
+	job := gangJob("probe", ns, "research", 1, 2, time.Minute)
+	job.Spec.Tasks[0].Template.Spec.NodeSelector = labels
+	create(t, job)
+	g.Eventually(func(g gomega.Gomega) {
+		var j batch.Job
+		g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(job), &j)).To(gomega.Succeed())
+		g.Expect(j.Status.State.Phase).To(gomega.Equal(batch.Running))
+	}).Should(gomega.Succeed())
+
+	// Someone widens the queue by hand: Chamber puts the team's quota back.
+	g.Eventually(func(g gomega.Gomega) {
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Name: "research"}, &q)).To(gomega.Succeed())
+		q.Spec.Capability = corev1.ResourceList{chamberkueue.ResourceGPU: resource.MustParse("64")}
+		g.Expect(k8s.Update(ctx, &q)).To(gomega.Succeed())
+	}).Should(gomega.Succeed())
+	g.Eventually(func(g gomega.Gomega) {
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Name: "research"}, &q)).To(gomega.Succeed())
+		g.Expect(gpus(q.Spec.Capability)).To(gomega.BeEquivalentTo(8))
+	}).Should(gomega.Succeed())
+
+	// A Queue of the team's name that Chamber did not make is left alone.
+	queue(t, "taken", 2)
+	create(t, &chamber.Team{ObjectMeta: metav1.ObjectMeta{Name: "taken"}, Spec: chamber.TeamSpec{Pool: "queues",
+		Quotas: []chamber.TeamQuota{{Model: "NVIDIA-H100-80GB-HBM3", GPUs: 2}}}})
+	g.Eventually(func(g gomega.Gomega) {
+		c := teamReady(g, "taken")
+		g.Expect(c.Status).To(gomega.Equal(metav1.ConditionFalse))
+		g.Expect(c.Reason).To(gomega.Equal(chamber.ReasonQueueTaken))
+	}).Should(gomega.Succeed())
+	g.Expect(k8s.Get(ctx, client.ObjectKey{Name: "taken"}, &q)).To(gomega.Succeed())
+	g.Expect(chamberkueue.Owned(&q)).To(gomega.BeFalse())
+	g.Expect(gpus(q.Spec.Capability)).To(gomega.BeEquivalentTo(2))
+
+	// A Kueue pool's team on a cluster without Kueue: told, nothing made.
+	create(t, &chamber.GPUPool{ObjectMeta: metav1.ObjectMeta{Name: "kueue-pool"}, Spec: chamber.GPUPoolSpec{NodeLabels: map[string]string{"chamber.dev/test-pool": "none"}}})
+	create(t, &chamber.Team{ObjectMeta: metav1.ObjectMeta{Name: "kueue-team"}, Spec: chamber.TeamSpec{Pool: "kueue-pool",
+		Quotas: []chamber.TeamQuota{{Model: "NVIDIA-H100-80GB-HBM3", GPUs: 2}}}})
+	g.Eventually(func(g gomega.Gomega) {
+		c := teamReady(g, "kueue-team")
+		g.Expect(c.Reason).To(gomega.Equal(chamber.ReasonBackendNotServed))
+		g.Expect(c.Message).To(gomega.ContainSubstring("install Kueue"))
+	}).Should(gomega.Succeed())
+	g.Expect(k8s.Get(ctx, client.ObjectKey{Name: "kueue-team"}, &q)).NotTo(gomega.Succeed())
+}
+
+// teamReady is the team's Ready condition.
+func teamReady(g gomega.Gomega, name string) metav1.Condition {
+	var team chamber.Team
+	g.Expect(k8s.Get(context.Background(), client.ObjectKey{Name: name}, &team)).To(gomega.Succeed())
+	c := apimeta.FindStatusCondition(team.Status.Conditions, chamber.ConditionReady)
+	g.Expect(c).NotTo(gomega.BeNil())
+	return *c
+}
