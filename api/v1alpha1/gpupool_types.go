@@ -261,4 +261,3 @@ type GPUPoolList struct {
 
 // UsesVolcano says whether the pool's Teams compile into Volcano Queues.
 func (p *GPUPool) UsesVolcano() bool { return p.Spec.Backend == BackendVolcano }
-
