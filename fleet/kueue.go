@@ -41,16 +41,7 @@ func (m *Model) SetWorkload(obj *kueue.Workload) {
 
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	w := m.workloads[key]
-	if w == nil || w.uid != obj.UID {
-		if w != nil {
-			m.forgetWorkload(w)
-		}
-		w = &workload{key: key, uid: obj.UID}
-		m.workloads[key] = w
-		m.workloadGen++
-		m.tiers[w.tier]++
-	}
+	w := m.workloadRecord(key, obj.UID)
 	var owner types.UID
 	if ref := metav1.GetControllerOf(obj); ref != nil {
 		owner = ref.UID
@@ -74,11 +65,7 @@ func (m *Model) SetWorkload(obj *kueue.Workload) {
 	if ref := obj.Spec.PriorityClassRef; ref != nil {
 		tier = ref.Name
 	}
-	if tier != w.tier {
-		m.untier(w)
-		w.tier = tier
-		m.tiers[tier]++
-	}
+	m.setTier(w, tier)
 	w.pending = active && !finished && !isReserved
 	w.gpus = chamberkueue.WorkloadGPUs(obj)
 	w.teamGen = 0 // its queues may have changed
@@ -91,6 +78,31 @@ func (m *Model) SetWorkload(obj *kueue.Workload) {
 		if !at.Before(m.started.Truncate(time.Second)) {
 			m.observeWait(teamTier{m.workloadTeam(w), w.tier}, at.Sub(queuedSince(obj)))
 		}
+	}
+}
+
+// workloadRecord is the model's record of the workload at key with uid, a new one
+// where there is none or the one there is of an object deleted since.
+func (m *Model) workloadRecord(key objKey, uid types.UID) *workload {
+	w := m.workloads[key]
+	if w == nil || w.uid != uid {
+		if w != nil {
+			m.forgetWorkload(w)
+		}
+		w = &workload{key: key, uid: uid}
+		m.workloads[key] = w
+		m.workloadGen++
+		m.tiers[w.tier]++
+	}
+	return w
+}
+
+// setTier moves the workload to the priority tier.
+func (m *Model) setTier(w *workload, tier string) {
+	if tier != w.tier {
+		m.untier(w)
+		w.tier = tier
+		m.tiers[tier]++
 	}
 }
 
