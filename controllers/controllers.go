@@ -168,6 +168,7 @@ var controllerList = []struct {
 	{"inventory", monitoring, func(mgr ctrl.Manager, cfg Config) error {
 		inv := cfg.Inventory
 		inv.Clock, inv.Fleet.Heartbeats, inv.WithoutKueue = cfg.Clock, cfg.heartbeats, cfg.MonitoringOnly || cfg.WithoutKueue
+		inv.Volcano = cfg.Volcano && !cfg.MonitoringOnly
 		model, err := inventory.Register(mgr, inv)
 		if err != nil || !cfg.FleetPage {
 			return err

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+	scheduling "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/exporter"
@@ -37,8 +38,11 @@ type Options struct {
 	// manager's /metrics) when nil.
 	Registerer prometheus.Registerer
 	// WithoutKueue leaves Kueue's objects unwatched (a cluster without Kueue): no
-	// queue, quota or wait figures, the rest all the same.
+	// queue, quota or wait figures from Kueue, the rest all the same.
 	WithoutKueue bool
+	// Volcano watches Volcano's PodGroups too: those waiting are the queue of their
+	// namespace's team (fleet.Model.SetPodGroup).
+	Volcano bool
 }
 
 // DefaultOptions are the inventory's options unless flags say otherwise.
@@ -57,7 +61,7 @@ func Register(mgr ctrl.Manager, opts Options) (*fleet.Model, error) {
 	if err := opts.Registerer.Register(exporter.New(model, exporter.Options{PerGPU: opts.PerGPUMetrics})); err != nil {
 		return nil, fmt.Errorf("register fleet metrics: %w", err)
 	}
-	f := &feeder{cache: mgr.GetCache(), model: model, log: mgr.GetLogger().WithName("inventory"), withoutKueue: opts.WithoutKueue}
+	f := &feeder{cache: mgr.GetCache(), model: model, log: mgr.GetLogger().WithName("inventory"), withoutKueue: opts.WithoutKueue, volcano: opts.Volcano}
 	if err := mgr.Add(f); err != nil {
 		return nil, err
 	}
@@ -72,6 +76,7 @@ type feeder struct {
 	model        *fleet.Model
 	log          logr.Logger
 	withoutKueue bool
+	volcano      bool
 }
 
 var _ manager.LeaderElectionRunnable = (*feeder)(nil)
@@ -83,21 +88,26 @@ func (f *feeder) NeedLeaderElection() bool { return true }
 // objects have reached it, and removes the handlers when ctx ends.
 func (f *feeder) Start(ctx context.Context) error {
 	m := f.model
-	watches := []struct {
+	type watch struct {
 		obj     client.Object
 		handler toolscache.ResourceEventHandler
-	}{
+	}
+	// Chamber's and Kubernetes' own.
+	watches := []watch{
 		{&corev1.Node{}, handle(m.SetNode, func(o *corev1.Node) { m.DeleteNode(o.Name) })},
 		{&corev1.Pod{}, handle(m.SetPod, func(o *corev1.Pod) { m.DeletePod(o.Namespace, o.Name) })},
 		{&chamber.GPUNode{}, handle(m.SetGPUNode, func(o *chamber.GPUNode) { m.DeleteGPUNode(o.Name) })},
 		{&chamber.GPUPool{}, handle(m.SetPool, func(o *chamber.GPUPool) { m.DeletePool(o.Name) })},
 		{&chamber.Team{}, handle(m.SetTeam, func(o *chamber.Team) { m.DeleteTeam(o.Name) })},
-		{&kueue.Workload{}, handle(m.SetWorkload, func(o *kueue.Workload) { m.DeleteWorkload(o.Namespace, o.Name) })},
-		{&kueue.ClusterQueue{}, handle(m.SetClusterQueue, func(o *kueue.ClusterQueue) { m.DeleteClusterQueue(o.Name) })},
-		{&kueue.LocalQueue{}, handle(m.SetLocalQueue, func(o *kueue.LocalQueue) { m.DeleteLocalQueue(o.Namespace, o.Name) })},
 	}
-	if f.withoutKueue {
-		watches = watches[:5] // Chamber's and Kubernetes' own
+	if !f.withoutKueue {
+		watches = append(watches,
+			watch{&kueue.Workload{}, handle(m.SetWorkload, func(o *kueue.Workload) { m.DeleteWorkload(o.Namespace, o.Name) })},
+			watch{&kueue.ClusterQueue{}, handle(m.SetClusterQueue, func(o *kueue.ClusterQueue) { m.DeleteClusterQueue(o.Name) })},
+			watch{&kueue.LocalQueue{}, handle(m.SetLocalQueue, func(o *kueue.LocalQueue) { m.DeleteLocalQueue(o.Namespace, o.Name) })})
+	}
+	if f.volcano {
+		watches = append(watches, watch{&scheduling.PodGroup{}, handle(m.SetPodGroup, func(o *scheduling.PodGroup) { m.DeletePodGroup(o.Namespace, o.Name) })})
 	}
 	var synced []toolscache.InformerSynced
 	for _, w := range watches {

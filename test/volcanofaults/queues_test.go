@@ -16,13 +16,14 @@ import (
 	scheduling "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
+	"chamber.dev/chamber/controllers/controllertest"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 	"chamber.dev/chamber/test/controlplane"
 )
 
 // A Team of a Volcano pool becomes a Volcano Queue with its quota (deserved), its
 // borrowing cap (capability) and what it never lends (guarantee); a job naming the
-// queue runs; a change to the Queue is put back; a Team whose Queue name another
+// queue runs, one that waits is the team's queue in the metrics; a change to the Queue is put back; a Team whose Queue name another
 // Queue holds, or whose pool is Kueue's on this cluster without Kueue, says what to
 // fix and gets nothing written.
 func TestTeamsBecomeVolcanoQueues(t *testing.T) {
@@ -56,6 +57,15 @@ func TestTeamsBecomeVolcanoQueues(t *testing.T) {
 		g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(job), &j)).To(gomega.Succeed())
 		g.Expect(j.Status.State.Phase).To(gomega.Equal(batch.Running))
 	}).Should(gomega.Succeed())
+
+	// A gang bigger than the queue's capability waits: its PodGroup is the team's queue.
+	big := gangJob("big", ns, "research", 2, 8, time.Minute)
+	create(t, big)
+	g.Eventually(func(g gomega.Gomega) {
+		g.Expect(controllertest.MetricValue(g, "chamber_team_pending_gpus", "team", "research")).To(gomega.BeEquivalentTo(16))
+		g.Expect(controllertest.MetricValue(g, "chamber_team_pending_workloads", "team", "research")).To(gomega.BeEquivalentTo(1))
+	}).Should(gomega.Succeed())
+	g.Expect(k8s.Delete(ctx, big)).To(gomega.Succeed())
 
 	// Someone widens the queue by hand: Chamber puts the team's quota back.
 	g.Eventually(func(g gomega.Gomega) {
