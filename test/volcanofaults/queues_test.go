@@ -111,3 +111,59 @@ func teamReady(g gomega.Gomega, name string) metav1.Condition {
 	g.Expect(c).NotTo(gomega.BeNil())
 	return *c
 }
+
+// Issue 15's first test: two teams of one Volcano pool; team lend borrows team own's
+// idle GPUs; own submits, Volcano reclaims what lend borrowed, and lend's evicted job
+// runs again and finishes.
+func TestBorrowedGPUsAreReclaimed(t *testing.T) {
+	ctx := context.Background()
+	g := newG(t)
+	g.SetDefaultEventuallyTimeout(3 * time.Minute)
+	labels := map[string]string{"chamber.dev/test-pool": "reclaim"}
+	for _, n := range []string{"reclaim-1", "reclaim-2"} {
+		if err := controlplane.CreateGPUNodes(ctx, k8s, controlplane.GPUNode{Name: n, GPUs: 8, Labels: labels}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	create(t, &chamber.GPUPool{ObjectMeta: metav1.ObjectMeta{Name: "reclaim"}, Spec: chamber.GPUPoolSpec{NodeLabels: labels, Backend: chamber.BackendVolcano}})
+	for _, name := range []string{"lend", "own"} {
+		namespace(t, name)
+		team := &chamber.Team{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: chamber.TeamSpec{Pool: "reclaim", Namespaces: []string{name},
+			Quotas: []chamber.TeamQuota{{Model: "NVIDIA-H100-80GB-HBM3", GPUs: 8}}}}
+		create(t, team)
+		t.Cleanup(func() { _ = k8s.Delete(context.Background(), team) })
+		g.Eventually(func(g gomega.Gomega) { g.Expect(teamReady(g, name).Status).To(gomega.Equal(metav1.ConditionTrue)) }).Should(gomega.Succeed())
+	}
+	job := func(ns, name string, run time.Duration) *batch.Job {
+		j := gangJob(name, ns, ns, 1, 8, run)
+		j.Spec.Tasks[0].Template.Spec.NodeSelector = labels
+		return j
+	}
+	phase := func(g gomega.Gomega, j *batch.Job) batch.JobPhase {
+		var have batch.Job
+		g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(j), &have)).To(gomega.Succeed())
+		return have.Status.State.Phase
+	}
+	// lend runs two 8-GPU jobs of two minutes: its own quota and own's, idle.
+	first, second := job("lend", "first", 2*time.Minute), job("lend", "second", 2*time.Minute)
+	create(t, first)
+	create(t, second)
+	g.Eventually(func(g gomega.Gomega) {
+		g.Expect([]batch.JobPhase{phase(g, first), phase(g, second)}).To(gomega.Equal([]batch.JobPhase{batch.Running, batch.Running}))
+	}).Should(gomega.Succeed())
+
+	// own wants its quota back, and gets it while both of lend's jobs are unfinished:
+	// on GPUs Volcano reclaimed from lend.
+	submitted := time.Now()
+	mine := job("own", "mine", 20*time.Second)
+	create(t, mine)
+	g.Eventually(func(g gomega.Gomega) { g.Expect(phase(g, mine)).To(gomega.Equal(batch.Running)) }).Should(gomega.Succeed())
+	t.Logf("own's job running %s after it was submitted, on GPUs lend borrowed", time.Since(submitted).Round(100*time.Millisecond))
+	g.Expect([]batch.JobPhase{phase(g, first), phase(g, second)}).NotTo(gomega.ContainElement(batch.Completed))
+	// lend's job that gave way runs again; all three finish.
+	g.Eventually(func(g gomega.Gomega) {
+		phases := []batch.JobPhase{phase(g, first), phase(g, second), phase(g, mine)}
+		g.Expect(phases).NotTo(gomega.ContainElement(batch.Failed))
+		g.Expect(phases).To(gomega.HaveEach(batch.Completed))
+	}).WithTimeout(5 * time.Minute).Should(gomega.Succeed())
+}
