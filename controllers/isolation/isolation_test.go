@@ -462,8 +462,11 @@ func TestCircuitBreaker(t *testing.T) {
 	}).Should(gomega.Succeed())
 
 	// The operator resets the breaker: the withheld node is isolated now.
-	pool.Annotations = map[string]string{chamber.AnnotationIsolationBreakerReset: "true"}
-	g.Expect(k8s.Update(ctx, &pool)).To(gomega.Succeed())
+	// (a patch, as kubectl annotate sends: the controllers write the pool's status
+	// meanwhile)
+	reset := client.MergeFrom(pool.DeepCopy())
+	metav1.SetMetaDataAnnotation(&pool.ObjectMeta, chamber.AnnotationIsolationBreakerReset, "true")
+	g.Expect(k8s.Patch(ctx, &pool, reset)).To(gomega.Succeed())
 	g.Eventually(func(g gomega.Gomega) { isolated(g, withheld[0], "XID79") }).Should(gomega.Succeed())
 	g.Expect(k8s.Get(ctx, client.ObjectKey{Name: "breaker"}, &pool)).To(gomega.Succeed())
 	g.Expect(pool.Annotations).NotTo(gomega.HaveKey(chamber.AnnotationIsolationBreakerReset))
