@@ -169,6 +169,7 @@ var controllerList = []struct {
 		inv := cfg.Inventory
 		inv.Clock, inv.Fleet.Heartbeats, inv.WithoutKueue = cfg.Clock, cfg.heartbeats, cfg.MonitoringOnly || cfg.WithoutKueue
 		inv.Volcano = cfg.Volcano && !cfg.MonitoringOnly
+		inv.KueueNamespace, inv.WorkerCache = cfg.KueueNamespace, CacheOptions()
 		model, err := inventory.Register(mgr, inv)
 		if err != nil || !cfg.FleetPage {
 			return err

@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	"slices"
 	"strconv"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -138,21 +139,29 @@ type WorkerCluster struct {
 // lacks its kubeconfig Secret or cannot be reached, and what to fix.
 const ConditionWorkerClustersActive = "WorkerClustersActive"
 
-// WorkerPricesPerGPUHour are the prices of a GPU-hour by model on the pool's worker:
-// the worker's own, and the pool's for the models the worker does not price.
-func (p *GPUPool) WorkerPricesPerGPUHour(worker string) map[string]float64 {
-	prices := p.PricesPerGPUHour()
+// WorkerPrices are the prices of a GPU-hour on the pool's worker: the worker's own,
+// and the pool's for the models the worker does not price.
+func (p *GPUPool) WorkerPrices(worker string) []GPUPrice {
+	prices := slices.Clone(p.Spec.Prices)
 	for _, w := range p.Spec.WorkerClusters {
 		if w.Name != worker {
 			continue
 		}
 		for _, price := range w.Prices {
-			if v, err := strconv.ParseFloat(price.PerGPUHour, 64); err == nil {
-				prices[price.Model] = v
+			if i := slices.IndexFunc(prices, func(q GPUPrice) bool { return q.Model == price.Model }); i >= 0 {
+				prices[i] = price
+			} else {
+				prices = append(prices, price)
 			}
 		}
 	}
 	return prices
+}
+
+// WorkerPricesPerGPUHour are WorkerPrices by model, read as PricesPerGPUHour reads the
+// pool's.
+func (p *GPUPool) WorkerPricesPerGPUHour(worker string) map[string]float64 {
+	return (&GPUPool{Spec: GPUPoolSpec{Prices: p.WorkerPrices(worker)}}).PricesPerGPUHour()
 }
 
 // FollowsHealth reports whether the pool's compiled quotas follow its healthy GPUs

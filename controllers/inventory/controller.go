@@ -43,6 +43,11 @@ type Options struct {
 	// Volcano watches Volcano's PodGroups too: those waiting are the queue of their
 	// namespace's team (fleet.Model.SetPodGroup).
 	Volcano bool
+	// KueueNamespace holds the kubeconfig Secrets of the pools' worker clusters
+	// (chamberkueue.DefaultNamespace when empty); WorkerCache is the cache options of
+	// the watches on each worker.
+	KueueNamespace string
+	WorkerCache    cache.Options
 }
 
 // DefaultOptions are the inventory's options unless flags say otherwise.
@@ -61,9 +66,15 @@ func Register(mgr ctrl.Manager, opts Options) (*fleet.Model, error) {
 	if err := opts.Registerer.Register(exporter.New(model, exporter.Options{PerGPU: opts.PerGPUMetrics})); err != nil {
 		return nil, fmt.Errorf("register fleet metrics: %w", err)
 	}
-	f := &feeder{cache: mgr.GetCache(), model: model, log: mgr.GetLogger().WithName("inventory"), withoutKueue: opts.WithoutKueue, volcano: opts.Volcano}
+	f := &feeder{cache: mgr.GetCache(), model: model, log: mgr.GetLogger().WithName("inventory"),
+		chamber: true, gpuNodes: true, kueue: !opts.WithoutKueue, volcano: opts.Volcano}
 	if err := mgr.Add(f); err != nil {
 		return nil, err
+	}
+	if !opts.WithoutKueue {
+		if err := registerWorkers(mgr, opts); err != nil {
+			return nil, err
+		}
 	}
 	return model, nil
 }
@@ -72,11 +83,12 @@ func Register(mgr ctrl.Manager, opts Options) (*fleet.Model, error) {
 // that one replica exports the fleet; the others show nothing (the model is not
 // synced there) rather than a second copy of every counter.
 type feeder struct {
-	cache        cache.Cache
-	model        *fleet.Model
-	log          logr.Logger
-	withoutKueue bool
-	volcano      bool
+	cache cache.Cache
+	model *fleet.Model
+	log   logr.Logger
+	// What it watches besides Nodes and Pods: Chamber's GPUPools and Teams, the
+	// agents' GPUNodes, Kueue's Workloads and queues, Volcano's PodGroups.
+	chamber, gpuNodes, kueue, volcano bool
 }
 
 var _ manager.LeaderElectionRunnable = (*feeder)(nil)
@@ -92,15 +104,19 @@ func (f *feeder) Start(ctx context.Context) error {
 		obj     client.Object
 		handler toolscache.ResourceEventHandler
 	}
-	// Chamber's and Kubernetes' own.
 	watches := []watch{
 		{&corev1.Node{}, handle(m.SetNode, func(o *corev1.Node) { m.DeleteNode(o.Name) })},
 		{&corev1.Pod{}, handle(m.SetPod, func(o *corev1.Pod) { m.DeletePod(o.Namespace, o.Name) })},
-		{&chamber.GPUNode{}, handle(m.SetGPUNode, func(o *chamber.GPUNode) { m.DeleteGPUNode(o.Name) })},
-		{&chamber.GPUPool{}, handle(m.SetPool, func(o *chamber.GPUPool) { m.DeletePool(o.Name) })},
-		{&chamber.Team{}, handle(m.SetTeam, func(o *chamber.Team) { m.DeleteTeam(o.Name) })},
 	}
-	if !f.withoutKueue {
+	if f.gpuNodes {
+		watches = append(watches, watch{&chamber.GPUNode{}, handle(m.SetGPUNode, func(o *chamber.GPUNode) { m.DeleteGPUNode(o.Name) })})
+	}
+	if f.chamber {
+		watches = append(watches,
+			watch{&chamber.GPUPool{}, handle(m.SetPool, func(o *chamber.GPUPool) { m.DeletePool(o.Name) })},
+			watch{&chamber.Team{}, handle(m.SetTeam, func(o *chamber.Team) { m.DeleteTeam(o.Name) })})
+	}
+	if f.kueue {
 		watches = append(watches,
 			watch{&kueue.Workload{}, handle(m.SetWorkload, func(o *kueue.Workload) { m.DeleteWorkload(o.Namespace, o.Name) })},
 			watch{&kueue.ClusterQueue{}, handle(m.SetClusterQueue, func(o *kueue.ClusterQueue) { m.DeleteClusterQueue(o.Name) })},
