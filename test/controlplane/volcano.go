@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"time"
+
+	"chamber.dev/chamber/charts"
 )
 
 // VolcanoSchedulerName is the schedulerName of the pods vc-scheduler places (its
@@ -14,29 +16,9 @@ import (
 const VolcanoSchedulerName = "volcano"
 
 // DefaultVolcanoSchedulerConfig is vc-scheduler's configuration in the local control
-// plane: the actions and plugins of Volcano's chart, with the capacity plugin (queues'
-// deserved, capability and guarantee) in place of proportion, no overcommit (a gang is
-// enqueued only if the cluster could hold it), and reclaim and preempt on. nvidia.com/gpu needs nothing of its own: the predicates plugin fits extended
-// resources like CPU and memory; binpack is told to pack GPUs, so a small job fills a
-// partly used node before it breaks into an empty one.
-const DefaultVolcanoSchedulerConfig = `actions: "enqueue, allocate, backfill, reclaim, preempt"
-tiers:
-- plugins:
-  - name: priority
-  - name: gang
-    enablePreemptable: false
-  - name: conformance
-- plugins:
-  - name: drf
-    enablePreemptable: false
-  - name: predicates
-  - name: capacity
-  - name: nodeorder
-  - name: binpack
-    arguments:
-      binpack.resources: nvidia.com/gpu
-      binpack.resources.nvidia.com/gpu: 10
-`
+// plane: the one Chamber's chart ships for Volcano's chart
+// (charts/chamber/files/volcano-scheduler.conf, which says why each part is there).
+var DefaultVolcanoSchedulerConfig = charts.VolcanoSchedulerConfig
 
 // volcanoCRDDir is where `make tools` puts Volcano's CRDs: its chart's and the
 // jobflow ones, whose informers vc-controller-manager waits on before it runs a job.
@@ -62,13 +44,16 @@ func (cp *ControlPlane) startVolcano(ctx context.Context) error {
 	if err := os.WriteFile(confPath, []byte(conf), 0o600); err != nil {
 		return err
 	}
-	scheduler, err := cp.runVolcano("vc-scheduler",
-		"--scheduler-conf="+confPath,
+	args := []string{"--scheduler-conf=" + confPath,
 		// The default cache dump directory is /tmp, shared by every test on the machine.
-		"--cache-dump-dir="+cp.Dir,
+		"--cache-dump-dir=" + cp.Dir,
 		// At -v 3 it writes about 10,000 lines a second.
 		"--v=1",
-	)
+	}
+	if p := cp.opts.VolcanoSchedulePeriod; p > 0 {
+		args = append(args, "--schedule-period="+p.String())
+	}
+	scheduler, err := cp.runVolcano("vc-scheduler", args...)
 	if err != nil {
 		return err
 	}
