@@ -50,6 +50,9 @@ type Options struct {
 	Volcano bool
 	// VolcanoSchedulerConfig replaces DefaultVolcanoSchedulerConfig.
 	VolcanoSchedulerConfig string
+	// VolcanoSchedulePeriod is vc-scheduler's --schedule-period, how often it runs a
+	// scheduling session (a job needs two: enqueue, then allocate); 0: Volcano's 1 s.
+	VolcanoSchedulePeriod time.Duration
 	// ChamberCRDs installs Chamber's own CRDs (charts/chamber/crds of the repository
 	// holding the working directory).
 	ChamberCRDs bool
