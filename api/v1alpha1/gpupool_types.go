@@ -205,7 +205,8 @@ type GPUPrice struct {
 
 // GPUPoolStatus is what the pool holds now.
 type GPUPoolStatus struct {
-	// Cohort is the Kueue Cohort of the pool.
+	// Cohort is the Kueue Cohort of the pool; empty for a Volcano pool, which gets no
+	// Kueue object.
 	// +optional
 	Cohort string `json:"cohort,omitempty"`
 	// Models are the GPU models found on the pool's nodes.
@@ -228,7 +229,7 @@ type GPUPoolStatus struct {
 type PoolModel struct {
 	// Model as the product label shows it.
 	Model string `json:"model"`
-	// Flavor is the Kueue ResourceFlavor made for the model.
+	// Flavor is the Kueue ResourceFlavor made for the model; empty in a Volcano pool.
 	Flavor string `json:"flavor"`
 	// Nodes with this model.
 	Nodes int32 `json:"nodes"`
@@ -243,7 +244,8 @@ type PoolModel struct {
 }
 
 // GPUPool is a set of GPU nodes that teams share: one Kueue Cohort, and one
-// ResourceFlavor per GPU model found on its nodes.
+// ResourceFlavor per GPU model found on its nodes (a Volcano pool: a Volcano Queue per
+// team, nothing of Kueue).
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Cluster,shortName=gpool

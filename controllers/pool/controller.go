@@ -1,6 +1,7 @@
 // Package pool runs the GPUPool controller: it finds the GPU models on the pool's
-// nodes, makes one Kueue ResourceFlavor per model and one Cohort per pool, and
-// reports the pool's GPUs per model.
+// nodes, makes one Kueue ResourceFlavor per model and one Cohort per pool (for a pool
+// whose backend is Kueue; a Volcano pool gets no Kueue object), and reports the
+// pool's GPUs per model.
 package pool
 
 import (
@@ -153,26 +154,17 @@ func (c *Controller) Reconcile(ctx context.Context, pool *chamber.GPUPool) (reco
 	}
 	models := CountModels(pool, Members(pool, pools.Items, nodes.Items), unhealthy)
 
+	// A Volcano pool's teams are Volcano Queues (controllers/team): Kueue gets nothing
+	// of it, also on a cluster that serves Kueue for its other pools. Its backend
+	// cannot change, so there is never a Kueue object of it to take away.
 	var problems []string
-	if err := c.apply(ctx, pool, chamberkueue.Cohort(pool)); err != nil {
-		problems = append(problems, err.Error())
-	}
-	if topology := chamberkueue.Topology(pool); topology != nil {
-		if err := c.apply(ctx, pool, topology); err != nil {
-			problems = append(problems, err.Error())
+	var workers *metav1.Condition
+	if !pool.UsesVolcano() {
+		var err error
+		if problems, workers, err = c.applyKueue(ctx, pool, models); err != nil {
+			return reconcile.Result{}, err
 		}
 	}
-	for _, m := range models {
-		if err := c.apply(ctx, pool, chamberkueue.ResourceFlavor(pool, m.Model)); err != nil {
-			problems = append(problems, err.Error())
-		}
-	}
-
-	mkProblems, workers, err := c.applyMultiKueue(ctx, pool)
-	if err != nil {
-		return reconcile.Result{}, err
-	}
-	problems = append(problems, mkProblems...)
 
 	var teams chamber.TeamList
 	if err := c.client.List(ctx, &teams); err != nil {
@@ -187,7 +179,10 @@ func (c *Controller) Reconcile(ctx context.Context, pool *chamber.GPUPool) (reco
 	sort.Strings(teamNames)
 
 	before := pool.Status.DeepCopy()
-	pool.Status.Cohort = pool.Name
+	pool.Status.Cohort = ""
+	if !pool.UsesVolcano() {
+		pool.Status.Cohort = pool.Name
+	}
 	pool.Status.Models = models
 	pool.Status.Teams = teamNames
 	cond := metav1.Condition{Type: chamber.ConditionReady, Status: metav1.ConditionTrue, Reason: "Reconciled",
@@ -210,6 +205,32 @@ func (c *Controller) Reconcile(ctx context.Context, pool *chamber.GPUPool) (reco
 		}
 	}
 	return reconcile.Result{RequeueAfter: workersRecheck(workers)}, nil
+}
+
+// applyKueue applies the Kueue objects of a Kueue pool: its Cohort, Topology, a
+// ResourceFlavor per model and the MultiKueue objects of its worker clusters. It
+// returns the problems applying them and the WorkerClustersActive condition (nil
+// where the pool has no worker clusters).
+func (c *Controller) applyKueue(ctx context.Context, pool *chamber.GPUPool, models []chamber.PoolModel) ([]string, *metav1.Condition, error) {
+	var problems []string
+	if err := c.apply(ctx, pool, chamberkueue.Cohort(pool)); err != nil {
+		problems = append(problems, err.Error())
+	}
+	if topology := chamberkueue.Topology(pool); topology != nil {
+		if err := c.apply(ctx, pool, topology); err != nil {
+			problems = append(problems, err.Error())
+		}
+	}
+	for _, m := range models {
+		if err := c.apply(ctx, pool, chamberkueue.ResourceFlavor(pool, m.Model)); err != nil {
+			problems = append(problems, err.Error())
+		}
+	}
+	mkProblems, workers, err := c.applyMultiKueue(ctx, pool)
+	if err != nil {
+		return nil, nil, err
+	}
+	return append(problems, mkProblems...), workers, nil
 }
 
 // apply creates obj or updates its spec, only where Chamber owns it.
@@ -310,7 +331,10 @@ func CountModels(pool *chamber.GPUPool, nodes []corev1.Node, unhealthy map[strin
 		}
 		m := byModel[model]
 		if m == nil {
-			m = &chamber.PoolModel{Model: model, Flavor: chamberkueue.FlavorName(pool.Name, model)}
+			m = &chamber.PoolModel{Model: model}
+			if !pool.UsesVolcano() {
+				m.Flavor = chamberkueue.FlavorName(pool.Name, model)
+			}
 			byModel[model] = m
 		}
 		m.Nodes++
