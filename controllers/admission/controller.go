@@ -451,11 +451,23 @@ func (c *Controller) evict(ctx context.Context, wl *kueue.Workload, e chamberkue
 	}
 	c.metrics.evictions.WithLabelValues(e.Reason).Inc()
 	c.recorder.Eventf(wl, nil, corev1.EventTypeWarning, e.Reason, "Evict", "%s", msg)
-	if e.Pause && (wl.Spec.Active == nil || *wl.Spec.Active) {
+	active := wl.Spec.Active == nil || *wl.Spec.Active
+	switch {
+	case e.Pause && active:
 		err := chamberkueue.PatchWorkload(ctx, c.client, wl, ptr.To(false), map[string]any{chamber.AnnotationEvictionPaused: e.Reason})
 		if client.IgnoreNotFound(err) != nil {
 			// The requester sees it evicted and active, and deactivates it itself.
 			return fmt.Errorf("pause workload %s/%s: %w", wl.Namespace, wl.Name, err)
+		}
+	case chamberkueue.MultiKueueCopy(wl) && active:
+		// A worker cluster's copy of a manager's workload goes back to the manager,
+		// which chooses where it runs next. Left active, this cluster's Kueue admits
+		// it again at once (seen within the second of the eviction, onto the same
+		// failed node), before the manager's MultiKueue sees it evicted; deactivated,
+		// it stays evicted, the manager requeues the workload and deletes this copy.
+		err := chamberkueue.PatchWorkload(ctx, c.client, wl, ptr.To(false), map[string]any{})
+		if client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("hand workload %s/%s back to its MultiKueue manager: %w", wl.Namespace, wl.Name, err)
 		}
 	}
 	return nil

@@ -25,7 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
-	kueueac "sigs.k8s.io/kueue/client-go/applyconfiguration/kueue/v1beta2"
+	workloadpatching "sigs.k8s.io/kueue/pkg/workload/patching"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/fleet"
@@ -38,12 +38,6 @@ import (
 // a Workload's copies only on the clusters in the Workload's
 // status.nominatedClusterNames (Kueue v0.19, admissionchecks/multikueue/workload.go).
 const DispatcherName = "chamber.dev/multikueue-dispatcher"
-
-// fieldOwner is the field manager of the nominations. Kueue asks external dispatchers
-// to write status.nominatedClusterNames as kueue-admission (Kueue v0.13 release
-// notes): Kueue clears the field as that manager when it sets status.clusterName, and
-// the two fields must not be set together.
-const fieldOwner = "kueue-admission"
 
 // Defaults of Options.
 const (
@@ -199,15 +193,26 @@ func (c *Controller) activeWorkers(ctx context.Context, pool *chamber.GPUPool) [
 	return out
 }
 
-// nominate writes the nominated clusters into the workload's status, as Kueue's
-// admission field manager (fieldOwner); nothing when they are already there.
+// nominate writes the nominated clusters into the workload's status; nothing when
+// they are already there. It writes as Kueue's own dispatchers do
+// (workload/patching.PatchAdmissionStatus: Kueue's admission status applied whole as
+// the kueue-admission field manager, at the workload's resourceVersion): Kueue asks
+// external dispatchers to write the field as kueue-admission (v0.13 release notes),
+// so that it clears it as that manager when it sets status.clusterName, and an apply
+// of that manager that leaves out what Kueue wrote as it (the checks' states, after
+// an eviction reset them) would remove it, which the API server refuses.
 func (c *Controller) nominate(ctx context.Context, wl *kueue.Workload, clusters []string) error {
 	if len(clusters) == 0 || sameSet(wl.Status.NominatedClusterNames, clusters) {
 		return nil
 	}
-	apply := kueueac.Workload(wl.Name, wl.Namespace).WithUID(wl.UID).WithResourceVersion(wl.ResourceVersion).
-		WithStatus(kueueac.WorkloadStatus().WithNominatedClusterNames(clusters...))
-	err := c.client.Status().Apply(ctx, apply, client.FieldOwner(fieldOwner), client.ForceOwnership)
+	clk, ok := c.opts.Clock.(clock.Clock)
+	if !ok {
+		clk = clock.RealClock{}
+	}
+	err := workloadpatching.PatchAdmissionStatus(ctx, c.client, wl, clk, func(wl *kueue.Workload) (bool, error) {
+		wl.Status.NominatedClusterNames = clusters
+		return true, nil
+	})
 	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 		// Changed or gone meanwhile: the change reconciles it again.
 		return nil

@@ -37,6 +37,14 @@ func MultiKueueClusterName(pool *chamber.GPUPool, worker string) string {
 	return multiKueueName(pool.Name, worker)
 }
 
+// MultiKueueCopy reports whether wl is a worker cluster's copy of a manager's
+// workload (Kueue's MultiKueue labels the copies it creates with the manager's
+// origin). Where it runs is the manager's choice, not this cluster's.
+func MultiKueueCopy(wl *kueue.Workload) bool {
+	_, ok := wl.Labels[kueue.MultiKueueOriginLabel]
+	return ok
+}
+
 // maxMultiKueueName is the longest name of a MultiKueue object Chamber makes: a
 // DNS-1123 label, since Kueue copies a MultiKueueCluster's name into each Workload's
 // status and into the metrics' labels.

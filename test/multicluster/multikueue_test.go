@@ -166,9 +166,11 @@ func (cl *cluster) start(ctx context.Context) error {
 // manager, as the chart's controller ServiceAccount, with Chamber's dispatcher where
 // the manager's Kueue names it.
 func runChamber(ctx context.Context) error {
-	ctrl.SetLogger(logr.Discard())
+	// The first logger set is the one controller-runtime keeps.
 	if os.Getenv("CHAMBER_TEST_LOGS") != "" {
-		ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
+		ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.UseDevMode(true)))
+	} else {
+		ctrl.SetLogger(logr.Discard())
 	}
 	// As the chart's controller ServiceAccount, with the chart's rules for pools with
 	// worker clusters: a rule missing from the chart fails the tests.
@@ -650,8 +652,9 @@ func describeJob(ctx context.Context, job string) string {
 			continue
 		}
 		for _, wl := range wls.Items {
-			fmt.Fprintf(&b, "\n%s Workload %s: cluster %v, checks %v, conditions %v",
-				cl.name, wl.Name, ptr.Deref(wl.Status.ClusterName, ""), wl.Status.AdmissionChecks, wl.Status.Conditions)
+			fmt.Fprintf(&b, "\n%s Workload %s: active %v, cluster %v, nominated %v, checks %v, conditions %v",
+				cl.name, wl.Name, ptr.Deref(wl.Spec.Active, true), ptr.Deref(wl.Status.ClusterName, ""), wl.Status.NominatedClusterNames,
+				wl.Status.AdmissionChecks, wl.Status.Conditions)
 		}
 	}
 	return b.String() + describeClusters(ctx)
