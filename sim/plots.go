@@ -14,9 +14,11 @@ import (
 
 // policyColors keeps each policy's colour the same in every plot.
 var policyColors = map[Policy]color.Color{
-	PolicyKubernetes: color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff},
-	PolicyKueue:      color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},
-	PolicyChamber:    color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff},
+	PolicyKubernetes:     color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff},
+	PolicyKueue:          color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},
+	PolicyChamber:        color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff},
+	PolicyVolcano:        color.RGBA{R: 0x94, G: 0x67, B: 0xbd, A: 0xff},
+	PolicyVolcanoChamber: color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff},
 }
 
 // series is one line of a plot.

@@ -13,6 +13,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+	batch "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 
 	"chamber.dev/chamber/controllers/idlereclaim"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
@@ -154,6 +155,9 @@ type recorder struct {
 	start   time.Time
 	speedup float64
 	sigterm time.Duration
+	// scheduler is the cause of the evictions Chamber gave no notice of
+	// (EvictionByKueue, or EvictionByVolcano under the Volcano policies).
+	scheduler string
 
 	mu   sync.Mutex
 	jobs map[string]*JobRecord // by namespace/name
@@ -167,9 +171,12 @@ type recorder struct {
 	done    int
 }
 
-func newRecorder(nodes map[string]*simNode, sc *Scenario) *recorder {
+func newRecorder(nodes map[string]*simNode, sc *Scenario, p Policy) *recorder {
 	r := &recorder{nodes: nodes, jobs: map[string]*JobRecord{}, pods: map[string]*PodRun{}, faulted: map[string]bool{},
-		created: map[string]time.Time{}, speedup: sc.Speedup, sigterm: sc.Work.SIGTERMGrace}
+		created: map[string]time.Time{}, speedup: sc.Speedup, sigterm: sc.Work.SIGTERMGrace, scheduler: EvictionByKueue}
+	if p.OnVolcano() {
+		r.scheduler = EvictionByVolcano
+	}
 	for i := range sc.Jobs {
 		j := &sc.Jobs[i]
 		r.jobs[j.Team+"/"+j.Name] = &JobRecord{Job: j, Progress: NewProgress(j.Work), Pods: podsOf(j, sc)}
@@ -189,8 +196,9 @@ func (r *recorder) simAt(t time.Time) time.Duration {
 	return wallToSim(t.Sub(r.start), r.speedup)
 }
 
-// watch adds the handlers to the cache's Pod and Job informers.
-func (r *recorder) watch(ctx context.Context, c cache.Cache, withWorkloads bool) error {
+// watch adds the handlers to the cache's Pod and Job informers (Kubernetes' Jobs and
+// Kueue's Workloads, or Volcano's Jobs).
+func (r *recorder) watch(ctx context.Context, c cache.Cache, p Policy) error {
 	pods, err := c.GetInformer(ctx, &corev1.Pod{})
 	if err != nil {
 		return err
@@ -200,6 +208,17 @@ func (r *recorder) watch(ctx context.Context, c cache.Cache, withWorkloads bool)
 		UpdateFunc: func(_, o any) { r.pod(o, false) },
 		DeleteFunc: func(o any) { r.pod(o, true) },
 	}); err != nil {
+		return err
+	}
+	if p.OnVolcano() {
+		vcjobs, err := c.GetInformer(ctx, &batch.Job{})
+		if err != nil {
+			return err
+		}
+		_, err = vcjobs.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+			AddFunc:    func(o any) { r.vcjob(o) },
+			UpdateFunc: func(_, o any) { r.vcjob(o) },
+		})
 		return err
 	}
 	jobs, err := c.GetInformer(ctx, &batchv1.Job{})
@@ -212,7 +231,7 @@ func (r *recorder) watch(ctx context.Context, c cache.Cache, withWorkloads bool)
 	}); err != nil {
 		return err
 	}
-	if !withWorkloads {
+	if p == PolicyKubernetes {
 		return nil
 	}
 	workloads, err := c.GetInformer(ctx, &kueue.Workload{})
@@ -359,7 +378,7 @@ func (r *recorder) pod(o any, deleted bool) {
 
 	r.mu.Lock()
 	run := r.pods[key]
-	job := r.jobs[pod.Namespace+"/"+pod.Labels[labelJobName]]
+	job := r.jobs[pod.Namespace+"/"+jobNameOf(pod)]
 	if _, seen := r.created[key]; !seen && run == nil && !ended {
 		r.created[key] = now
 	}
@@ -428,7 +447,7 @@ func (r *recorder) pod(o any, deleted bool) {
 			if run.terminating {
 				notice = run.notice
 			}
-			cause := EvictionByKueue
+			cause := r.scheduler
 			if !run.Job.noticed.IsZero() {
 				notice = max(notice, wallToSim(now.Sub(run.Job.noticed), r.speedup))
 				cause = run.Job.noticeReason

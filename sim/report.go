@@ -75,7 +75,8 @@ func renderReport(sc *Scenario, recs []*Recording, results []Result) string {
 	t := table{&b}
 	fmt.Fprintf(&b, "# Chamber fleet simulator: %d jobs on %d GPUs\n\n", len(sc.Jobs), sc.GPUs())
 	b.WriteString("Policies: (a) plain Kubernetes (Jobs straight to kube-scheduler), (b) Kueue alone with the teams' quotas, " +
-		"(c) Kueue with Chamber's controllers. Same trace slice, cluster, utilization draws and fault seed for each. " +
+		"(c) Kueue with Chamber's controllers, (d) Volcano alone with the teams' quotas, (e) Volcano with Chamber's controllers. " +
+		"Same trace slice, cluster, utilization draws and fault seed for each. " +
 		"Times are simulated (trace) time.\n\n")
 
 	b.WriteString(ReportTables[0] + "\n\n")
@@ -192,18 +193,19 @@ func renderReport(sc *Scenario, recs []*Recording, results []Result) string {
 
 	b.WriteString("\n" + ReportTables[5] + "\n\n")
 	for _, rec := range recs {
-		if rec.Policy != PolicyChamber {
+		if !rec.Policy.WithChamber() {
 			continue
 		}
-		fmt.Fprintf(&b, "Chamber controllers on in (c) (`controllers.Names()`): %s.\n\n", strings.Join(rec.Controllers, ", "))
+		fmt.Fprintf(&b, "Chamber controllers in %s (`controllers.Names()`, each where the API it works through is served: "+
+			"Kueue's under Kueue, Volcano's under Volcano): %s.\n\n", rec.Policy.Title(), strings.Join(rec.Controllers, ", "))
 		b.WriteString("At the end of the replay, Chamber's metrics against the simulator's own measurement from the Pods and Jobs:\n\n")
 		t.header("metric", "Chamber", "measured", "agrees")
 		for _, c := range rec.MetricsCheck {
 			t.row(c.Metric, num(c.Chamber, 1), num(c.Measured, 1), map[bool]string{true: "yes", false: "**no**"}[c.Agrees])
 		}
 	}
-	if !slices.ContainsFunc(recs, func(r *Recording) bool { return r.Policy == PolicyChamber }) {
-		b.WriteString("Policy (c) did not run.\n")
+	if !slices.ContainsFunc(recs, func(r *Recording) bool { return r.Policy.WithChamber() }) {
+		b.WriteString("No policy with Chamber ran.\n")
 	}
 
 	b.WriteString("\n" + ReportTables[4] + "\n\n")
@@ -321,6 +323,19 @@ const methodText = `## Method
   classes that Chamber compiles from the same GPUPool and Teams, created directly.
   **Plain Kubernetes** Jobs carry no queue name, so Kueue would ignore them; kube-scheduler
   places them first come, first served, with no quotas or priorities.
+- **Volcano alone** gets the Queues (one per team: deserved = its quota, reclaimable) and the
+  tiers' PriorityClasses that Chamber compiles from the same GPUPool (backend Volcano) and
+  Teams, created directly; **Volcano + Chamber** gets the GPUPool and Teams, and Chamber's
+  team controller makes the Queues. No Kueue and no kube-scheduler run under (d) and (e):
+  the real vc-scheduler (Chamber's chart's configuration: capacity, reclaim, priority and
+  preempt) and vc-controller-manager do. Each trace job is a Volcano Job of one task, its
+  pods a gang (minAvailable = pods), in its team's Queue, spec.priorityClassName its tier,
+  with a Volcano user's policies: PodEvicted and PodFailed restart the whole Job, maxRetry
+  3 (a restart past it fails the Job: lost). A pod Volcano's reclaim or preemption deletes
+  counts as an eviction by "Volcano", with the pod's SIGTERM grace (the model's 30 s) as
+  notice. Under (e) Chamber's idle reclaim pauses a Volcano Job (notice, then AbortJob) and
+  resumes it itself (ResumeJob): there is no interactive idle time limit for Volcano, and
+  no user resume.
 - **Trace.** Microsoft Philly (Jeon et al., "Analysis of Large-Scale Multi-Tenant GPU
   Clusters for DNN Training Workloads", USENIX ATC 2019; CC BY 4.0). Teams are the trace's
   users (virtual clusters); quotas divide the GPUs in proportion to each team's demand in the

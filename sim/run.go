@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -25,7 +26,9 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
@@ -57,6 +60,10 @@ const InteractiveIdleLimit = 30 * time.Minute
 // time.
 const JobBackoff = 10 * time.Second
 
+// VolcanoSchedulePeriod is vc-scheduler's period between scheduling sessions
+// (Volcano's default), in simulated time.
+const VolcanoSchedulePeriod = time.Second
+
 // Recording is what one policy's run measured.
 type Recording struct {
 	Policy Policy
@@ -66,9 +73,11 @@ type Recording struct {
 	Runs    []*PodRun
 	Samples []Sample
 	Faults  []FaultRecord
-	// Controllers lists Chamber's controllers that ran (PolicyChamber).
+	// Controllers lists Chamber's controllers (PolicyChamber, PolicyVolcanoChamber):
+	// each runs where the API it works through is served.
 	Controllers []string
-	// MetricsCheck compares Chamber's metrics with the API objects (PolicyChamber).
+	// MetricsCheck compares Chamber's metrics with the API objects (PolicyChamber,
+	// PolicyVolcanoChamber).
 	MetricsCheck []MetricCheck
 	// APIJobs counts the Jobs in the API at the end, by outcome.
 	APIComplete, APIFailed, APIOther int
@@ -111,8 +120,18 @@ func runPolicy(ctx context.Context, sc *Scenario, p Policy, label string) (*Reco
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	opts := controlplane.Full()
-	if p == PolicyKubernetes {
+	switch {
+	case p == PolicyKubernetes:
 		opts.Kueue = false // Jobs go straight to kube-scheduler
+	case p.OnVolcano():
+		// vc-scheduler places every pod (schedulerName volcano): no Kueue, no
+		// kube-scheduler.
+		opts.Kueue, opts.Scheduler, opts.Volcano = false, false, true
+		// vc-scheduler's period in simulated time, as the Job controller's back-off:
+		// its 1 s of clock, two sessions per job start (enqueue, then allocate), would
+		// be 4 simulated minutes at 120x. Floored at 100 ms of clock, 12 simulated
+		// seconds there, so that its sessions do not take the machine's cores.
+		opts.VolcanoSchedulePeriod = max(simToWall(VolcanoSchedulePeriod, sc.Speedup), 100*time.Millisecond)
 	}
 	opts.Progress = sc.Log
 	// The Job controller's retry back-off (10 s of clock, doubling) in simulated time,
@@ -152,16 +171,21 @@ func runPolicy(ctx context.Context, sc *Scenario, p Policy, label string) (*Reco
 		return nil, err
 	}
 	metricsURL := ""
-	if p == PolicyChamber {
+	if p.WithChamber() {
 		rec.Controllers = controllers.Names()
-		if err := startChamber(ctx, cp, sc); err != nil {
+		if err := startChamber(ctx, cp, sc, p); err != nil {
 			return nil, err
 		}
 		if sc.MetricsAddr != "0" {
 			metricsURL = "http://" + sc.MetricsAddr + "/metrics"
 		}
 	}
-	if p != PolicyKubernetes {
+	switch {
+	case p.OnVolcano():
+		if err := waitVolcanoQueuesOpen(ctx, c, teams); err != nil {
+			return nil, err
+		}
+	case p != PolicyKubernetes:
 		if err := waitQueuesActive(ctx, c, teams); err != nil {
 			return nil, err
 		}
@@ -170,7 +194,7 @@ func runPolicy(ctx context.Context, sc *Scenario, p Policy, label string) (*Reco
 		sc.OnCluster(p, cp.Kubeconfig, filepath.Join(cp.BinDir(), "kubectl"), metricsURL)
 	}
 
-	r := newRecorder(nodes, sc)
+	r := newRecorder(nodes, sc, p)
 	r.kill = func(pod string) { go deletePod(ctx, c, pod) }
 	r.complete = func(pod string) { go completePod(ctx, c, pod) }
 	r.checkpointed = func(pod string) { go reportCheckpoint(ctx, c, pod) }
@@ -183,7 +207,7 @@ func runPolicy(ctx context.Context, sc *Scenario, p Policy, label string) (*Reco
 	if err != nil {
 		return nil, err
 	}
-	if err := r.watch(ctx, informers, p != PolicyKubernetes); err != nil {
+	if err := r.watch(ctx, informers, p); err != nil {
 		return nil, err
 	}
 	go func() { _ = informers.Start(ctx) }()
@@ -233,10 +257,14 @@ loop:
 	}
 	rec.Wall = time.Since(rec.Start)
 	printProgress(sc, label, r.progress(), rec.Start)
-	if p == PolicyChamber {
+	if p.WithChamber() {
 		rec.MetricsCheck = checkMetrics(r, sc)
 	}
-	if err := countAPIJobs(ctx, c, rec); err != nil {
+	count := countAPIJobs
+	if p.OnVolcano() {
+		count = countVolcanoJobs
+	}
+	if err := count(ctx, c, rec); err != nil {
 		return nil, err
 	}
 	cancel()
@@ -254,9 +282,10 @@ loop:
 	return rec, nil
 }
 
-// setUpTeams creates a namespace per team and, for the Kueue policies, the team
-// quotas: for Kueue alone, the Kueue objects Chamber's compiler makes from the same
-// GPUPool and Teams, created directly; for Chamber, the GPUPool and Teams themselves.
+// setUpTeams creates a namespace per team and, for the Kueue and Volcano policies,
+// the team quotas: for Kueue alone (Volcano alone), the Kueue objects (Volcano
+// Queues) Chamber's compiler makes from the same GPUPool and Teams, created directly;
+// with Chamber, the GPUPool and Teams themselves.
 func setUpTeams(ctx context.Context, c client.Client, sc *Scenario, p Policy) ([]*chamber.Team, error) {
 	quotas := Quotas(sc.Jobs, sc.GPUs())
 	pool := &chamber.GPUPool{
@@ -304,7 +333,10 @@ func setUpTeams(ctx context.Context, c client.Client, sc *Scenario, p Policy) ([
 			}
 			objs = append(objs, cq, chamberkueue.LocalQueue(t, t.Name))
 		}
-	case PolicyChamber:
+	case PolicyVolcano, PolicyVolcanoChamber:
+		objs = append(objs, volcanoTeams(pool, teams, p)...)
+	}
+	if p.WithChamber() {
 		if sc.QuotasFollowHealth {
 			pool.Spec.QuotasFollowHealth = ptr.To(true)
 		}
@@ -328,8 +360,8 @@ func setUpTeams(ctx context.Context, c client.Client, sc *Scenario, p Policy) ([
 		}
 	}
 	for _, o := range objs {
-		if err := c.Create(ctx, o); err != nil {
-			return nil, fmt.Errorf("create %T %s: %w", o, o.GetName(), err)
+		if err := ensureCreated(ctx, c, o); err != nil {
+			return nil, err
 		}
 	}
 	return teams, nil
@@ -339,7 +371,9 @@ func setUpTeams(ctx context.Context, c client.Client, sc *Scenario, p Policy) ([
 // Their delays are scaled to simulated time (the inventory's idle window, idle
 // reclaim's interval and hold, the admission check's recheck and placement timeout),
 // each floored at what the control plane itself takes.
-func startChamber(ctx context.Context, cp *controlplane.ControlPlane, sc *Scenario) error {
+// Under Volcano + Chamber they run as chamber-controller does on a cluster that serves
+// Volcano and not Kueue.
+func startChamber(ctx context.Context, cp *controlplane.ControlPlane, sc *Scenario, p Policy) error {
 	if sc.MetricsAddr != "0" {
 		// The manager would fail in the background and the queues never turn Active.
 		l, err := net.Listen("tcp", sc.MetricsAddr)
@@ -348,17 +382,23 @@ func startChamber(ctx context.Context, cp *controlplane.ControlPlane, sc *Scenar
 		}
 		_ = l.Close()
 	}
-	logger, closeLog, err := chamberLogger(sc)
+	logger, closeLog, err := chamberLogger(sc, p)
 	if err != nil {
 		return err
 	}
 	context.AfterFunc(ctx, closeLog)
+	// A second Chamber run in one process (Kueue + Chamber, then Volcano + Chamber)
+	// names its controllers again.
 	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{Scheme: controlplane.Scheme, Logger: logger, Cache: controllers.CacheOptions(),
-		Metrics: metricsserver.Options{BindAddress: sc.MetricsAddr}})
+		Metrics:    metricsserver.Options{BindAddress: sc.MetricsAddr},
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)}})
 	if err != nil {
 		return err
 	}
 	cfg := controllers.DefaultConfig()
+	cfg.WithoutKueue, cfg.Volcano = p.OnVolcano(), p.OnVolcano()
+	fleetMetrics.reset()
+	cfg.Inventory.Registerer = &fleetMetrics
 	cfg.Inventory.Fleet.IdleThresholdPercent = float64(sc.IdleBelowPercent)
 	cfg.Inventory.Fleet.IdleWindow = 2 * time.Second
 	cfg.IdleReclaim.Interval = time.Second
@@ -387,13 +427,13 @@ func startChamber(ctx context.Context, cp *controlplane.ControlPlane, sc *Scenar
 }
 
 // chamberLogger is the log of Chamber's controllers: with KeepLogs, a file beside the
-// control plane's component logs (OutDir/logs/chamber/chamber-controller.log), as
+// control plane's component logs (OutDir/logs/<policy>/chamber-controller.log), as
 // chamber-controller writes it; none otherwise.
-func chamberLogger(sc *Scenario) (logr.Logger, func(), error) {
+func chamberLogger(sc *Scenario, p Policy) (logr.Logger, func(), error) {
 	if !sc.KeepLogs {
 		return logr.Discard(), func() {}, nil
 	}
-	dir := filepath.Join(sc.OutDir, "logs", string(PolicyChamber))
+	dir := filepath.Join(sc.OutDir, "logs", string(p))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return logr.Logger{}, nil, err
 	}
@@ -438,7 +478,10 @@ func submit(ctx context.Context, c client.Client, sc *Scenario, p Policy, r *rec
 			return nil
 		case <-time.After(time.Until(at)):
 		}
-		obj := jobObject(j, p, sc)
+		var obj client.Object = jobObject(j, p, sc)
+		if p.OnVolcano() {
+			obj = vcjobObject(j, sc)
+		}
 		if err := c.Create(ctx, obj); err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -472,18 +515,10 @@ const neverByKwok = 10000 * time.Hour
 // the simulator when the job's work is done.
 func jobObject(j *Job, p Policy, sc *Scenario) *batchv1.Job {
 	pods := podsOf(j, sc)
-	perPod := j.GPUs / pods
-	run := neverByKwok
-	instant := time.Millisecond.String()
 	labels := map[string]string{"sim.chamber.dev/tier": j.Tier}
 	if p != PolicyKubernetes {
 		labels["kueue.x-k8s.io/queue-name"] = "default"
 		labels["kueue.x-k8s.io/priority-class"] = j.Tier
-	}
-	var podLabels map[string]string
-	if j.Work.Kind == KindInteractive {
-		// A notebook says what it is, under every policy; only Chamber reads it.
-		podLabels = map[string]string{chamber.LabelInteractive: "true"}
 	}
 	return &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{Name: j.Name, Namespace: j.Team, Labels: labels,
@@ -492,37 +527,51 @@ func jobObject(j *Job, p Policy, sc *Scenario) *batchv1.Job {
 			Parallelism:  ptr.To(int32(pods)),
 			Completions:  ptr.To(int32(pods)),
 			BackoffLimit: ptr.To(sc.BackoffLimit),
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: podLabels, Annotations: map[string]string{
-					"pod-create.stage.kwok.x-k8s.io/delay":          instant,
-					"pod-create.stage.kwok.x-k8s.io/jitter-delay":   instant,
-					"pod-ready.stage.kwok.x-k8s.io/delay":           instant,
-					"pod-ready.stage.kwok.x-k8s.io/jitter-delay":    instant,
-					"pod-complete.stage.kwok.x-k8s.io/delay":        run.String(),
-					"pod-complete.stage.kwok.x-k8s.io/jitter-delay": run.String(),
-					// kwok deletes a terminating pod at its grace's end (its
-					// deletionTimestamp), as the kubelet kills a process still
-					// running then; one that exits earlier, the simulator deletes.
-					"pod-delete.stage.kwok.x-k8s.io/delay": run.String(),
-					annotationUtilization:                  strconv.Itoa(int(j.Util.GPUPercent)),
-					annotationGPUs:                         strconv.Itoa(perPod),
-				}},
-				Spec: corev1.PodSpec{
-					RestartPolicy: corev1.RestartPolicyNever,
-					// No grace of its own: Kubernetes' default 30 s would be an hour of
-					// simulated time. A pod deleted with no grace stands for one with the
-					// default (the work model's SIGTERMGrace); where Chamber raises it to
-					// the team's eviction grace, the pod gets that (recorder.sigtermOf).
-					TerminationGracePeriodSeconds: ptr.To[int64](0),
-					Containers: []corev1.Container{{
-						Name: "train", Image: "sim.chamber.dev/train",
-						Resources: corev1.ResourceRequirements{
-							Requests: corev1.ResourceList{chamberkueue.ResourceGPU: *resource.NewQuantity(int64(perPod), resource.DecimalSI)},
-							Limits:   corev1.ResourceList{chamberkueue.ResourceGPU: *resource.NewQuantity(int64(perPod), resource.DecimalSI)},
-						},
-					}},
+			Template:     podTemplate(j, sc),
+		},
+	}
+}
+
+// podTemplate is the pod of every policy's Job replaying j (a Kubernetes Job's, a
+// Volcano Job task's).
+func podTemplate(j *Job, sc *Scenario) corev1.PodTemplateSpec {
+	perPod := j.GPUs / podsOf(j, sc)
+	run := neverByKwok
+	instant := time.Millisecond.String()
+	var podLabels map[string]string
+	if j.Work.Kind == KindInteractive {
+		// A notebook says what it is, under every policy; only Chamber reads it.
+		podLabels = map[string]string{chamber.LabelInteractive: "true"}
+	}
+	return corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Labels: podLabels, Annotations: map[string]string{
+			"pod-create.stage.kwok.x-k8s.io/delay":          instant,
+			"pod-create.stage.kwok.x-k8s.io/jitter-delay":   instant,
+			"pod-ready.stage.kwok.x-k8s.io/delay":           instant,
+			"pod-ready.stage.kwok.x-k8s.io/jitter-delay":    instant,
+			"pod-complete.stage.kwok.x-k8s.io/delay":        run.String(),
+			"pod-complete.stage.kwok.x-k8s.io/jitter-delay": run.String(),
+			// kwok deletes a terminating pod at its grace's end (its
+			// deletionTimestamp), as the kubelet kills a process still
+			// running then; one that exits earlier, the simulator deletes.
+			"pod-delete.stage.kwok.x-k8s.io/delay": run.String(),
+			annotationUtilization:                  strconv.Itoa(int(j.Util.GPUPercent)),
+			annotationGPUs:                         strconv.Itoa(perPod),
+		}},
+		Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever,
+			// No grace of its own: Kubernetes' default 30 s would be an hour of
+			// simulated time. A pod deleted with no grace stands for one with the
+			// default (the work model's SIGTERMGrace); where Chamber raises it to
+			// the team's eviction grace, the pod gets that (recorder.sigtermOf).
+			TerminationGracePeriodSeconds: ptr.To[int64](0),
+			Containers: []corev1.Container{{
+				Name: "train", Image: "sim.chamber.dev/train",
+				Resources: corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{chamberkueue.ResourceGPU: *resource.NewQuantity(int64(perPod), resource.DecimalSI)},
+					Limits:   corev1.ResourceList{chamberkueue.ResourceGPU: *resource.NewQuantity(int64(perPod), resource.DecimalSI)},
 				},
-			},
+			}},
 		},
 	}
 }
@@ -733,4 +782,42 @@ func roomOptions(speedup float64) room.Options {
 		Interval: max(simToWall(room.DefaultInterval, speedup), time.Second),
 		Settle:   max(simToWall(room.DefaultSettle, speedup), 5*time.Second),
 	}
+}
+
+// fleetMetrics registers the inventory's metrics in controller-runtime's registry,
+// and takes the last Chamber run's out first (reset): a process that runs Chamber
+// twice (Kueue + Chamber, then Volcano + Chamber) would otherwise register them twice
+// and fail.
+var fleetMetrics runRegisterer
+
+// runRegisterer registers collectors in controller-runtime's registry and remembers
+// them, so that reset can take them out again.
+type runRegisterer struct{ registered []prometheus.Collector }
+
+// reset unregisters every collector registered since the last reset.
+func (r *runRegisterer) reset() {
+	for _, c := range r.registered {
+		metrics.Registry.Unregister(c)
+	}
+	r.registered = nil
+}
+
+func (r *runRegisterer) Register(c prometheus.Collector) error {
+	if err := metrics.Registry.Register(c); err != nil {
+		return err
+	}
+	r.registered = append(r.registered, c)
+	return nil
+}
+
+func (r *runRegisterer) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		if err := r.Register(c); err != nil {
+			panic(err)
+		}
+	}
+}
+
+func (r *runRegisterer) Unregister(c prometheus.Collector) bool {
+	return metrics.Registry.Unregister(c)
 }

@@ -1,7 +1,8 @@
 // Package sim is Chamber's fleet simulator: it replays a GPU cluster trace as
-// Kubernetes Jobs on a local control plane (kwok GPU nodes, the real node agent on
-// go-nvml fakes, the real Kueue) under three policies — plain Kubernetes, Kueue alone,
-// Kueue with Chamber — and writes a report comparing them.
+// Kubernetes Jobs (or Volcano Jobs) on a local control plane (kwok GPU nodes, the real
+// node agent on go-nvml fakes, the real Kueue or Volcano) under each policy — plain
+// Kubernetes, Kueue alone, Kueue with Chamber, Volcano alone, Volcano with Chamber —
+// and writes a report comparing them.
 package sim
 
 import (
@@ -17,7 +18,7 @@ import (
 // Policy is how jobs reach the GPUs.
 type Policy string
 
-// The three policies compared, all on the same trace and cluster.
+// The policies compared, all on the same trace and cluster.
 const (
 	// PolicyKubernetes: Jobs go straight to kube-scheduler; no queueing, no quotas.
 	PolicyKubernetes Policy = "kubernetes"
@@ -26,10 +27,48 @@ const (
 	PolicyKueue Policy = "kueue"
 	// PolicyChamber: Kueue with Chamber's controllers running (controllers.Names()).
 	PolicyChamber Policy = "chamber"
+	// PolicyVolcano: Volcano alone with the teams' quotas (the Queues Chamber would
+	// compile, created directly), the trace's jobs as Volcano Jobs; no Kueue, no
+	// kube-scheduler, no Chamber controller.
+	PolicyVolcano Policy = "volcano"
+	// PolicyVolcanoChamber: Volcano with Chamber's controllers running (the pool's
+	// backend is Volcano; Chamber makes the Queues, isolates and idle-reclaims the
+	// Volcano Jobs).
+	PolicyVolcanoChamber Policy = "volcano-chamber"
 )
 
 // AllPolicies in the order they run.
-var AllPolicies = []Policy{PolicyKubernetes, PolicyKueue, PolicyChamber}
+var AllPolicies = []Policy{PolicyKubernetes, PolicyKueue, PolicyChamber, PolicyVolcano, PolicyVolcanoChamber}
+
+// OnVolcano says whether the policy's jobs are Volcano Jobs placed by vc-scheduler.
+func (p Policy) OnVolcano() bool { return p == PolicyVolcano || p == PolicyVolcanoChamber }
+
+// WithChamber says whether Chamber's controllers run under the policy.
+func (p Policy) WithChamber() bool { return p == PolicyChamber || p == PolicyVolcanoChamber }
+
+// Scheduler is what places the policy's jobs, as the report names it.
+func (p Policy) Scheduler() string {
+	switch {
+	case p.OnVolcano():
+		return "Volcano"
+	case p == PolicyKubernetes:
+		return "kube-scheduler"
+	}
+	return "Kueue"
+}
+
+// Baseline is the policy whose figures the policy's are compared with, the same
+// scheduler without Chamber (Kueue alone for Kueue + Chamber, Volcano alone for
+// Volcano + Chamber); none for the others.
+func (p Policy) Baseline() (Policy, bool) {
+	switch p {
+	case PolicyChamber:
+		return PolicyKueue, true
+	case PolicyVolcanoChamber:
+		return PolicyVolcano, true
+	}
+	return "", false
+}
 
 // Title is the policy as the report names it.
 func (p Policy) Title() string {
@@ -40,21 +79,23 @@ func (p Policy) Title() string {
 		return "(b) Kueue"
 	case PolicyChamber:
 		return "(c) Kueue + Chamber"
+	case PolicyVolcano:
+		return "(d) Volcano"
+	case PolicyVolcanoChamber:
+		return "(e) Volcano + Chamber"
 	}
 	return string(p)
 }
 
-// ParsePolicies parses "kubernetes,kueue,chamber".
+// ParsePolicies parses "kubernetes,kueue,chamber,volcano,volcano-chamber".
 func ParsePolicies(s string) ([]Policy, error) {
 	var out []Policy
 	for _, f := range strings.Split(s, ",") {
 		p := Policy(strings.TrimSpace(f))
-		switch p {
-		case PolicyKubernetes, PolicyKueue, PolicyChamber:
-			out = append(out, p)
-		default:
-			return nil, fmt.Errorf("unknown policy %q: want a comma-separated list of kubernetes, kueue, chamber", f)
+		if !slices.Contains(AllPolicies, p) {
+			return nil, fmt.Errorf("unknown policy %q: want a comma-separated list of kubernetes, kueue, chamber, volcano, volcano-chamber", f)
 		}
+		out = append(out, p)
 	}
 	return out, nil
 }

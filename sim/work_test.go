@@ -416,7 +416,7 @@ func TestEvictionCauses(t *testing.T) {
 	w := Work{Kind: KindTraining, Work: 10 * time.Hour, CheckpointEvery: 8 * time.Hour, CheckpointWrite: 3 * time.Minute}
 	j := &JobRecord{Job: &Job{Name: "j", Team: "team-a", GPUs: 2, Work: w}, Pods: 1, Progress: NewProgress(w)}
 	r := &recorder{speedup: 60, start: start, nodes: map[string]*simNode{"n1": {name: "n1", gpus: fake, slots: make([]gpuSlot, 8)}},
-		pods: map[string]*PodRun{}, jobs: map[string]*JobRecord{"team-a/j": j}, faulted: map[string]bool{}, created: map[string]time.Time{}}
+		pods: map[string]*PodRun{}, jobs: map[string]*JobRecord{"team-a/j": j}, faulted: map[string]bool{}, created: map[string]time.Time{}, scheduler: EvictionByKueue}
 	pod := func(name string) *corev1.Pod {
 		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: name, Labels: map[string]string{labelJobName: "j"}},
 			Spec: corev1.PodSpec{NodeName: "n1"}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
