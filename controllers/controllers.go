@@ -38,7 +38,8 @@ func CacheOptions() cache.Options {
 
 // Config configures the controllers.
 type Config struct {
-	// PriorityTiers become Kueue WorkloadPriorityClasses.
+	// PriorityTiers become Kueue WorkloadPriorityClasses, and PriorityClasses where
+	// Volcano is served.
 	PriorityTiers []chamberkueue.PriorityTier
 	// AccountingInterval is how often team spend is added up.
 	AccountingInterval time.Duration
@@ -214,6 +215,9 @@ var controllerList = []struct {
 	}},
 	{"priority-tiers", kueueAPI, func(mgr ctrl.Manager, cfg Config) error {
 		return mgr.Add(priorityTiers{client: mgr.GetClient(), tiers: cfg.PriorityTiers})
+	}},
+	{"priority-tiers-volcano", volcanoAPI, func(mgr ctrl.Manager, cfg Config) error {
+		return team.RegisterVolcanoPriorityTiers(mgr, cfg.PriorityTiers)
 	}},
 }
 

@@ -80,7 +80,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", o.LeaderElectionNamespace, "namespace of the leader election Lease (default: the pod's own; required out of cluster)")
 	fs.Float64Var(&o.APIQPS, "kube-api-qps", o.APIQPS, "queries per second to the API server (Kueue's own default: its check round trips are on Kueue's admission path)")
 	fs.IntVar(&o.APIBurst, "kube-api-burst", o.APIBurst, "burst of queries to the API server")
-	fs.StringVar(&o.priorityTiers, "priority-tiers", o.priorityTiers, "Kueue WorkloadPriorityClasses to create, name=value,...")
+	fs.StringVar(&o.priorityTiers, "priority-tiers", o.priorityTiers, "priority tiers, name=value,...: Kueue WorkloadPriorityClasses, and PriorityClasses for Volcano Jobs where Volcano is served")
 	fs.DurationVar(&c.AccountingInterval, "accounting-interval", c.AccountingInterval, "how often team spend is added up when nothing changes")
 	fs.Float64Var(&c.Inventory.Fleet.IdleThresholdPercent, "idle-utilization-threshold", c.Inventory.Fleet.IdleThresholdPercent, "GPU utilization (percent, mean over the node agent's window) below which a held GPU counts as idle")
 	fs.DurationVar(&c.Inventory.Fleet.IdleWindow, "idle-window", c.Inventory.Fleet.IdleWindow, "how long a held GPU's utilization must stay below the threshold to count as idle")
