@@ -106,7 +106,9 @@ func TestPriorityClassesNotOwnedAreLeftAlone(t *testing.T) {
 	taken := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: "tier-taken"}, Value: 7}
 	create(t, taken)
 	t.Cleanup(func() { _ = k8s.Delete(context.Background(), taken) })
-	t.Cleanup(func() { _ = k8s.Delete(context.Background(), &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: "tier-mine"}}) })
+	t.Cleanup(func() {
+		_ = k8s.Delete(context.Background(), &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: "tier-mine"}})
+	})
 
 	// Each run is chamber-controller starting with the tiers given.
 	start := func(tiers ...chamberkueue.PriorityTier) {
