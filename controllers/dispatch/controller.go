@@ -8,6 +8,7 @@ package dispatch
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -79,7 +81,7 @@ type workerRead struct {
 	secretVersion string
 	client        client.Client
 	at            time.Time
-	free          map[string]int64
+	free          map[string][]int64
 	err           error
 }
 
@@ -128,7 +130,7 @@ func (c *Controller) Reconcile(ctx context.Context, wl *kueue.Workload) (reconci
 	if pool == nil || err != nil {
 		return reconcile.Result{}, err
 	}
-	model, gpus := Request(wl, pool)
+	model, pods := Request(wl, pool)
 	if model == "" {
 		// Asks for no GPUs of the pool's models: any worker will do.
 		return reconcile.Result{}, c.nominate(ctx, wl, c.activeWorkers(ctx, pool))
@@ -144,9 +146,9 @@ func (c *Controller) Reconcile(ctx context.Context, wl *kueue.Workload) (reconci
 			// knows of, and is nominated only where no worker has room.
 			ctrl.LoggerFrom(ctx).Info("cannot count the free GPUs of a worker cluster", "worker", w.Name, "error", err.Error())
 		}
-		workers = append(workers, Worker{Name: name, FreeGPUs: free[model], PricePerGPUHour: pool.WorkerPricesPerGPUHour(w.Name)[model]})
+		workers = append(workers, Worker{Name: name, FreeByNode: free[model], PricePerGPUHour: pool.WorkerPricesPerGPUHour(w.Name)[model]})
 	}
-	if err := c.nominate(ctx, wl, Nominate(workers, gpus)); err != nil {
+	if err := c.nominate(ctx, wl, Nominate(workers, pods)); err != nil {
 		return reconcile.Result{}, err
 	}
 	return reconcile.Result{RequeueAfter: c.opts.Renominate}, nil
@@ -232,11 +234,11 @@ func sameSet(a, b []string) bool {
 }
 
 // Request is the GPU model the workload's quota was reserved in (the flavor Kueue
-// assigned its GPUs, one of the pool's models) and the GPUs it asks for in all; ""
-// when it asks for none of the pool's GPUs.
-func Request(wl *kueue.Workload, pool *chamber.GPUPool) (model string, gpus int64) {
+// assigned its GPUs, one of the pool's models) and the GPUs each of its pods asks
+// for; "" when it asks for none of the pool's GPUs.
+func Request(wl *kueue.Workload, pool *chamber.GPUPool) (model string, pods []int64) {
 	if wl.Status.Admission == nil {
-		return "", 0
+		return "", nil
 	}
 	byFlavor := map[string]string{}
 	for _, m := range pool.Status.Models {
@@ -251,15 +253,21 @@ func Request(wl *kueue.Workload, pool *chamber.GPUPool) (model string, gpus int6
 			model = byFlavor[string(flavor)]
 		}
 		q := psa.ResourceUsage[chamberkueue.ResourceGPU]
-		gpus += q.Value()
+		count := int64(ptr.Deref(psa.Count, 1))
+		if count <= 0 || q.Value() == 0 {
+			continue
+		}
+		for range count {
+			pods = append(pods, q.Value()/count)
+		}
 	}
-	return model, gpus
+	return model, pods
 }
 
-// freeGPUs are the worker's free healthy GPUs by model, read at most WorkersMaxAge
+// freeGPUs are the worker's free healthy GPUs by model and node, read at most WorkersMaxAge
 // ago. The counts are the fleet model's (fleet.Free) over the worker's nodes that
 // take work, its pods and its node agents' reports.
-func (c *Controller) freeGPUs(ctx context.Context, pool *chamber.GPUPool, w chamber.WorkerCluster) (map[string]int64, error) {
+func (c *Controller) freeGPUs(ctx context.Context, pool *chamber.GPUPool, w chamber.WorkerCluster) (map[string][]int64, error) {
 	name := chamberkueue.MultiKueueClusterName(pool, w.Name)
 	now := c.opts.Clock.Now()
 	c.mu.Lock()
@@ -294,9 +302,9 @@ func (c *Controller) freeGPUs(ctx context.Context, pool *chamber.GPUPool, w cham
 }
 
 // countFree reads a worker's nodes, pods and GPUNodes into a fleet model and counts
-// its free GPUs by model. Nodes that take no work (cordoned, or tainted NoSchedule or
+// its free GPUs by model and node (in node name order). Nodes that take no work (cordoned, or tainted NoSchedule or
 // NoExecute) offer none. A worker without Chamber's CRDs has no agent reports.
-func countFree(ctx context.Context, c client.Client, pool *chamber.GPUPool) (map[string]int64, error) {
+func countFree(ctx context.Context, c client.Client, pool *chamber.GPUPool) (map[string][]int64, error) {
 	var nodes corev1.NodeList
 	if err := c.List(ctx, &nodes); err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)
@@ -328,9 +336,21 @@ func countFree(ctx context.Context, c client.Client, pool *chamber.GPUPool) (map
 	for i := range pods.Items {
 		model.SetPod(&pods.Items[i])
 	}
-	free := map[string]int64{}
-	for m, counts := range model.Snapshot().CountsByModel() {
-		free[m] = int64(counts[fleet.Free])
+	byNode := map[string]map[string]int64{} // model -> node -> free GPUs
+	for _, g := range model.Snapshot().GPUs {
+		if g.State != fleet.Free {
+			continue
+		}
+		if byNode[g.Model] == nil {
+			byNode[g.Model] = map[string]int64{}
+		}
+		byNode[g.Model][g.Node]++
+	}
+	free := map[string][]int64{}
+	for m, nodes := range byNode {
+		for _, name := range slices.Sorted(maps.Keys(nodes)) {
+			free[m] = append(free[m], nodes[name])
+		}
 	}
 	return free, nil
 }
