@@ -3,6 +3,7 @@ package inventory
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -60,6 +61,9 @@ type workers struct {
 
 	mu      sync.Mutex
 	running map[string]*worker
+	// wanted are the workers the pools list, watched or not (a Secret missing or
+	// unreadable, a worker not reached).
+	wanted []string
 }
 
 // worker is one watched worker cluster.
@@ -114,7 +118,16 @@ func (w *workers) Collect(ch chan<- prometheus.Metric) {
 	for _, wk := range w.running {
 		running = append(running, wk)
 	}
+	var unread []string
+	for _, name := range w.wanted {
+		if w.running[name] == nil {
+			unread = append(unread, name)
+		}
+	}
 	w.mu.Unlock()
+	for _, name := range unread {
+		ch <- prometheus.MustNewConstMetric(workerUpDesc, prometheus.GaugeValue, 0, name)
+	}
 	for _, wk := range running {
 		up := 0.0
 		if wk.model.Synced() {
@@ -198,6 +211,7 @@ func (w *workers) sync(ctx context.Context) {
 
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.wanted = slices.Sorted(maps.Keys(wanted))
 	for name, wk := range w.running {
 		if _, ok := wanted[name]; !ok {
 			w.log.Info("stop watching worker cluster", "cluster", name)
