@@ -28,7 +28,7 @@ func TestShortScenario(t *testing.T) {
 		Jobs: jobs, Nodes: []NodeGroup{{Count: 1, GPUs: 8, Product: "NVIDIA-H100-80GB-HBM3", Fake: "dgxh100"}},
 		Speedup: 600, FaultsPer1000GPUHours: 60, RepairTime: 30 * time.Minute, PricePerGPUHour: 2.49,
 		IdleBelowPercent: 5, BackoffLimit: 3, SampleEvery: 500 * time.Millisecond, Timeout: 2 * time.Minute,
-		Policies: AllPolicies, OutDir: t.TempDir(), MetricsAddr: "0", Seed: 1, InteractiveIdleLimit: InteractiveIdleLimit,
+		Policies: []Policy{PolicyKubernetes, PolicyKueue, PolicyChamber}, OutDir: t.TempDir(), MetricsAddr: "0", Seed: 1, InteractiveIdleLimit: InteractiveIdleLimit,
 		Progress: io.Discard, Log: io.Discard,
 	}
 	if testing.Verbose() {
