@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/onsi/gomega"
+	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -120,10 +121,7 @@ func gpusByState(g gomega.Gomega, cluster string) map[string]float64 {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
+			labels := labelsOf(m)
 			if labels["cluster"] == cluster && labels["pool"] == pool.Name && m.GetGauge().GetValue() > 0 {
 				out[labels["state"]] += m.GetGauge().GetValue()
 			}
@@ -139,10 +137,7 @@ func teamCost(g gomega.Gomega, cluster string) (cost, seconds float64) {
 	g.Expect(err).NotTo(gomega.HaveOccurred())
 	for _, mf := range families {
 		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
+			labels := labelsOf(m)
 			if labels["cluster"] != cluster || labels["team"] != team.Name || labels["model"] != h100 {
 				continue
 			}
@@ -156,4 +151,13 @@ func teamCost(g gomega.Gomega, cluster string) (cost, seconds float64) {
 	}
 	g.Expect(seconds).To(gomega.BeNumerically(">", 0), "team-a has held GPUs on %s", cluster)
 	return cost, seconds
+}
+
+// labelsOf is a series' labels by name; a label it lacks reads "".
+func labelsOf(m *dto.Metric) map[string]string {
+	labels := map[string]string{}
+	for _, l := range m.GetLabel() {
+		labels[l.GetName()] = l.GetValue()
+	}
+	return labels
 }
