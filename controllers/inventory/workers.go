@@ -64,6 +64,8 @@ type workers struct {
 	// wanted are the workers the pools list, watched or not (a Secret missing or
 	// unreadable, a worker not reached).
 	wanted []string
+	// up is chamber_worker_cluster_up, a series for each of wanted.
+	up *prometheus.GaugeVec
 }
 
 // worker is one watched worker cluster.
@@ -82,16 +84,12 @@ var (
 	_ prometheus.Collector           = (*workers)(nil)
 )
 
-var workerUpDesc = prometheus.NewDesc("chamber_worker_cluster_up",
-	"1 while Chamber reads the worker cluster's fleet (its kubeconfig Secret works and its watches are synced), else 0.",
-	[]string{ClusterLabel}, nil)
-
 func registerWorkers(mgr ctrl.Manager, opts Options) error {
 	w := &workers{
 		cache: mgr.GetCache(), secrets: mgr.GetAPIReader(), namespace: opts.KueueNamespace,
 		scheme: mgr.GetScheme(), cacheOpts: opts.WorkerCache, fleetOpts: opts.Fleet, perGPU: opts.PerGPUMetrics,
 		log: mgr.GetLogger().WithName("inventory").WithName("workers"), poke: make(chan struct{}, 1),
-		running: map[string]*worker{},
+		running: map[string]*worker{}, up: newWorkerUp(),
 	}
 	if w.namespace == "" {
 		w.namespace = chamberkueue.DefaultNamespace
@@ -126,16 +124,17 @@ func (w *workers) Collect(ch chan<- prometheus.Metric) {
 	}
 	w.mu.Unlock()
 	for _, name := range unread {
-		ch <- prometheus.MustNewConstMetric(workerUpDesc, prometheus.GaugeValue, 0, name)
+		w.up.WithLabelValues(name).Set(0)
 	}
 	for _, wk := range running {
 		up := 0.0
 		if wk.model.Synced() {
 			up = 1
 		}
-		ch <- prometheus.MustNewConstMetric(workerUpDesc, prometheus.GaugeValue, up, wk.name)
+		w.up.WithLabelValues(wk.name).Set(up)
 		wk.metrics.Collect(ch)
 	}
+	w.up.Collect(ch)
 }
 
 // Start follows the pools: a pool or Team change, or every workerResync, brings the
@@ -211,6 +210,11 @@ func (w *workers) sync(ctx context.Context) {
 
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	for _, name := range w.wanted {
+		if _, ok := wanted[name]; !ok {
+			w.up.DeleteLabelValues(name)
+		}
+	}
 	w.wanted = slices.Sorted(maps.Keys(wanted))
 	for name, wk := range w.running {
 		if _, ok := wanted[name]; !ok {
