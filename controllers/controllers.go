@@ -62,7 +62,8 @@ type Config struct {
 	// Clock.
 	Room           room.Options
 	RoomForBigJobs bool
-	// PodGracePeriods: Kueue's preemptions give a team's pods its eviction grace
+	// PodGracePeriods: Kueue's preemptions (and Volcano's reclaim and preempt) give a
+	// team's pods its eviction grace
 	// period (Admission.GracePeriod where neither the team nor its pool sets one), as
 	// their terminationGracePeriodSeconds.
 	PodGracePeriods bool
@@ -153,7 +154,8 @@ var controllerList = []struct {
 		return team.Register(mgr, opts)
 	}},
 	{"team-volcano", volcanoAPI, func(mgr ctrl.Manager, cfg Config) error {
-		return team.RegisterVolcano(mgr, team.VolcanoOptions{WithoutKueue: cfg.WithoutKueue})
+		return team.RegisterVolcano(mgr, team.VolcanoOptions{WithoutKueue: cfg.WithoutKueue,
+			PodGracePeriods: cfg.PodGracePeriods, EvictionGrace: cfg.Admission.GracePeriod})
 	}},
 	{"dispatch", kueueAPI, func(mgr ctrl.Manager, cfg Config) error {
 		if !cfg.MultiKueueDispatcher {

@@ -244,7 +244,7 @@ func (c *Controller) Reconcile(ctx context.Context, team *chamber.Team) (reconci
 			return reconcile.Result{}, err
 		}
 		if c.opts.PodGracePeriods {
-			if err := c.applyGracePolicy(ctx, team, &pool); err != nil {
+			if err := applyGracePolicy(ctx, c.client, team, &pool, c.opts.EvictionGrace); err != nil {
 				return reconcile.Result{}, err
 			}
 		}

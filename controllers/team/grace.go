@@ -83,7 +83,10 @@ func gracePolicy(team *chamber.Team, pool *chamber.GPUPool, fallback time.Durati
 				}}},
 			},
 			Variables: []admissionv1.Variable{
-				{Name: "tier", Expression: fmt.Sprintf("has(object.metadata.labels) && %q in object.metadata.labels ? object.metadata.labels[%q] : ''", LabelTier, LabelTier)},
+				// Kueue's tier label, else the pod's PriorityClass (a Volcano Job's
+				// pods name their tier there).
+				{Name: "tier", Expression: fmt.Sprintf("has(object.metadata.labels) && %q in object.metadata.labels ? object.metadata.labels[%q] : "+
+					"(has(object.spec.priorityClassName) ? object.spec.priorityClassName : '')", LabelTier, LabelTier)},
 				{Name: "grace", Expression: expr},
 			},
 			Mutations: []admissionv1.Mutation{{
@@ -107,32 +110,34 @@ func gracePolicy(team *chamber.Team, pool *chamber.GPUPool, fallback time.Durati
 }
 
 // applyGracePolicy keeps the team's MutatingAdmissionPolicy and binding as
-// gracePolicy says, or deletes them when there is nothing to raise.
-func (c *Controller) applyGracePolicy(ctx context.Context, team *chamber.Team, pool *chamber.GPUPool) error {
-	policy, binding := gracePolicy(team, pool, c.opts.EvictionGrace)
+// gracePolicy says, or deletes them when there is nothing to raise. Both Team
+// controllers use it: the pods of a Volcano Job get notice from Volcano's reclaim and
+// preempt as those of a Kueue Job do from Kueue's preemptions.
+func applyGracePolicy(ctx context.Context, c client.Client, team *chamber.Team, pool *chamber.GPUPool, fallback time.Duration) error {
+	policy, binding := gracePolicy(team, pool, fallback)
 	if policy == nil {
 		for _, obj := range []client.Object{
 			&admissionv1.MutatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: GracePolicyName(team)}},
 			&admissionv1.MutatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: GracePolicyName(team)}},
 		} {
-			if err := c.client.Delete(ctx, obj); client.IgnoreNotFound(err) != nil {
+			if err := c.Delete(ctx, obj); client.IgnoreNotFound(err) != nil {
 				return fmt.Errorf("delete %T %s: %w", obj, obj.GetName(), err)
 			}
 		}
 		return nil
 	}
 	for _, want := range []client.Object{policy, binding} {
-		if err := controllerutil.SetControllerReference(team, want, c.client.Scheme()); err != nil {
+		if err := controllerutil.SetControllerReference(team, want, c.Scheme()); err != nil {
 			return err
 		}
 		have := want.DeepCopyObject().(client.Object)
-		err := c.client.Get(ctx, client.ObjectKeyFromObject(want), have)
+		err := c.Get(ctx, client.ObjectKeyFromObject(want), have)
 		switch {
 		case apierrors.IsNotFound(err):
-			err = c.client.Create(ctx, want)
+			err = c.Create(ctx, want)
 		case err == nil && !specEqual(have, want):
 			want.SetResourceVersion(have.GetResourceVersion())
-			err = c.client.Update(ctx, want)
+			err = c.Update(ctx, want)
 		}
 		if err != nil {
 			return fmt.Errorf("apply %T %s: %w", want, want.GetName(), err)

@@ -3,7 +3,9 @@ package team
 import (
 	"context"
 	"fmt"
+	"time"
 
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,6 +27,10 @@ type VolcanoOptions struct {
 	// controller does not run, and this one reports on every team: a team of a Kueue
 	// pool gets Ready=False, BackendNotServed.
 	WithoutKueue bool
+	// PodGracePeriods and EvictionGrace: as for the Kueue Team controller (Options),
+	// Volcano's reclaim and preempt give a team's pods its eviction grace.
+	PodGracePeriods bool
+	EvictionGrace   time.Duration
 }
 
 // RegisterVolcano adds the Team controller for Volcano pools to the manager: a Team
@@ -32,13 +38,16 @@ type VolcanoOptions struct {
 // (integrations/volcano.TeamQueue).
 func RegisterVolcano(mgr ctrl.Manager, opts VolcanoOptions) error {
 	c := &volcanoTeams{client: mgr.GetClient(), opts: opts}
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named("team-volcano").
 		For(&chamber.Team{}).
 		// A Queue changed by someone else is put back.
 		Owns(&scheduling.Queue{}).
-		Watches(&chamber.GPUPool{}, handler.EnqueueRequestsFromMapFunc(c.teamsOfPool)).
-		Complete(reconcile.AsReconciler(mgr.GetClient(), c))
+		Watches(&chamber.GPUPool{}, handler.EnqueueRequestsFromMapFunc(c.teamsOfPool))
+	if opts.PodGracePeriods {
+		b = b.Owns(&admissionv1.MutatingAdmissionPolicy{})
+	}
+	return b.Complete(reconcile.AsReconciler(mgr.GetClient(), c))
 }
 
 type volcanoTeams struct {
@@ -107,6 +116,11 @@ func (c *volcanoTeams) Reconcile(ctx context.Context, team *chamber.Team) (recon
 		have.Spec.Guarantee, have.Spec.Reclaimable = want.Spec.Guarantee, want.Spec.Reclaimable
 		if err := c.client.Update(ctx, &have); err != nil {
 			return reconcile.Result{}, fmt.Errorf("update Volcano Queue %s: %w", want.Name, err)
+		}
+	}
+	if c.opts.PodGracePeriods {
+		if err := applyGracePolicy(ctx, c.client, team, &pool, c.opts.EvictionGrace); err != nil {
+			return reconcile.Result{}, err
 		}
 	}
 	ready.Message = fmt.Sprintf("Volcano Queue %s: the team's jobs name it in spec.queue", want.Name)

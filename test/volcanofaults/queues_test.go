@@ -128,8 +128,11 @@ func TestBorrowedGPUsAreReclaimed(t *testing.T) {
 	create(t, &chamber.GPUPool{ObjectMeta: metav1.ObjectMeta{Name: "reclaim"}, Spec: chamber.GPUPoolSpec{NodeLabels: labels, Backend: chamber.BackendVolcano}})
 	for _, name := range []string{"lend", "own"} {
 		namespace(t, name)
+		// The pods Volcano reclaims get the team's grace to checkpoint and go; kwok's
+		// pods never exit early, so it is 2 s here, not the default 5 minutes.
 		team := &chamber.Team{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: chamber.TeamSpec{Pool: "reclaim", Namespaces: []string{name},
-			Quotas: []chamber.TeamQuota{{Model: "NVIDIA-H100-80GB-HBM3", GPUs: 8}}}}
+			Quotas:   []chamber.TeamQuota{{Model: "NVIDIA-H100-80GB-HBM3", GPUs: 8}},
+			Eviction: &chamber.EvictionPolicy{GracePeriod: &metav1.Duration{Duration: 2 * time.Second}}}}
 		create(t, team)
 		t.Cleanup(func() { _ = k8s.Delete(context.Background(), team) })
 		g.Eventually(func(g gomega.Gomega) { g.Expect(teamReady(g, name).Status).To(gomega.Equal(metav1.ConditionTrue)) }).Should(gomega.Succeed())

@@ -43,7 +43,10 @@ func TestTiersBecomePriorityClasses(t *testing.T) {
 	ns := namespace(t, "tiers")
 	create(t, &chamber.GPUPool{ObjectMeta: metav1.ObjectMeta{Name: "tiers"}, Spec: chamber.GPUPoolSpec{NodeLabels: labels, Backend: chamber.BackendVolcano}})
 	tm := &chamber.Team{ObjectMeta: metav1.ObjectMeta{Name: "tiers"}, Spec: chamber.TeamSpec{Pool: "tiers", Namespaces: []string{ns},
-		Quotas: []chamber.TeamQuota{{Model: "NVIDIA-H100-80GB-HBM3", GPUs: 8}}}}
+		Quotas: []chamber.TeamQuota{{Model: "NVIDIA-H100-80GB-HBM3", GPUs: 8}},
+		// Volcano may place preemptible before it preempts it for standard: its pod
+		// then has the team's grace to go, a second here.
+		Eviction: &chamber.EvictionPolicy{GracePeriod: &metav1.Duration{Duration: time.Second}}}}
 	create(t, tm)
 	t.Cleanup(func() { _ = k8s.Delete(context.Background(), tm) })
 	g.Eventually(func(g gomega.Gomega) { g.Expect(teamReady(g, "tiers").Status).To(gomega.Equal(metav1.ConditionTrue)) }).Should(gomega.Succeed())
