@@ -38,7 +38,7 @@ import (
 // paused with an AbortJob Command (Volcano deletes its running pods and keeps the
 // Job, Aborted), and resumed with a ResumeJob Command once nobody waits, or after its
 // hold (maxHold). Volcano counts a resume as a retry (status.retryCount), so a job
-// with no retry left is not paused.
+// is paused only while it has two retries to spare (the resume and a fault's).
 
 // VolcanoOptions configure idle reclaim for Volcano Jobs.
 type VolcanoOptions struct {
@@ -150,8 +150,12 @@ func (r *VolcanoJobs) Reconcile(ctx context.Context, job *batch.Job) (reconcile.
 	if now.Before(reclaimAt) {
 		return reconcile.Result{RequeueAfter: min(r.opts.Interval, reclaimAt.Sub(now))}, nil
 	}
-	if !volcano.RetriesLeft(job) {
-		return again, nil // its resume would fail it: Volcano counts a resume as a retry
+	// Volcano counts the resume as a retry: the job is paused only while the resume
+	// and a fault's restart after it leave it running, so that idling never costs it
+	// the retry a fault needs (with Volcano's default maxRetry of 3, a job is paused
+	// once at most, before any restart).
+	if !volcano.RetriesLeft(job, 2) {
+		return again, nil
 	}
 	idleFor := now.Sub(lowSince)
 	var policies []*chamber.EvictionPolicy

@@ -264,7 +264,7 @@ func checkpointReady(job *batch.Job, pods []corev1.Pod) bool {
 // without a Command (Chamber stopped between the two) is issued again by reissue; a
 // Command without a record cannot happen.
 func (r *VolcanoRestarts) issue(ctx context.Context, node *corev1.Node, pool *chamber.GPUPool, job *batch.Job, req volcano.Request, now time.Time) (time.Duration, error) {
-	if !volcano.RetriesLeft(job) {
+	if !volcano.RetriesLeft(job, 1) {
 		// RestartJob would fail it: Volcano fails a job whose restarts reach maxRetry.
 		r.recorder.Eventf(job, node, corev1.EventTypeWarning, "RestartWithheld", "Restart",
 			"not restarted: its restarts reached spec.maxRetry (%d); Volcano's own policies decide what happens to its pods on node %s", job.Spec.MaxRetry, node.Name)

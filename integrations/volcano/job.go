@@ -110,10 +110,10 @@ func Active(job *batch.Job) bool {
 	return job.DeletionTimestamp == nil && (p == batch.Pending || p == batch.Running || p == "")
 }
 
-// RetriesLeft reports whether a restart leaves the job running: Volcano fails a job
-// whose retryCount reaches spec.maxRetry as it restarts.
-func RetriesLeft(job *batch.Job) bool {
-	return job.Status.RetryCount+1 < job.Spec.MaxRetry
+// RetriesLeft reports whether n more restarts leave the job running: Volcano fails a
+// job whose retryCount reaches spec.maxRetry as it restarts.
+func RetriesLeft(job *batch.Job, n int32) bool {
+	return job.Status.RetryCount+n < job.Spec.MaxRetry
 }
 
 // CommandName is the name of Chamber's Command of action on the job, issued when the

@@ -92,17 +92,21 @@ func apply(job *batch.Job, patch map[string]any) {
 
 func TestRetriesLeft(t *testing.T) {
 	tests := map[string]struct {
-		retry, maxRetry int32
-		want            bool
+		retry, maxRetry, n int32
+		want               bool
 	}{
-		"first of three":           {retry: 0, maxRetry: 3, want: true},
-		"the restart that fails":   {retry: 2, maxRetry: 3, want: false},
-		"no maxRetry (no webhook)": {retry: 0, maxRetry: 0, want: false},
+		"first of three":           {retry: 0, maxRetry: 3, n: 1, want: true},
+		"the restart that fails":   {retry: 2, maxRetry: 3, n: 1, want: false},
+		"no maxRetry (no webhook)": {retry: 0, maxRetry: 0, n: 1, want: false},
+		// Idle reclaim's pause: its resume and a fault's restart after it.
+		"pause of a fresh job":    {retry: 0, maxRetry: 3, n: 2, want: true},
+		"pause after one restart": {retry: 1, maxRetry: 3, n: 2, want: false},
+		"pause with more retries": {retry: 1, maxRetry: 5, n: 2, want: true},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			if got := RetriesLeft(vcjob(nil, tc.retry, tc.maxRetry)); got != tc.want {
-				t.Errorf("RetriesLeft = %t, want %t", got, tc.want)
+			if got := RetriesLeft(vcjob(nil, tc.retry, tc.maxRetry), tc.n); got != tc.want {
+				t.Errorf("RetriesLeft(%d) = %t, want %t", tc.n, got, tc.want)
 			}
 		})
 	}
