@@ -21,6 +21,13 @@ const TaintGPUUnhealthy = "chamber.dev/gpu-unhealthy"
 // pods keeps the workload from being reclaimed for idling.
 const AnnotationIdleReclaim = "chamber.dev/idle-reclaim"
 
+// LabelCopiedFrom marks a GPUPool, Team or Namespace on a worker cluster that the
+// manager's Chamber copied there from its pool of this name (the pool lists the worker
+// in spec.workerClusters); Chamber keeps the copies in step with the manager's and
+// deletes a copied Team the manager no longer has. An object without it is the
+// worker's own, read and never written.
+const LabelCopiedFrom = "chamber.dev/copied-from-pool"
+
 // LabelInteractive "true" (a label or an annotation) on a Workload, its pod template or
 // its pods marks an interactive workload (a notebook, a debug session): a policy's
 // InteractiveIdleLimit applies to it, and once paused it waits for its user.

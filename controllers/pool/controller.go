@@ -56,6 +56,8 @@ type Controller struct {
 	// kubeconfig Secrets and the MultiKueue objects (see applyMultiKueue).
 	api  client.Reader
 	opts Options
+	// workers are clients of the worker clusters, to copy the pools and Teams there.
+	workers workerClients
 }
 
 // Register adds the controller to the manager.

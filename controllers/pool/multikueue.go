@@ -138,6 +138,8 @@ func (c *Controller) workersActive(ctx context.Context, pool *chamber.GPUPool) (
 		case active.Status != metav1.ConditionTrue:
 			problems = append(problems, fmt.Sprintf("worker %s: Kueue cannot reach it (%s: %s): check that the kubeconfig in Secret %s/%s reaches the worker's API server with inline credentials, and that Kueue runs there",
 				w.Name, active.Reason, active.Message, c.opts.KueueNamespace, w.KubeconfigSecret))
+		default:
+			problems = append(problems, c.copyToWorker(ctx, pool, w.Name, &secret)...)
 		}
 	}
 	cond := &metav1.Condition{Type: chamber.ConditionWorkerClustersActive, Status: metav1.ConditionTrue, Reason: "Active",

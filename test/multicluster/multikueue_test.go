@@ -230,7 +230,11 @@ var pool = &chamber.GPUPool{
 var team = &chamber.Team{
 	ObjectMeta: metav1.ObjectMeta{Name: queue},
 	Spec: chamber.TeamSpec{Pool: pool.Name, Namespaces: []string{namespace}, LocalQueueName: queue,
-		Quotas: []chamber.TeamQuota{{Model: h100, GPUs: 16}}},
+		Quotas: []chamber.TeamQuota{{Model: h100, GPUs: 16}},
+		// Copied to the workers: where a worker runs Chamber, the pods there get this
+		// grace to checkpoint (kwok's pods never exit early), not the default 5
+		// minutes.
+		Eviction: &chamber.EvictionPolicy{GracePeriod: &metav1.Duration{Duration: 10 * time.Second}}},
 }
 
 // wireMultiKueue does on the manager what a user does: a Secret with each worker's

@@ -34,9 +34,9 @@ func TestJobLeavesFailedWorker(t *testing.T) {
 	node := worker2.name + "-gpu-1"
 
 	g.Expect(worker2.cp.InstallChartRBAC(ctx)).To(gomega.Succeed())
-	workerPool := &chamber.GPUPool{ObjectMeta: metav1.ObjectMeta{Name: pool.Name},
-		Spec: chamber.GPUPoolSpec{Prices: []chamber.GPUPrice{{Model: h100, PerGPUHour: "1.00"}}}}
-	g.Expect(worker2.c.Create(ctx, workerPool)).To(gomega.Succeed())
+	// Worker 2's pool is the manager's copy (TestWorkersFollowTheManagersTeams).
+	g.Eventually(func() error { return worker2.c.Get(ctx, client.ObjectKeyFromObject(pool), &chamber.GPUPool{}) }).
+		WithTimeout(30 * time.Second).Should(gomega.Succeed())
 	chamberOnWorker, err := worker2.cp.StartChamber(ctx, "chamber-worker-2")
 	g.Expect(err).NotTo(gomega.HaveOccurred())
 	gn := &chamber.GPUNode{ObjectMeta: metav1.ObjectMeta{Name: node}}
@@ -46,7 +46,6 @@ func TestJobLeavesFailedWorker(t *testing.T) {
 		}
 		chamberOnWorker.Kill()
 		_ = worker2.c.Delete(ctx, gn)
-		_ = worker2.c.Delete(ctx, workerPool)
 		returnToService(t, worker2, node)
 	})
 
