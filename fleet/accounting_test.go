@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
@@ -145,6 +146,39 @@ func TestTeams(t *testing.T) {
 		if diff := cmp.Diff(wantGPUs[g.PodName], [3]string{g.Team, g.Workload, g.Tier}); diff != "" {
 			t.Errorf("GPU %d of pod %s: team, workload, tier (-want +got):\n%s", g.Index, g.PodName, diff)
 		}
+	}
+}
+
+// A team of a Volcano pool has no ClusterQueue: it borrows what its pods hold beyond
+// its quota (its Queue's deserved), and lends its unused quota, within its lending
+// limit, to what the pool's teams borrow.
+func TestVolcanoTeamsBorrowAndLend(t *testing.T) {
+	clock := clocktesting.NewFakeClock(start)
+	m := newModel(clock)
+	pool := ft.MakePool("vc", map[string]string{"pool": "vc"}, nil)
+	pool.Spec.Backend = chamber.BackendVolcano
+	m.SetPool(pool)
+	quota := func(name string, lending *int32) *chamber.Team {
+		tm := ft.MakeTeam(name, "vc", start, name)
+		tm.Spec.Quotas = []chamber.TeamQuota{{Model: ft.H100, GPUs: 4, LendingLimit: lending}}
+		return tm
+	}
+	m.SetTeam(quota("x", nil))
+	m.SetTeam(quota("y", ptr.To[int32](1)))
+	m.SetTeam(quota("z", nil))
+	m.SetNode(ft.MakeNode("n1", 8).Label("pool", "vc").Obj())
+	m.SetNode(ft.MakeNode("n2", 8).Label("pool", "vc").Obj())
+	m.SetPod(ft.MakePod("x", "x1", 7).On("n1", start).Obj())
+	m.SetPod(ft.MakePod("y", "y1", 1).On("n2", start).Obj())
+
+	// x borrows 3; y could lend 3 but its limit is 1; z lends 3 of its 4.
+	want := []fleet.TeamSummary{
+		{Team: "x", Pool: "vc", Models: []fleet.TeamModel{{Model: ft.H100, Allocated: 7, Quota: 4, Borrowed: 3}}},
+		{Team: "y", Pool: "vc", Models: []fleet.TeamModel{{Model: ft.H100, Allocated: 1, Quota: 4, Lent: 1}}},
+		{Team: "z", Pool: "vc", Models: []fleet.TeamModel{{Model: ft.H100, Quota: 4, Lent: 3}}},
+	}
+	if diff := cmp.Diff(want, m.Snapshot().Teams, approx); diff != "" {
+		t.Errorf("teams (-want +got):\n%s", diff)
 	}
 }
 

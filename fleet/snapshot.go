@@ -277,7 +277,8 @@ func (t *teamAgg) model(name string) *TeamModel {
 	return tm
 }
 
-// teamQuotas fills in each team's quota, borrowed and lent GPUs from its ClusterQueue.
+// teamQuotas fills in each team's quota, borrowed and lent GPUs from its ClusterQueue,
+// or for a team of a Volcano pool from its pods against its quota.
 // Lent is computed as the Team controller's status has it: the unused quota, within
 // the lending limit, that the cohort's other queues are borrowing.
 func (m *Model) teamQuotas(teamOf func(string) *teamAgg) {
@@ -292,12 +293,39 @@ func (m *Model) teamQuotas(teamOf func(string) *teamAgg) {
 		}
 	}
 
+	// A Volcano team borrows what its pods hold beyond its quota (its Queue's
+	// deserved), from the teams of its pool that hold less than theirs.
+	type poolModel struct{ pool, model string }
+	volcanoBorrowed := map[poolModel]float64{}
+	volcanoTeam := func(t *team) bool {
+		p := m.pools[t.pool]
+		return p != nil && p.volcano && m.queues[t.clusterQueue] == nil
+	}
+	for _, t := range m.teams {
+		if volcanoTeam(t) {
+			for model, q := range t.quotas {
+				volcanoBorrowed[poolModel{t.pool, model}] += max(0, float64(teamOf(t.name).model(model).Allocated)-q)
+			}
+		}
+	}
+
 	for _, t := range m.teams {
 		agg := teamOf(t.name)
 		cq := m.queues[t.clusterQueue]
 		if cq == nil {
 			for model, q := range t.quotas {
-				agg.model(model).Quota = q
+				tm := agg.model(model)
+				tm.Quota = q
+				if !volcanoTeam(t) {
+					continue
+				}
+				allocated := float64(tm.Allocated)
+				tm.Borrowed = max(0, allocated-q)
+				lendable := max(0, q-allocated)
+				if limit, ok := t.lending[model]; ok {
+					lendable = min(lendable, limit)
+				}
+				tm.Lent = min(lendable, volcanoBorrowed[poolModel{t.pool, model}])
 			}
 			continue
 		}

@@ -14,6 +14,7 @@ type pool struct {
 	productLabel string
 	prices       map[string]float64 // per GPU-hour, by model
 	flavors      map[string]string  // ResourceFlavor -> model
+	volcano      bool               // its teams are Volcano Queues, not ClusterQueues
 }
 
 // SetPool records a GPUPool: which nodes it selects, their model label, and its
@@ -25,6 +26,7 @@ func (m *Model) SetPool(obj *chamber.GPUPool) {
 		productLabel: obj.Spec.ProductLabel,
 		prices:       obj.PricesPerGPUHour(),
 		flavors:      map[string]string{},
+		volcano:      obj.UsesVolcano(),
 	}
 	if p.productLabel == "" {
 		p.productLabel = chamber.DefaultProductLabel
@@ -68,6 +70,7 @@ type team struct {
 	clusterQueue string
 	created      time.Time
 	quotas       map[string]float64 // by model, from the spec
+	lending      map[string]float64 // lending limits by model, from the spec (none: no limit)
 }
 
 // SetTeam records a Team: its namespaces and ClusterQueue say whose the GPUs are.
@@ -79,12 +82,16 @@ func (m *Model) SetTeam(obj *chamber.Team) {
 		clusterQueue: obj.Name,
 		created:      obj.CreationTimestamp.Time,
 		quotas:       map[string]float64{},
+		lending:      map[string]float64{},
 	}
 	if obj.Spec.ClusterQueue != "" {
 		t.clusterQueue = obj.Spec.ClusterQueue
 	}
 	for _, q := range obj.Spec.Quotas {
 		t.quotas[q.Model] = float64(q.GPUs)
+		if q.LendingLimit != nil {
+			t.lending[q.Model] = float64(*q.LendingLimit)
+		}
 	}
 
 	m.mu.Lock()

@@ -25,9 +25,8 @@ import (
 // pods' and the team's Queue's status.allocated; the team series count the running
 // job's GPUs as the team's (chamber_team_gpus_allocated), none idle, its quota as its
 // Queue's deserved, and the waiting PodGroup (its minResources, its tier) as its
-// queue. The job runs within the team's quota: chamber_team_gpus_borrowed counts
-// Kueue's borrowing alone (from ClusterQueues), so a Volcano team running beyond its
-// deserved shows none yet (seen here: quota 4, 6 GPUs running, borrowed 0).
+// queue. The job runs within the team's quota (borrowed 0); borrowing beyond it is
+// TestBorrowedGPUsAreReclaimed's.
 func TestMetricsAgreeWithVolcano(t *testing.T) {
 	ctx := context.Background()
 	g := newG(t)

@@ -155,6 +155,12 @@ func TestBorrowedGPUsAreReclaimed(t *testing.T) {
 		g.Expect([]batch.JobPhase{phase(g, first), phase(g, second)}).To(gomega.Equal([]batch.JobPhase{batch.Running, batch.Running}))
 	}).Should(gomega.Succeed())
 
+	// Chamber's metrics say who borrows from whom.
+	g.Eventually(func(g gomega.Gomega) {
+		g.Expect(controllertest.MetricValue(g, "chamber_team_gpus_borrowed", "team", "lend", "model", "NVIDIA-H100-80GB-HBM3")).To(gomega.BeEquivalentTo(8))
+		g.Expect(controllertest.MetricValue(g, "chamber_team_gpus_lent", "team", "own", "model", "NVIDIA-H100-80GB-HBM3")).To(gomega.BeEquivalentTo(8))
+	}).Should(gomega.Succeed())
+
 	// own wants its quota back, and gets it while both of lend's jobs are unfinished:
 	// on GPUs Volcano reclaimed from lend.
 	submitted := time.Now()
