@@ -21,8 +21,8 @@ type NodeGPUs struct {
 	Name string
 	// Allocatable GPUs the node advertises (the device plugin's count).
 	Allocatable int64
-	// Schedulable is false for cordoned nodes and nodes with a NoSchedule or NoExecute
-	// taint.
+	// Schedulable is false for cordoned nodes and nodes tainted out of service
+	// (chamberkueue.Schedulable).
 	Schedulable bool
 	// UsedByOthers: GPUs requested by running pods of other workloads, Chamber's GPU
 	// hold pods among them.

@@ -302,8 +302,9 @@ func (c *Controller) freeGPUs(ctx context.Context, pool *chamber.GPUPool, w cham
 }
 
 // countFree reads a worker's nodes, pods and GPUNodes into a fleet model and counts
-// its free GPUs by model and node (in node name order). Nodes that take no work (cordoned, or tainted NoSchedule or
-// NoExecute) offer none. A worker without Chamber's CRDs has no agent reports.
+// its free GPUs by model and node (in node name order). Nodes that take no work
+// (chamberkueue.Schedulable: cordoned, or tainted out of service) offer none. A worker
+// without Chamber's CRDs has no agent reports.
 func countFree(ctx context.Context, c client.Client, pool *chamber.GPUPool) (map[string][]int64, error) {
 	var nodes corev1.NodeList
 	if err := c.List(ctx, &nodes); err != nil {

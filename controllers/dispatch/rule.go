@@ -10,7 +10,8 @@ type Worker struct {
 	// Name is the worker's MultiKueueCluster.
 	Name string
 	// FreeByNode are its free healthy GPUs of the workload's model on each node: nodes
-	// that take work (not cordoned, isolated or tainted NoSchedule), GPUs not held by
+	// that take work (chamberkueue.Schedulable: not cordoned nor tainted out of
+	// service), GPUs not held by
 	// a running pod, not reported unhealthy by the node agent nor held by fault
 	// isolation.
 	FreeByNode []int64

@@ -62,3 +62,25 @@ func TestHealthyCountsEachFailedGPUOnce(t *testing.T) {
 		t.Errorf("counts (-want +got):\n%s", diff)
 	}
 }
+
+// TestGPUNodeTaintsDoNotTakeNodesOut: GKE taints every GPU node
+// nvidia.com/gpu=present:NoSchedule and operators taint nodes dedicated to a team;
+// GPU workloads tolerate those taints, so the nodes' GPUs count as allocatable and
+// healthy (they counted as none, which left a GKE pool's quotas that follow health at
+// zero). A node the cluster is taking out (unreachable) offers none.
+func TestGPUNodeTaintsDoNotTakeNodesOut(t *testing.T) {
+	p := fleettest.MakePool("main", map[string]string{"gpu": "true"}, nil)
+	gke := fleettest.MakeNode("gke", 8).Label("gpu", "true").Obj()
+	gke.Spec.Taints = []corev1.Taint{{Key: "nvidia.com/gpu", Value: "present", Effect: corev1.TaintEffectNoSchedule}}
+	dedicated := fleettest.MakeNode("dedicated", 8).Label("gpu", "true").Obj()
+	dedicated.Spec.Taints = []corev1.Taint{{Key: "dedicated", Value: "research", Effect: corev1.TaintEffectNoSchedule}}
+	unreachable := fleettest.MakeNode("unreachable", 8).Label("gpu", "true").Obj()
+	unreachable.Spec.Taints = []corev1.Taint{{Key: "node.kubernetes.io/unreachable", Effect: corev1.TaintEffectNoExecute}}
+
+	got := pool.CountModels(p, []corev1.Node{*gke, *dedicated, *unreachable}, nil)
+	want := []chamber.PoolModel{{Model: fleettest.H100, Flavor: chamberkueue.FlavorName(p.Name, fleettest.H100),
+		Nodes: 3, Total: 24, Allocatable: 16, Healthy: 16}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("counts (-want +got):\n%s", diff)
+	}
+}

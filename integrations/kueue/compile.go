@@ -40,19 +40,44 @@ func WithheldGPUs(node *corev1.Node) int64 {
 	return max(0, capacity.Value()-allocatable.Value())
 }
 
-// Schedulable reports whether a node takes new pods: cordoned nodes and nodes with a
-// NoSchedule or NoExecute taint offer no GPUs to new work. The pool controller counts
-// a pool's schedulable GPUs by it and the admission check its placements.
+// Schedulable reports whether a node takes new GPU work: it is not cordoned and has
+// no NoSchedule or NoExecute taint that takes it out of service (OutOfServiceTaint).
+// Other such taints keep other pods off GPU nodes, and GPU workloads tolerate them:
+// GKE puts nvidia.com/gpu=present:NoSchedule on every GPU node, and operators taint
+// nodes dedicated to a team; those nodes take GPU work. The pool controller counts a
+// pool's schedulable GPUs by it, the admission check its placements, room for big jobs
+// its nodes and the MultiKueue dispatcher a worker's free GPUs.
 func Schedulable(n *corev1.Node) bool {
 	if n.Spec.Unschedulable {
 		return false
 	}
 	for _, t := range n.Spec.Taints {
-		if t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute {
+		if (t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute) && OutOfServiceTaint(t.Key) {
 			return false
 		}
 	}
 	return true
+}
+
+// OutOfServiceTaint reports whether a taint of this key says that a node takes no new
+// work, whatever the pod: Chamber's own (chamber.dev/: isolation of failing GPUs, room
+// kept for a big job), Kubernetes' node lifecycle and kubelet conditions
+// (node.kubernetes.io/: not-ready, unreachable, unschedulable, memory, disk and PID
+// pressure, network-unavailable, out-of-service), the cloud provider's
+// (node.cloudprovider.kubernetes.io/: uninitialized, shutdown), and the autoscalers'
+// before they remove a node (Cluster Autoscaler's ToBeDeletedByClusterAutoscaler,
+// Karpenter's karpenter.sh/disrupted).
+func OutOfServiceTaint(key string) bool {
+	for _, prefix := range []string{"chamber.dev/", "node.kubernetes.io/", "node.cloudprovider.kubernetes.io/"} {
+		if strings.HasPrefix(key, prefix) {
+			return true
+		}
+	}
+	switch key {
+	case "ToBeDeletedByClusterAutoscaler", "karpenter.sh/disrupted", "karpenter.sh/disruption":
+		return true
+	}
+	return false
 }
 
 // PodGPUs is the GPUs a pod spec holds: the scheduler's effective request, the
