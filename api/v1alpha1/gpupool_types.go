@@ -40,6 +40,7 @@ const (
 )
 
 // GPUPoolSpec says which nodes form the pool and what their GPUs cost.
+// +kubebuilder:validation:XValidation:rule="!has(self.backend) || self.backend != 'Volcano' || !has(self.workerClusters) || size(self.workerClusters) == 0",message="workerClusters run a pool's workloads through Kueue's MultiKueue, which a Volcano pool does not use: remove them, or make the pool's backend Kueue"
 type GPUPoolSpec struct {
 	// Backend is the queueing system the pool's Teams compile into: Kueue (the
 	// default: a ClusterQueue per team in the pool's Cohort, a LocalQueue per

@@ -73,6 +73,11 @@ func TestMalformedObjectsAreRefused(t *testing.T) {
 			obj:  pool(map[string]any{"isolation": map[string]any{"breakerWindow": "an hour"}}),
 			want: "breakerWindow",
 		},
+		"worker clusters on a Volcano pool": {
+			obj: pool(map[string]any{"backend": "Volcano", "workerClusters": []any{
+				map[string]any{"name": "w1", "kubeconfigSecret": "w1-kubeconfig"}}}),
+			want: "a Volcano pool does not use",
+		},
 		"an unknown GPU health": {
 			obj:  node(map[string]any{"health": "Sickly"}),
 			want: "health",
