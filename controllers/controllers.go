@@ -122,6 +122,8 @@ const (
 	kueueAPI
 	// volcanoAPI: the controller works through Volcano.
 	volcanoAPI
+	// queueAPI: the controller works through Kueue or Volcano, whichever is served.
+	queueAPI
 )
 
 // runs says whether a controller that needs n runs under cfg.
@@ -131,6 +133,8 @@ func (n needs) runs(cfg Config) bool {
 		return !cfg.MonitoringOnly && !cfg.WithoutKueue
 	case volcanoAPI:
 		return !cfg.MonitoringOnly && cfg.Volcano
+	case queueAPI:
+		return !cfg.MonitoringOnly && (!cfg.WithoutKueue || cfg.Volcano)
 	}
 	return true
 }
@@ -141,8 +145,8 @@ var controllerList = []struct {
 	needs needs
 	setup func(mgr ctrl.Manager, cfg Config) error
 }{
-	{"pool", kueueAPI, func(mgr ctrl.Manager, cfg Config) error {
-		return pool.Register(mgr, pool.Options{KueueNamespace: cfg.KueueNamespace})
+	{"pool", queueAPI, func(mgr ctrl.Manager, cfg Config) error {
+		return pool.Register(mgr, pool.Options{KueueNamespace: cfg.KueueNamespace, WithoutKueue: cfg.WithoutKueue})
 	}},
 	{"team", kueueAPI, func(mgr ctrl.Manager, cfg Config) error {
 		opts := team.Options{AccountingInterval: cfg.AccountingInterval, Clock: cfg.Clock,

@@ -47,6 +47,10 @@ type Options struct {
 	// KueueNamespace is where Kueue reads the worker clusters' kubeconfig Secrets
 	// (chamberkueue.DefaultNamespace when empty).
 	KueueNamespace string
+	// WithoutKueue: the cluster serves Volcano's API and not Kueue's. The controller
+	// reports every pool's nodes and models still, compiles nothing into Kueue, and
+	// says of a Kueue pool that its backend is not served.
+	WithoutKueue bool
 }
 
 // Controller reconciles GPUPools.
@@ -67,13 +71,16 @@ func Register(mgr ctrl.Manager, opts Options) error {
 	}
 	c := &Controller{client: mgr.GetClient(), api: mgr.GetAPIReader(), opts: opts}
 	allPools := handler.EnqueueRequestsFromMapFunc(c.allPools)
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named("pool").
-		For(&chamber.GPUPool{}).
-		Owns(&kueue.ResourceFlavor{}).
-		Owns(&kueue.Cohort{}).
-		Owns(&kueue.Topology{}).
-		Owns(&kueue.AdmissionCheck{}).
+		For(&chamber.GPUPool{})
+	if !opts.WithoutKueue {
+		b = b.Owns(&kueue.ResourceFlavor{}).
+			Owns(&kueue.Cohort{}).
+			Owns(&kueue.Topology{}).
+			Owns(&kueue.AdmissionCheck{})
+	}
+	return b.
 		// A node or an agent report can change any pool's models and counts, but most
 		// of their updates (heartbeats, utilization) change neither: skip those, since
 		// each pool reconcile reads every node, and count the rest CountsSettle later.
@@ -161,7 +168,8 @@ func (c *Controller) Reconcile(ctx context.Context, pool *chamber.GPUPool) (reco
 	// cannot change, so there is never a Kueue object of it to take away.
 	var problems []string
 	var workers *metav1.Condition
-	if !pool.UsesVolcano() {
+	notServed := !pool.UsesVolcano() && c.opts.WithoutKueue
+	if !pool.UsesVolcano() && !notServed {
 		var err error
 		if problems, workers, err = c.applyKueue(ctx, pool, models); err != nil {
 			return reconcile.Result{}, err
@@ -182,14 +190,18 @@ func (c *Controller) Reconcile(ctx context.Context, pool *chamber.GPUPool) (reco
 
 	before := pool.Status.DeepCopy()
 	pool.Status.Cohort = ""
-	if !pool.UsesVolcano() {
+	if !pool.UsesVolcano() && !notServed {
 		pool.Status.Cohort = pool.Name
 	}
 	pool.Status.Models = models
 	pool.Status.Teams = teamNames
 	cond := metav1.Condition{Type: chamber.ConditionReady, Status: metav1.ConditionTrue, Reason: "Reconciled",
 		Message: fmt.Sprintf("%d GPU models on the pool's nodes", len(models)), ObservedGeneration: pool.Generation}
-	if len(problems) > 0 {
+	switch {
+	case notServed:
+		cond.Status, cond.Reason = metav1.ConditionFalse, chamber.ReasonBackendNotServed
+		cond.Message = fmt.Sprintf("%d GPU models on the pool's nodes; the pool compiles into Kueue, whose API (kueue.x-k8s.io/v1beta2) this cluster does not serve: install Kueue and restart chamber-controller, or make a pool whose backend is Volcano", len(models))
+	case len(problems) > 0:
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, "KueueObjectsNotApplied", strings.Join(problems, "; ")
 	}
 	apimeta.SetStatusCondition(&pool.Status.Conditions, cond)

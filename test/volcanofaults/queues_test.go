@@ -46,6 +46,15 @@ func TestTeamsBecomeVolcanoQueues(t *testing.T) {
 		g.Expect([]int64{gpus(q.Spec.Deserved), gpus(q.Spec.Capability), gpus(q.Spec.Guarantee.Resource)}).To(gomega.Equal([]int64{4, 8, 3}))
 		g.Expect(teamReady(g, "research")).To(gomega.HaveField("Status", metav1.ConditionTrue))
 	}).Should(gomega.Succeed())
+	// The pool reports its nodes on a cluster without Kueue too.
+	g.Eventually(func(g gomega.Gomega) {
+		var p chamber.GPUPool
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Name: "queues"}, &p)).To(gomega.Succeed())
+		g.Expect(p.Status.Models).To(gomega.ConsistOf(gomega.And(gomega.HaveField("Model", "NVIDIA-H100-80GB-HBM3"),
+			gomega.HaveField("Nodes", int32(1)), gomega.HaveField("Total", int64(8)))))
+		g.Expect(p.Status.Teams).To(gomega.ContainElement("research"))
+		g.Expect(apimeta.FindStatusCondition(p.Status.Conditions, chamber.ConditionReady)).To(gomega.HaveField("Status", metav1.ConditionTrue))
+	}).Should(gomega.Succeed())
 	t.Cleanup(func() { _ = k8s.Delete(context.Background(), team) })
 
 	// Volcano takes the queue: a job naming it runs.
@@ -101,6 +110,14 @@ func TestTeamsBecomeVolcanoQueues(t *testing.T) {
 		g.Expect(c.Message).To(gomega.ContainSubstring("install Kueue"))
 	}).Should(gomega.Succeed())
 	g.Expect(k8s.Get(ctx, client.ObjectKey{Name: "kueue-team"}, &q)).NotTo(gomega.Succeed())
+	g.Eventually(func(g gomega.Gomega) {
+		var p chamber.GPUPool
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Name: "kueue-pool"}, &p)).To(gomega.Succeed())
+		c := apimeta.FindStatusCondition(p.Status.Conditions, chamber.ConditionReady)
+		g.Expect(c).NotTo(gomega.BeNil())
+		g.Expect(c.Reason).To(gomega.Equal(chamber.ReasonBackendNotServed))
+		g.Expect(c.Message).To(gomega.ContainSubstring("install Kueue"))
+	}).Should(gomega.Succeed())
 }
 
 // teamReady is the team's Ready condition.
