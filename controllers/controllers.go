@@ -25,6 +25,7 @@ import (
 	"chamber.dev/chamber/controllers/room"
 	"chamber.dev/chamber/controllers/team"
 	"chamber.dev/chamber/exporter/page"
+	"chamber.dev/chamber/fleet"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
@@ -102,6 +103,9 @@ type Config struct {
 	// heartbeats is the one record of when each agent was heard, which every
 	// controller reads (Setup makes it).
 	heartbeats *chamber.Heartbeats
+	// workers are the fleet models of the worker clusters, which the inventory keeps
+	// and the MultiKueue dispatcher reads (Setup makes it).
+	workers *fleet.Workers
 }
 
 // DefaultConfig is the controllers' configuration unless flags say otherwise.
@@ -165,7 +169,7 @@ var controllerList = []struct {
 		if !cfg.MultiKueueDispatcher {
 			return nil
 		}
-		return dispatch.Register(mgr, dispatch.Options{KueueNamespace: cfg.KueueNamespace, Clock: cfg.Clock})
+		return dispatch.Register(mgr, dispatch.Options{Workers: cfg.workers, Clock: cfg.Clock})
 	}},
 	{"admission", kueueAPI, func(mgr ctrl.Manager, cfg Config) error {
 		opts := cfg.Admission
@@ -176,7 +180,7 @@ var controllerList = []struct {
 		inv := cfg.Inventory
 		inv.Clock, inv.Fleet.Heartbeats, inv.WithoutKueue = cfg.Clock, cfg.heartbeats, cfg.MonitoringOnly || cfg.WithoutKueue
 		inv.Volcano = cfg.Volcano && !cfg.MonitoringOnly
-		inv.KueueNamespace, inv.WorkerCache = cfg.KueueNamespace, CacheOptions()
+		inv.KueueNamespace, inv.WorkerCache, inv.Workers = cfg.KueueNamespace, CacheOptions(), cfg.workers
 		model, err := inventory.Register(mgr, inv)
 		if err != nil || !cfg.FleetPage {
 			return err
@@ -241,6 +245,7 @@ func Names() []string {
 // It returns the name of the one that failed.
 func Setup(mgr ctrl.Manager, cfg Config) (string, error) {
 	cfg.heartbeats = chamber.NewHeartbeats(cfg.Clock, cfg.SilentAfterHeartbeats)
+	cfg.workers = &fleet.Workers{}
 	if kueueAPI.runs(cfg) {
 		if err := chamberkueue.SetupIndexes(context.Background(), mgr.GetFieldIndexer()); err != nil {
 			return "indexes", err

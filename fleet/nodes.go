@@ -23,6 +23,8 @@ type node struct {
 	capacity int // nvidia.com/gpu capacity
 	cordoned bool
 	tainted  bool // carries chamber.TaintGPUUnhealthy
+	// takesWork: chamberkueue.Schedulable (not cordoned nor tainted out of service).
+	takesWork bool
 	// fault and isolatedAt are the record fault isolation keeps on a node it isolated
 	// (chamber.AnnotationIsolationReason and AnnotationIsolatedAt); empty otherwise.
 	fault      string
@@ -97,6 +99,7 @@ func (m *Model) SetNode(obj *corev1.Node) {
 	n.capacity = int(capacity.Value())
 	n.cordoned = obj.Spec.Unschedulable
 	n.tainted = tainted
+	n.takesWork = chamberkueue.Schedulable(obj)
 	n.fault, n.isolatedAt = isolationRecord(obj.Annotations)
 	m.resolveNode(n)
 	m.assign(n, now)

@@ -69,6 +69,9 @@ type NodeSummary struct {
 	// IsolationReason is "tainted" (chamber.TaintGPUUnhealthy), "cordoned", or "" when the node
 	// is not isolated.
 	IsolationReason string
+	// TakesWork says whether new pods may land on the node: not cordoned nor tainted
+	// out of service (chamberkueue.Schedulable).
+	TakesWork bool
 	// Fault is why Chamber isolated the node (its isolation record, e.g. "XID79 on GPU
 	// 3", or an operator's words) and IsolatedAt since when; empty and zero when
 	// Chamber did not, e.g. a node cordoned by hand.
@@ -176,7 +179,7 @@ func (m *Model) Snapshot() *Snapshot {
 		if len(n.gpus) == 0 {
 			continue
 		}
-		ns := NodeSummary{Name: n.name, Pool: n.pool, Model: n.model, Fault: n.fault, IsolatedAt: n.isolatedAt}
+		ns := NodeSummary{Name: n.name, Pool: n.pool, Model: n.model, Fault: n.fault, IsolatedAt: n.isolatedAt, TakesWork: n.takesWork}
 		switch {
 		case n.tainted:
 			ns.IsolationReason = "tainted"

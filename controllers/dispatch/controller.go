@@ -8,17 +8,12 @@ package dispatch
 import (
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -49,13 +44,13 @@ const (
 
 // Options configure the dispatcher.
 type Options struct {
-	// KueueNamespace is where Kueue reads the workers' kubeconfig Secrets
-	// (chamberkueue.DefaultNamespace when empty).
-	KueueNamespace string
-	// WorkersMaxAge is how long a read of a worker's nodes and pods serves the
+	// WorkersMaxAge is how long a count of a worker's free GPUs serves the
 	// nominations of other workloads (DefaultWorkersMaxAge when 0): a burst of
-	// workloads costs each worker one read, not one per workload.
+	// workloads costs each worker one count, not one per workload.
 	WorkersMaxAge time.Duration
+	// Workers are the worker clusters' fleet models, which the inventory keeps
+	// (inventory.Options.Workers); a worker without one has no free GPUs.
+	Workers *fleet.Workers
 	// Renominate is how often a workload that no worker has admitted yet is
 	// nominated again from fresh counts (DefaultRenominate when 0).
 	Renominate time.Duration
@@ -66,30 +61,21 @@ type Options struct {
 // Controller nominates worker clusters for the Workloads waiting on MultiKueue.
 type Controller struct {
 	client client.Client
-	// secrets reads the workers' kubeconfig Secrets past the cache.
-	secrets client.Reader
-	scheme  *runtime.Scheme
-	opts    Options
+	opts   Options
 
 	mu      sync.Mutex
-	workers map[string]*workerRead // by MultiKueueCluster
+	workers map[string]*workerRead // by worker name
 }
 
-// workerRead is one read of a worker: its client (kept while its Secret is
-// unchanged) and its free GPUs by model at a time.
+// workerRead is one count of a worker's free GPUs by model, at a time.
 type workerRead struct {
-	secretVersion string
-	client        client.Client
-	at            time.Time
-	free          map[string][]int64
-	err           error
+	at   time.Time
+	free map[string][]int64
+	err  error
 }
 
 // Register adds the dispatcher to the manager.
 func Register(mgr ctrl.Manager, opts Options) error {
-	if opts.KueueNamespace == "" {
-		opts.KueueNamespace = chamberkueue.DefaultNamespace
-	}
 	if opts.WorkersMaxAge <= 0 {
 		opts.WorkersMaxAge = DefaultWorkersMaxAge
 	}
@@ -99,8 +85,10 @@ func Register(mgr ctrl.Manager, opts Options) error {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	c := &Controller{client: mgr.GetClient(), secrets: mgr.GetAPIReader(), scheme: mgr.GetScheme(), opts: opts,
-		workers: map[string]*workerRead{}}
+	if opts.Workers == nil {
+		opts.Workers = &fleet.Workers{}
+	}
+	c := &Controller{client: mgr.GetClient(), opts: opts, workers: map[string]*workerRead{}}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("dispatch").
 		For(&kueue.Workload{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(obj client.Object) bool {
@@ -140,7 +128,7 @@ func (c *Controller) Reconcile(ctx context.Context, wl *kueue.Workload) (reconci
 		w := pool.Spec.WorkerClusters[slices.IndexFunc(pool.Spec.WorkerClusters, func(w chamber.WorkerCluster) bool {
 			return chamberkueue.MultiKueueClusterName(pool, w.Name) == name
 		})]
-		free, err := c.freeGPUs(ctx, pool, w)
+		free, err := c.freeGPUs(w.Name)
 		if err != nil {
 			// Kueue reaches it but Chamber cannot count it: it has no room Chamber
 			// knows of, and is nominated only where no worker has room.
@@ -264,94 +252,35 @@ func Request(wl *kueue.Workload, pool *chamber.GPUPool) (model string, pods []in
 	return model, pods
 }
 
-// freeGPUs are the worker's free healthy GPUs by model and node, read at most WorkersMaxAge
-// ago. The counts are the fleet model's (fleet.Free) over the worker's nodes that
-// take work, its pods and its node agents' reports.
-func (c *Controller) freeGPUs(ctx context.Context, pool *chamber.GPUPool, w chamber.WorkerCluster) (map[string][]int64, error) {
-	name := chamberkueue.MultiKueueClusterName(pool, w.Name)
+// freeGPUs are the worker's free healthy GPUs by model and node (in node name
+// order), counted at most WorkersMaxAge ago from the fleet model the inventory keeps
+// of the worker (its nodes, pods and node agents' reports, watched through the
+// kubeconfig Secret): GPUs not held by a pod, not reported unhealthy nor held by fault
+// isolation, on nodes that take work (chamberkueue.Schedulable).
+func (c *Controller) freeGPUs(worker string) (map[string][]int64, error) {
 	now := c.opts.Clock.Now()
 	c.mu.Lock()
-	read := c.workers[name]
-	if read != nil && now.Sub(read.at) < c.opts.WorkersMaxAge {
-		c.mu.Unlock()
+	defer c.mu.Unlock()
+	if read := c.workers[worker]; read != nil && now.Sub(read.at) < c.opts.WorkersMaxAge {
 		return read.free, read.err
 	}
-	c.mu.Unlock()
-
-	var secret corev1.Secret
-	if err := c.secrets.Get(ctx, client.ObjectKey{Namespace: c.opts.KueueNamespace, Name: w.KubeconfigSecret}, &secret); err != nil {
-		return nil, fmt.Errorf("get kubeconfig Secret %s/%s: %w", c.opts.KueueNamespace, w.KubeconfigSecret, err)
-	}
-	next := &workerRead{secretVersion: secret.ResourceVersion, at: now}
-	if read != nil && read.secretVersion == secret.ResourceVersion {
-		next.client = read.client
+	read := &workerRead{at: now}
+	if model := c.opts.Workers.Get(worker); model == nil {
+		read.err = fmt.Errorf("worker cluster %s is not watched yet (its kubeconfig Secret unreadable, or its API server not reached)", worker)
 	} else {
-		cfg, err := clientcmd.RESTConfigFromKubeConfig(secret.Data[kueue.MultiKueueConfigSecretKey])
-		if err != nil {
-			return nil, fmt.Errorf("kubeconfig in Secret %s/%s: %w", c.opts.KueueNamespace, w.KubeconfigSecret, err)
-		}
-		if next.client, err = client.New(cfg, client.Options{Scheme: c.scheme}); err != nil {
-			return nil, fmt.Errorf("client of worker %s: %w", w.Name, err)
-		}
+		read.free = countFree(model.Snapshot())
 	}
-	next.free, next.err = countFree(ctx, next.client, pool)
-	c.mu.Lock()
-	c.workers[name] = next
-	c.mu.Unlock()
-	return next.free, next.err
+	c.workers[worker] = read
+	return read.free, read.err
 }
 
-// countFree reads a worker's nodes, pods and GPUNodes into a fleet model and counts
-// its free GPUs by model and node (in node name order). Nodes that take no work
-// (chamberkueue.Schedulable: cordoned, or tainted out of service) offer none. A worker
-// without Chamber's CRDs has no agent reports.
-func countFree(ctx context.Context, c client.Client, pool *chamber.GPUPool) (map[string][]int64, error) {
-	var nodes corev1.NodeList
-	if err := c.List(ctx, &nodes); err != nil {
-		return nil, fmt.Errorf("list nodes: %w", err)
-	}
-	var pods corev1.PodList
-	if err := c.List(ctx, &pods); err != nil {
-		return nil, fmt.Errorf("list pods: %w", err)
-	}
-	var agents chamber.GPUNodeList
-	if err := c.List(ctx, &agents); err != nil && !apimeta.IsNoMatchError(err) && !apierrors.IsNotFound(err) {
-		return nil, fmt.Errorf("list GPUNodes: %w", err)
-	}
-	model := fleet.New(fleet.DefaultOptions())
-	// The worker's nodes carry the product label the pool names; its own pools'
-	// node labels are the worker's business.
-	model.SetPool(&chamber.GPUPool{ObjectMeta: metav1.ObjectMeta{Name: pool.Name}, Spec: chamber.GPUPoolSpec{ProductLabel: pool.Spec.ProductLabel}})
-	takesWork := map[string]bool{}
-	for i := range nodes.Items {
-		if chamberkueue.Schedulable(&nodes.Items[i]) {
-			model.SetNode(&nodes.Items[i])
-			takesWork[nodes.Items[i].Name] = true
-		}
-	}
-	for i := range agents.Items {
-		if takesWork[agents.Items[i].Name] {
-			model.SetGPUNode(&agents.Items[i])
-		}
-	}
-	for i := range pods.Items {
-		model.SetPod(&pods.Items[i])
-	}
-	byNode := map[string]map[string]int64{} // model -> node -> free GPUs
-	for _, g := range model.Snapshot().GPUs {
-		if g.State != fleet.Free {
-			continue
-		}
-		if byNode[g.Model] == nil {
-			byNode[g.Model] = map[string]int64{}
-		}
-		byNode[g.Model][g.Node]++
-	}
+// countFree is a worker's free GPUs by model and node, in node name order.
+func countFree(snap *fleet.Snapshot) map[string][]int64 {
 	free := map[string][]int64{}
-	for m, nodes := range byNode {
-		for _, name := range slices.Sorted(maps.Keys(nodes)) {
-			free[m] = append(free[m], nodes[name])
+	for _, n := range snap.Nodes { // in name order
+		if f := n.GPUs[fleet.Free]; n.TakesWork && f > 0 {
+			free[n.Model] = append(free[n.Model], int64(f))
 		}
 	}
-	return free, nil
+	return free
 }

@@ -48,6 +48,9 @@ type Options struct {
 	// the watches on each worker.
 	KueueNamespace string
 	WorkerCache    cache.Options
+	// Workers receives each watched worker's fleet model (by worker name), which the
+	// MultiKueue dispatcher reads; nil: kept to the inventory.
+	Workers *fleet.Workers
 }
 
 // DefaultOptions are the inventory's options unless flags say otherwise.

@@ -66,6 +66,8 @@ type workers struct {
 	wanted []string
 	// up is chamber_worker_cluster_up, a series for each of wanted.
 	up *prometheus.GaugeVec
+	// models are the running workers' models, for the MultiKueue dispatcher.
+	models *fleet.Workers
 }
 
 // worker is one watched worker cluster.
@@ -89,7 +91,10 @@ func registerWorkers(mgr ctrl.Manager, opts Options) error {
 		cache: mgr.GetCache(), secrets: mgr.GetAPIReader(), namespace: opts.KueueNamespace,
 		scheme: mgr.GetScheme(), cacheOpts: opts.WorkerCache, fleetOpts: opts.Fleet, perGPU: opts.PerGPUMetrics,
 		log: mgr.GetLogger().WithName("inventory").WithName("workers"), poke: make(chan struct{}, 1),
-		running: map[string]*worker{}, up: newWorkerUp(),
+		running: map[string]*worker{}, up: newWorkerUp(), models: opts.Workers,
+	}
+	if w.models == nil {
+		w.models = &fleet.Workers{}
 	}
 	if w.namespace == "" {
 		w.namespace = chamberkueue.DefaultNamespace
@@ -216,11 +221,10 @@ func (w *workers) sync(ctx context.Context) {
 		}
 	}
 	w.wanted = slices.Sorted(maps.Keys(wanted))
-	for name, wk := range w.running {
+	for name := range w.running {
 		if _, ok := wanted[name]; !ok {
 			w.log.Info("stop watching worker cluster", "cluster", name)
-			wk.cancel()
-			delete(w.running, name)
+			w.stop(name)
 		}
 	}
 	for name, want := range wanted {
@@ -235,14 +239,14 @@ func (w *workers) sync(ctx context.Context) {
 			}
 		} else if wk == nil || wk.secret != want.worker.KubeconfigSecret || wk.secretVersion != secret.ResourceVersion {
 			if wk != nil {
-				wk.cancel()
-				delete(w.running, name)
+				w.stop(name)
 			}
 			if wk, err = w.start(ctx, name, &secret); err != nil {
 				w.log.Error(err, "cannot watch worker cluster", "cluster", name)
 				continue
 			}
 			w.running[name] = wk
+			w.models.Set(name, wk.model)
 		}
 		if wk != nil {
 			wk.follow(want.pool, teams.Items)
@@ -330,8 +334,16 @@ func (w *workers) start(ctx context.Context, name string, secret *corev1.Secret)
 func (w *workers) stopAll() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for name, wk := range w.running {
-		wk.cancel()
-		delete(w.running, name)
+	for name := range w.running {
+		w.stop(name)
 	}
+}
+
+// stop ends the watches of worker name; w.mu is held.
+func (w *workers) stop(name string) {
+	if wk := w.running[name]; wk != nil {
+		wk.cancel()
+	}
+	delete(w.running, name)
+	w.models.Set(name, nil)
 }
