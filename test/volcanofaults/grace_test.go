@@ -6,8 +6,10 @@ import (
 	"time"
 
 	"github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	batch "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
@@ -40,6 +42,14 @@ func TestVolcanoPodsGetTheTeamsGrace(t *testing.T) {
 	t.Cleanup(func() { _ = k8s.Delete(context.Background(), tm) })
 	g.Eventually(func(g gomega.Gomega) { g.Expect(teamReady(g, "grace").Status).To(gomega.Equal(metav1.ConditionTrue)) }).Should(gomega.Succeed())
 	queue(t, "grace-other", 8)
+	// The API server applies a new admission policy within a second or so: wait until
+	// a pod of the team's namespace (a dry run) gets it.
+	g.Eventually(func(g gomega.Gomega) {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{GenerateName: "probe-", Namespace: ns},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "probe", Image: "probe"}}}}
+		g.Expect(k8s.Create(ctx, pod, client.DryRunAll)).To(gomega.Succeed())
+		g.Expect(ptr.Deref(pod.Spec.TerminationGracePeriodSeconds, -1)).To(gomega.Equal(int64(300)))
+	}).Should(gomega.Succeed())
 
 	job := func(name, namespace, queue, tier string, own *int64) *batch.Job {
 		j := onPool(gangJob(name, namespace, queue, 1, 1, time.Minute), labels)
