@@ -121,22 +121,16 @@ func (w *workers) Collect(ch chan<- prometheus.Metric) {
 	for _, wk := range w.running {
 		running = append(running, wk)
 	}
-	var unread []string
+	// Every running worker is wanted (sync stops the others).
 	for _, name := range w.wanted {
-		if w.running[name] == nil {
-			unread = append(unread, name)
-		}
-	}
-	w.mu.Unlock()
-	for _, name := range unread {
-		w.up.WithLabelValues(name).Set(0)
-	}
-	for _, wk := range running {
 		up := 0.0
-		if wk.model.Synced() {
+		if wk := w.running[name]; wk != nil && wk.model.Synced() {
 			up = 1
 		}
-		w.up.WithLabelValues(wk.name).Set(up)
+		w.up.WithLabelValues(name).Set(up)
+	}
+	w.mu.Unlock()
+	for _, wk := range running {
 		wk.metrics.Collect(ch)
 	}
 	w.up.Collect(ch)

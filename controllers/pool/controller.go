@@ -169,7 +169,8 @@ func (c *Controller) Reconcile(ctx context.Context, pool *chamber.GPUPool) (reco
 	var problems []string
 	var workers *metav1.Condition
 	notServed := !pool.UsesVolcano() && c.opts.WithoutKueue
-	if !pool.UsesVolcano() && !notServed {
+	compiled := !pool.UsesVolcano() && !notServed // into Kueue
+	if compiled {
 		var err error
 		if problems, workers, err = c.applyKueue(ctx, pool, models); err != nil {
 			return reconcile.Result{}, err
@@ -190,7 +191,7 @@ func (c *Controller) Reconcile(ctx context.Context, pool *chamber.GPUPool) (reco
 
 	before := pool.Status.DeepCopy()
 	pool.Status.Cohort = ""
-	if !pool.UsesVolcano() && !notServed {
+	if compiled {
 		pool.Status.Cohort = pool.Name
 	}
 	pool.Status.Models = models

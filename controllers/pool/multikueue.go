@@ -102,8 +102,10 @@ func (c *Controller) deleteStaleMultiKueue(ctx context.Context, pool *chamber.GP
 }
 
 // workersActive is the pool's WorkerClustersActive condition: False, saying what to
-// fix, while a worker's kubeconfig Secret is missing or Kueue's MultiKueue does not
-// reach it (its MultiKueueCluster not Active).
+// fix, while a worker's kubeconfig Secret is missing, Kueue's MultiKueue does not
+// reach it (its MultiKueueCluster not Active), or the pool and its Teams could not be
+// copied there; a worker Kueue reaches gets the copies here (copyToWorker), through
+// the Secret just read.
 func (c *Controller) workersActive(ctx context.Context, pool *chamber.GPUPool) (*metav1.Condition, error) {
 	var problems []string
 	for _, w := range pool.Spec.WorkerClusters {

@@ -101,9 +101,14 @@ func (c *Controller) copyToWorker(ctx context.Context, pool *chamber.GPUPool, wo
 		report(applyCopy(ctx, wc, pool.Name, &chamber.Team{ObjectMeta: metav1.ObjectMeta{Name: t.Name, Labels: copied}, Spec: *t.Spec.DeepCopy()}))
 	}
 	for _, ns := range namespaces {
-		err := wc.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: copied}})
+		// Read first: a pool is reconciled every minute, and a create refused as
+		// AlreadyExists is still a write through the worker's admission chain.
+		err := wc.Get(ctx, client.ObjectKey{Name: ns}, &corev1.Namespace{})
+		if apierrors.IsNotFound(err) {
+			err = wc.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: copied}})
+		}
 		if err != nil && !apierrors.IsAlreadyExists(err) {
-			report(fmt.Errorf("create namespace %s: %w", ns, err))
+			report(fmt.Errorf("namespace %s: %w", ns, err))
 		}
 	}
 
