@@ -85,6 +85,10 @@ type Config struct {
 	// Volcano: the API server serves Volcano's API (integrations/volcano.Served), so
 	// the controllers that work through Volcano run too.
 	Volcano bool
+	// VolcanoQueueHierarchy: vc-scheduler runs Volcano's queue hierarchy (its capacity
+	// plugin's enableHierarchy), so each Volcano pool gets a Queue, the parent of its
+	// teams' Queues and the child of its parent pool's; off, the Queues are flat.
+	VolcanoQueueHierarchy bool
 	// SilentAfterHeartbeats is how many of its heartbeats an agent may miss before
 	// every controller takes it for silent (chamber.SilentAfterHeartbeats when 0).
 	SilentAfterHeartbeats int
@@ -150,7 +154,8 @@ var controllerList = []struct {
 	setup func(mgr ctrl.Manager, cfg Config) error
 }{
 	{"pool", queueAPI, func(mgr ctrl.Manager, cfg Config) error {
-		return pool.Register(mgr, pool.Options{KueueNamespace: cfg.KueueNamespace, WithoutKueue: cfg.WithoutKueue})
+		return pool.Register(mgr, pool.Options{KueueNamespace: cfg.KueueNamespace, WithoutKueue: cfg.WithoutKueue,
+			Volcano: cfg.Volcano, VolcanoQueueHierarchy: cfg.VolcanoQueueHierarchy})
 	}},
 	{"team", kueueAPI, func(mgr ctrl.Manager, cfg Config) error {
 		opts := team.Options{AccountingInterval: cfg.AccountingInterval, Clock: cfg.Clock,
@@ -162,7 +167,7 @@ var controllerList = []struct {
 		return team.Register(mgr, opts)
 	}},
 	{"team-volcano", volcanoAPI, func(mgr ctrl.Manager, cfg Config) error {
-		return team.RegisterVolcano(mgr, team.VolcanoOptions{WithoutKueue: cfg.WithoutKueue,
+		return team.RegisterVolcano(mgr, team.VolcanoOptions{WithoutKueue: cfg.WithoutKueue, QueueHierarchy: cfg.VolcanoQueueHierarchy,
 			PodGracePeriods: cfg.PodGracePeriods, EvictionGrace: cfg.Admission.GracePeriod})
 	}},
 	{"dispatch", kueueAPI, func(mgr ctrl.Manager, cfg Config) error {

@@ -68,7 +68,7 @@ func volcanoTeams(pool *chamber.GPUPool, teams []*chamber.Team, p Policy) []clie
 	var objs []client.Object
 	if p == PolicyVolcano {
 		for _, t := range teams {
-			objs = append(objs, volcano.TeamQueue(t, pool))
+			objs = append(objs, volcano.TeamQueue(t, pool, false))
 		}
 	} else {
 		pool.Spec.Backend = chamber.BackendVolcano

@@ -16,6 +16,16 @@ const (
 	ConditionReady = "Ready"
 )
 
+// Reasons of a GPUPool's Ready condition when it is False.
+const (
+	// ReasonQueueHierarchyOff: a Volcano pool names a parent, and Chamber compiles
+	// Volcano pools flat (chamber-controller's --volcano-queue-hierarchy is off).
+	ReasonQueueHierarchyOff = "QueueHierarchyOff"
+	// ReasonParentNotUsable: a Volcano pool's parent does not exist, is a Kueue pool,
+	// or is below it; its Queue is under Volcano's root.
+	ReasonParentNotUsable = "ParentNotUsable"
+)
+
 // PriceKind says where a GPU-hour price comes from.
 // +kubebuilder:validation:Enum=OnDemand;Reserved;Amortized
 type PriceKind string
@@ -61,7 +71,9 @@ type GPUPoolSpec struct {
 	// +optional
 	ProductLabel string `json:"productLabel,omitempty"`
 	// Parent names a parent GPUPool: the pool's Cohort gets the parent's Cohort as its
-	// parent, so unused capacity flows up the hierarchy.
+	// parent, so unused capacity flows up the hierarchy. For a Volcano pool, under
+	// Volcano's queue hierarchy (chamber-controller's --volcano-queue-hierarchy), the
+	// pool's Volcano Queue is a child of its parent's, which must be a Volcano pool.
 	// +kubebuilder:validation:MinLength=1
 	// +optional
 	Parent string `json:"parent,omitempty"`
@@ -210,6 +222,10 @@ type GPUPoolStatus struct {
 	// Kueue object.
 	// +optional
 	Cohort string `json:"cohort,omitempty"`
+	// Queue is the Volcano Queue of a Volcano pool under Volcano's queue hierarchy,
+	// the parent of its teams' Queues; empty otherwise.
+	// +optional
+	Queue string `json:"queue,omitempty"`
 	// Models are the GPU models found on the pool's nodes.
 	// +listType=map
 	// +listMapKey=model

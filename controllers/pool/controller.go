@@ -29,9 +29,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+	scheduling "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/integrations/volcano"
 )
 
 // CountsSettle is how long after a change of a node or an agent's report the pools
@@ -51,6 +53,11 @@ type Options struct {
 	// reports every pool's nodes and models still, compiles nothing into Kueue, and
 	// says of a Kueue pool that its backend is not served.
 	WithoutKueue bool
+	// Volcano: the cluster serves Volcano's API. VolcanoQueueHierarchy: Volcano's
+	// queue hierarchy is on (vc-scheduler's capacity plugin has enableHierarchy), so a
+	// Volcano pool gets a Queue of its own, the parent of its teams' Queues and the
+	// child of its parent pool's (integrations/volcano.PoolQueues).
+	Volcano, VolcanoQueueHierarchy bool
 }
 
 // Controller reconciles GPUPools.
@@ -80,6 +87,14 @@ func Register(mgr ctrl.Manager, opts Options) error {
 			Owns(&kueue.Topology{}).
 			Owns(&kueue.AdmissionCheck{})
 	}
+	teams := handler.EnqueueRequestsFromMapFunc(teamPool)
+	if opts.Volcano {
+		b = b.Owns(&scheduling.Queue{})
+		if opts.VolcanoQueueHierarchy {
+			// A team's quota is in its pool's Queue and every ancestor's.
+			teams = allPools
+		}
+	}
 	return b.
 		// A node or an agent report can change any pool's models and counts, but most
 		// of their updates (heartbeats, utilization) change neither: skip those, since
@@ -92,12 +107,14 @@ func Register(mgr ctrl.Manager, opts Options) error {
 		})).
 		// A team joins or leaves a pool by its spec; its status (spend, written every
 		// accounting interval) changes nothing here.
-		Watches(&chamber.Team{}, handler.EnqueueRequestsFromMapFunc(teamPool), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&chamber.Team{}, teams, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		// A pool created, deleted or given other node labels can take nodes from
-		// another pool or give them back (chamber.PoolOf).
+		// another pool or give them back (chamber.PoolOf); one given another parent
+		// moves its Volcano Queue in the hierarchy.
 		Watches(&chamber.GPUPool{}, allPools, builder.WithPredicates(predicate.Funcs{
 			UpdateFunc: func(e event.UpdateEvent) bool {
-				return !maps.Equal(e.ObjectOld.(*chamber.GPUPool).Spec.NodeLabels, e.ObjectNew.(*chamber.GPUPool).Spec.NodeLabels)
+				before, after := e.ObjectOld.(*chamber.GPUPool), e.ObjectNew.(*chamber.GPUPool)
+				return !maps.Equal(before.Spec.NodeLabels, after.Spec.NodeLabels) || before.Spec.Parent != after.Spec.Parent
 			},
 		})).
 		Complete(reconcile.AsReconciler(mgr.GetClient(), c))
@@ -178,8 +195,16 @@ func (c *Controller) Reconcile(ctx context.Context, pool *chamber.GPUPool) (reco
 	}
 
 	var teams chamber.TeamList
-	if err := c.client.List(ctx, &teams); err != nil {
+	if err := c.client.List(ctx, &teams, client.UnsafeDisableDeepCopy); err != nil {
 		return reconcile.Result{}, fmt.Errorf("list teams: %w", err)
+	}
+	var queue string
+	var parentProblem *metav1.Condition
+	if pool.UsesVolcano() && c.opts.Volcano {
+		var err error
+		if queue, parentProblem, err = c.applyVolcano(ctx, pool, pools.Items, teams.Items); err != nil {
+			return reconcile.Result{}, err
+		}
 	}
 	var teamNames []string
 	for _, t := range teams.Items {
@@ -194,6 +219,7 @@ func (c *Controller) Reconcile(ctx context.Context, pool *chamber.GPUPool) (reco
 	if compiled {
 		pool.Status.Cohort = pool.Name
 	}
+	pool.Status.Queue = queue
 	pool.Status.Models = models
 	pool.Status.Teams = teamNames
 	cond := metav1.Condition{Type: chamber.ConditionReady, Status: metav1.ConditionTrue, Reason: "Reconciled",
@@ -204,6 +230,8 @@ func (c *Controller) Reconcile(ctx context.Context, pool *chamber.GPUPool) (reco
 		cond.Message = fmt.Sprintf("%d GPU models on the pool's nodes; the pool compiles into Kueue, whose API (kueue.x-k8s.io/v1beta2) this cluster does not serve: install Kueue and restart chamber-controller, or make a pool whose backend is Volcano", len(models))
 	case len(problems) > 0:
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, "KueueObjectsNotApplied", strings.Join(problems, "; ")
+	case parentProblem != nil:
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, parentProblem.Reason, parentProblem.Message
 	}
 	apimeta.SetStatusCondition(&pool.Status.Conditions, cond)
 	if workers != nil {
@@ -296,6 +324,8 @@ func (c *Controller) apply(ctx context.Context, pool *chamber.GPUPool, obj clien
 		if have.Spec.ParentName != want.Spec.ParentName {
 			have.Spec.ParentName, changed = want.Spec.ParentName, true
 		}
+	case *scheduling.Queue:
+		changed = volcano.SetQueueSpec(existing.(*scheduling.Queue), want)
 	}
 	if changed {
 		if err := c.client.Update(ctx, existing); err != nil {

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -31,6 +30,10 @@ type VolcanoOptions struct {
 	// Volcano's reclaim and preempt give a team's pods its eviction grace.
 	PodGracePeriods bool
 	EvictionGrace   time.Duration
+	// QueueHierarchy: Volcano's queue hierarchy is on (the capacity plugin's
+	// enableHierarchy), so a team's Queue is a child of its pool's Queue, which the
+	// pool controller makes (integrations/volcano.PoolQueues); else of the root.
+	QueueHierarchy bool
 }
 
 // RegisterVolcano adds the Team controller for Volcano pools to the manager: a Team
@@ -94,7 +97,7 @@ func (c *volcanoTeams) Reconcile(ctx context.Context, team *chamber.Team) (recon
 		return reconcile.Result{}, writeCondition(ctx, c.client, team, ready)
 	}
 
-	want := volcano.TeamQueue(team, &pool)
+	want := volcano.TeamQueue(team, &pool, c.opts.QueueHierarchy)
 	var have scheduling.Queue
 	err = c.client.Get(ctx, client.ObjectKeyFromObject(want), &have)
 	switch {
@@ -111,9 +114,7 @@ func (c *volcanoTeams) Reconcile(ctx context.Context, team *chamber.Team) (recon
 		ready.Status, ready.Reason = metav1.ConditionFalse, chamber.ReasonQueueTaken
 		ready.Message = fmt.Sprintf("a Volcano Queue %q exists that Chamber did not make; Chamber never takes one over: rename the team or delete the Queue", want.Name)
 		return reconcile.Result{}, writeCondition(ctx, c.client, team, ready)
-	case queueSpecDiffers(&have.Spec, &want.Spec):
-		have.Spec.Weight, have.Spec.Deserved, have.Spec.Capability = want.Spec.Weight, want.Spec.Deserved, want.Spec.Capability
-		have.Spec.Guarantee, have.Spec.Reclaimable = want.Spec.Guarantee, want.Spec.Reclaimable
+	case volcano.SetQueueSpec(&have, want):
 		if err := c.client.Update(ctx, &have); err != nil {
 			return reconcile.Result{}, fmt.Errorf("update Volcano Queue %s: %w", want.Name, err)
 		}
@@ -125,14 +126,6 @@ func (c *volcanoTeams) Reconcile(ctx context.Context, team *chamber.Team) (recon
 	}
 	ready.Message = fmt.Sprintf("Volcano Queue %s: the team's jobs name it in spec.queue", want.Name)
 	return reconcile.Result{}, writeCondition(ctx, c.client, team, ready)
-}
-
-func queueSpecDiffers(have, want *scheduling.QueueSpec) bool {
-	return have.Weight != want.Weight ||
-		!equality.Semantic.DeepEqual(have.Deserved, want.Deserved) ||
-		!equality.Semantic.DeepEqual(have.Capability, want.Capability) ||
-		!equality.Semantic.DeepEqual(have.Guarantee, want.Guarantee) ||
-		!equality.Semantic.DeepEqual(have.Reclaimable, want.Reclaimable)
 }
 
 // deleteQueue deletes the Queue Chamber made for the team, if any.

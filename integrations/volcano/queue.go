@@ -2,6 +2,7 @@ package volcano
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -21,9 +22,11 @@ import (
 //     borrowed.
 //
 // Volcano's queues count resources, not GPU models: the team's quotas of every model
-// add up into nvidia.com/gpu. Queues are flat (Volcano's hierarchy is off by default),
-// so a pool's teams share the cluster's GPUs with every other Volcano queue.
-func TeamQueue(team *chamber.Team, pool *chamber.GPUPool) *scheduling.Queue {
+// add up into nvidia.com/gpu. Under Volcano's queue hierarchy (hierarchy true: the
+// capacity plugin's enableHierarchy) the team's Queue is a child of its pool's
+// (PoolQueues); without it the queues are flat, children of Volcano's root, and a
+// pool's teams share the cluster's GPUs with every other Volcano queue.
+func TeamQueue(team *chamber.Team, pool *chamber.GPUPool, hierarchy bool) *scheduling.Queue {
 	var quota, capability, guarantee int64
 	capped := true
 	for _, q := range team.Spec.Quotas {
@@ -40,9 +43,6 @@ func TeamQueue(team *chamber.Team, pool *chamber.GPUPool) *scheduling.Queue {
 			guarantee -= int64(q.GPUs)
 		}
 	}
-	gpus := func(n int64) corev1.ResourceList {
-		return corev1.ResourceList{chamberkueue.ResourceGPU: *resource.NewQuantity(n, resource.DecimalSI)}
-	}
 	q := &scheduling.Queue{
 		ObjectMeta: metav1.ObjectMeta{Name: team.Name, Labels: map[string]string{
 			chamberkueue.LabelManagedBy: chamberkueue.ManagedBy, chamberkueue.LabelPool: pool.Name, chamberkueue.LabelTeam: team.Name}},
@@ -50,7 +50,11 @@ func TeamQueue(team *chamber.Team, pool *chamber.GPUPool) *scheduling.Queue {
 			Weight:      ptr.Deref(team.Spec.FairShareWeight, 1),
 			Deserved:    gpus(quota),
 			Reclaimable: ptr.To(true),
+			Parent:      RootQueue,
 		},
+	}
+	if hierarchy {
+		q.Spec.Parent = PoolQueueName(pool.Name)
 	}
 	if q.Spec.Weight < 1 {
 		q.Spec.Weight = 1 // Volcano's least weight; a team of weight 0 still gets its quota
@@ -62,4 +66,32 @@ func TeamQueue(team *chamber.Team, pool *chamber.GPUPool) *scheduling.Queue {
 		q.Spec.Guarantee = scheduling.Guarantee{Resource: gpus(guarantee)}
 	}
 	return q
+}
+
+func gpus(n int64) corev1.ResourceList {
+	return corev1.ResourceList{chamberkueue.ResourceGPU: *resource.NewQuantity(n, resource.DecimalSI)}
+}
+
+// SetQueueSpec gives have the parts of want's spec Chamber compiles (weight,
+// deserved, capability, guarantee, reclaimable, parent) and says whether any
+// changed. A Queue without a parent is under the root (vc-controller-manager writes
+// root there).
+func SetQueueSpec(have, want *scheduling.Queue) bool {
+	parent := func(q *scheduling.Queue) string {
+		if q.Spec.Parent == "" {
+			return RootQueue
+		}
+		return q.Spec.Parent
+	}
+	if have.Spec.Weight == want.Spec.Weight &&
+		equality.Semantic.DeepEqual(have.Spec.Deserved, want.Spec.Deserved) &&
+		equality.Semantic.DeepEqual(have.Spec.Capability, want.Spec.Capability) &&
+		equality.Semantic.DeepEqual(have.Spec.Guarantee, want.Spec.Guarantee) &&
+		equality.Semantic.DeepEqual(have.Spec.Reclaimable, want.Spec.Reclaimable) &&
+		parent(have) == parent(want) {
+		return false
+	}
+	have.Spec.Weight, have.Spec.Deserved, have.Spec.Capability = want.Spec.Weight, want.Spec.Deserved, want.Spec.Capability
+	have.Spec.Guarantee, have.Spec.Reclaimable, have.Spec.Parent = want.Spec.Guarantee, want.Spec.Reclaimable, want.Spec.Parent
+	return true
 }
