@@ -20,7 +20,10 @@ type Source interface {
 	// Synced is false until the model holds what its informers had at start; until
 	// then the exporter shows nothing rather than a partial fleet.
 	Synced() bool
+	// Snapshot is the fleet with every GPU; Summary without the list of GPUs, all
+	// the default metrics need.
 	Snapshot() *fleet.Snapshot
+	Summary() *fleet.Snapshot
 }
 
 // Options configure the exporter.
@@ -40,6 +43,8 @@ type collector interface {
 type Exporter struct {
 	source     Source
 	collectors []collector
+	// perGPU: a collector reads every GPU (Snapshot), not only the summary.
+	perGPU bool
 }
 
 var _ prometheus.Collector = (*Exporter)(nil)
@@ -55,7 +60,7 @@ func New(source Source, opts Options) *Exporter {
 		newQueueCollector(),
 	}}
 	if opts.PerGPU {
-		e.collectors = append(e.collectors, newPerGPUCollector())
+		e.collectors, e.perGPU = append(e.collectors, newPerGPUCollector()), true
 	}
 	return e
 }
@@ -72,7 +77,11 @@ func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
 	if !e.source.Synced() {
 		return
 	}
-	s := e.source.Snapshot()
+	snapshot := e.source.Summary
+	if e.perGPU {
+		snapshot = e.source.Snapshot
+	}
+	s := snapshot()
 	for _, c := range e.collectors {
 		c.update(s, ch)
 	}

@@ -146,7 +146,15 @@ type QueueWait struct {
 }
 
 // Snapshot brings the counters up to now and copies the fleet out.
-func (m *Model) Snapshot() *Snapshot {
+func (m *Model) Snapshot() *Snapshot { return m.snapshot(true) }
+
+// Summary is Snapshot without the list of every GPU (GPUs is nil): the nodes, pools,
+// teams and queues, what the exporter's default metrics and the dispatcher read. On
+// 10,000 GPUs it is a fraction of Snapshot's time and garbage (go test ./exporter
+// -bench Scrape), and it holds the model's lock that much shorter.
+func (m *Model) Summary() *Snapshot { return m.snapshot(false) }
+
+func (m *Model) snapshot(perGPU bool) *Snapshot {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.clock.Now()
@@ -154,11 +162,14 @@ func (m *Model) Snapshot() *Snapshot {
 
 	s := &Snapshot{Time: now, Since: m.started, QueueWaitBuckets: slices.Clone(m.opts.QueueWaitBuckets)}
 	names := slices.Sorted(maps.Keys(m.nodes))
-	gpuCount := 0
-	for _, name := range names {
-		gpuCount += len(m.nodes[name].gpus)
+	if perGPU {
+		gpuCount := 0
+		for _, name := range names {
+			gpuCount += len(m.nodes[name].gpus)
+		}
+		s.GPUs = make([]GPU, 0, gpuCount)
 	}
-	s.GPUs = make([]GPU, 0, gpuCount)
+	s.Nodes = make([]NodeSummary, 0, len(names))
 
 	poolModels := map[poolModel]*PoolModelSummary{}
 	teams := map[string]*teamAgg{}
@@ -198,16 +209,28 @@ func (m *Model) Snapshot() *Snapshot {
 		for i := range n.gpus {
 			g := &n.gpus[i]
 			r := n.reportOf(i)
-			out := GPU{
-				Node: n.name, Index: i, UUID: r.uuid, Model: n.model, Pool: n.pool,
-				State: m.state(n, i, now), Health: r.health,
-				UtilizationPercent: r.util, HasUtilization: r.hasUtil, Faults: slices.Clone(r.faults),
+			state := m.state(n, i, now)
+			ns.GPUs[state]++
+			if r.hasUtil {
+				pm.UtilizationSum += r.util
+				pm.UtilizationReported++
 			}
-			if out.Health == "" {
-				out.Health = chamber.GPUUnknown
+			if g.holder == nil && !perGPU {
+				continue
 			}
-			if out.State == Idle {
-				out.IdleSince, _ = m.idleSpan(n, g)
+			out := GPU{State: state}
+			if perGPU {
+				out = GPU{
+					Node: n.name, Index: i, UUID: r.uuid, Model: n.model, Pool: n.pool,
+					State: state, Health: r.health,
+					UtilizationPercent: r.util, HasUtilization: r.hasUtil, Faults: slices.Clone(r.faults),
+				}
+				if out.Health == "" {
+					out.Health = chamber.GPUUnknown
+				}
+				if out.State == Idle {
+					out.IdleSince, _ = m.idleSpan(n, g)
+				}
 			}
 			if p := g.holder; p != nil {
 				if p != last {
@@ -224,12 +247,9 @@ func (m *Model) Snapshot() *Snapshot {
 					tm.Idle++
 				}
 			}
-			ns.GPUs[out.State]++
-			if r.hasUtil {
-				pm.UtilizationSum += r.util
-				pm.UtilizationReported++
+			if perGPU {
+				s.GPUs = append(s.GPUs, out)
 			}
-			s.GPUs = append(s.GPUs, out)
 		}
 		pm.GPUs.add(ns.GPUs)
 		s.Nodes = append(s.Nodes, ns)

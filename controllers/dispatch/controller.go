@@ -268,7 +268,7 @@ func (c *Controller) freeGPUs(worker string) (map[string][]int64, error) {
 	if model := c.opts.Workers.Get(worker); model == nil {
 		read.err = fmt.Errorf("worker cluster %s is not watched yet (its kubeconfig Secret unreadable, or its API server not reached)", worker)
 	} else {
-		read.free = countFree(model.Snapshot())
+		read.free = countFree(model.Summary())
 	}
 	c.workers[worker] = read
 	return read.free, read.err
