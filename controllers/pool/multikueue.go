@@ -72,6 +72,7 @@ func (c *Controller) deleteStaleMultiKueue(ctx context.Context, pool *chamber.GP
 	var stale []client.Object
 	for i := range clusters.Items {
 		if !keep[clusters.Items[i].Name] {
+			c.removeCopies(ctx, pool, &clusters.Items[i])
 			stale = append(stale, &clusters.Items[i])
 		}
 	}

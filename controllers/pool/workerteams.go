@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrl "sigs.k8s.io/controller-runtime"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
@@ -59,6 +60,52 @@ func (w *workerClients) get(secret *corev1.Secret, scheme *runtime.Scheme) (clie
 	}
 	w.clients[key] = workerClient{version: secret.ResourceVersion, client: c}
 	return c, nil
+}
+
+// drop forgets the client of a worker no longer in the pool.
+func (w *workerClients) drop(secret client.ObjectKey) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.clients, secret.String())
+}
+
+// removeCopies deletes, from a worker the pool no longer lists (its MultiKueueCluster
+// mkc is stale), the pool and Teams the manager copied there; the namespaces stay,
+// with whatever runs in them, and the worker's Kueue deletes a ClusterQueue only once
+// its admitted workloads have finished. It is done once, as mkc is deleted: a worker
+// that cannot be reached then keeps its copies, which the log says.
+func (c *Controller) removeCopies(ctx context.Context, pool *chamber.GPUPool, mkc *kueue.MultiKueueCluster) {
+	log := ctrl.LoggerFrom(ctx).WithValues("multiKueueCluster", mkc.Name)
+	kc := mkc.Spec.ClusterSource.KubeConfig
+	if kc == nil || kc.LocationType != kueue.SecretLocationType {
+		return
+	}
+	key := client.ObjectKey{Namespace: c.opts.KueueNamespace, Name: kc.Location}
+	defer c.workers.drop(key)
+	var secret corev1.Secret
+	if err := c.api.Get(ctx, key, &secret); err != nil {
+		log.Info("a worker removed from the pool keeps the pool and Teams copied there: its kubeconfig Secret cannot be read; delete them there", "secret", key, "error", err.Error())
+		return
+	}
+	wc, err := c.workers.get(&secret, c.client.Scheme())
+	var teams chamber.TeamList
+	if err == nil {
+		err = wc.List(ctx, &teams, client.MatchingLabels{chamber.LabelCopiedFrom: pool.Name})
+	}
+	for i := 0; err == nil && i < len(teams.Items); i++ {
+		err = client.IgnoreNotFound(wc.Delete(ctx, &teams.Items[i]))
+	}
+	var copy chamber.GPUPool
+	if err == nil {
+		err = wc.Get(ctx, client.ObjectKey{Name: pool.Name}, &copy)
+		if err == nil && copy.Labels[chamber.LabelCopiedFrom] == pool.Name {
+			err = wc.Delete(ctx, &copy)
+		}
+		err = client.IgnoreNotFound(err)
+	}
+	if err != nil {
+		log.Info("a worker removed from the pool keeps the pool and Teams copied there: delete them there", "error", err.Error())
+	}
 }
 
 // copyToWorker brings worker's copies of the pool, its Teams and their namespaces in
