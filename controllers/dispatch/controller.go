@@ -38,7 +38,7 @@ const DispatcherName = "chamber.dev/multikueue-dispatcher"
 
 // Defaults of Options.
 const (
-	DefaultWorkersMaxAge = 2 * time.Second
+	DefaultWorkersMaxAge = 200 * time.Millisecond
 	DefaultRenominate    = 15 * time.Second
 )
 
@@ -46,7 +46,10 @@ const (
 type Options struct {
 	// WorkersMaxAge is how long a count of a worker's free GPUs serves the
 	// nominations of other workloads (DefaultWorkersMaxAge when 0): a burst of
-	// workloads costs each worker one count, not one per workload.
+	// workloads costs each worker one count, not one per workload. Keep it well under
+	// the time from a fault on a worker to its workload's return to the manager's
+	// queue (a second or two): a count from before the fault sends the workload back
+	// to the failing worker (at 2 s, TestJobLeavesFailedWorker saw it happen).
 	WorkersMaxAge time.Duration
 	// Workers are the worker clusters' fleet models, which the inventory keeps
 	// (inventory.Options.Workers); a worker without one has no free GPUs.
