@@ -113,7 +113,10 @@ type GPUPoolSpec struct {
 	// workers place the pods). Where Kueue runs Chamber's dispatcher
 	// (docs/multicluster.md), a workload goes to the cheapest worker (its prices,
 	// else the pool's) with enough free healthy GPUs of its model, at equal price to
-	// the one with more free GPUs. Empty: workloads run in this cluster.
+	// the one with more free GPUs. Chamber copies the pool and its Teams to each worker
+	// and deletes the copies from a worker dropped from the list, or from every worker
+	// when the pool is deleted (the finalizer chamber.dev/worker-copies waits for it).
+	// Empty: workloads run in this cluster.
 	// +listType=map
 	// +listMapKey=name
 	// +kubebuilder:validation:MaxItems=20

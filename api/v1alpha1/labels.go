@@ -28,6 +28,11 @@ const AnnotationIdleReclaim = "chamber.dev/idle-reclaim"
 // worker's own, read and never written.
 const LabelCopiedFrom = "chamber.dev/copied-from-pool"
 
+// FinalizerWorkerCopies is on a GPUPool with worker clusters: when the pool is
+// deleted, the manager's Chamber deletes the pool and Teams it copied to the workers
+// (LabelCopiedFrom), then takes the finalizer off.
+const FinalizerWorkerCopies = "chamber.dev/worker-copies"
+
 // LabelInteractive "true" (a label or an annotation) on a Workload, its pod template or
 // its pods marks an interactive workload (a notebook, a debug session): a policy's
 // InteractiveIdleLimit applies to it, and once paused it waits for its user.

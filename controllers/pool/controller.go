@@ -162,6 +162,9 @@ func teamPool(_ context.Context, obj client.Object) []reconcile.Request {
 // Reconcile brings the pool's Cohort and flavors in line with its nodes. The nodes,
 // pools and agents are read, never changed: they are listed without copies.
 func (c *Controller) Reconcile(ctx context.Context, pool *chamber.GPUPool) (reconcile.Result, error) {
+	if !pool.DeletionTimestamp.IsZero() {
+		return reconcile.Result{}, c.finalize(ctx, pool)
+	}
 	var nodes corev1.NodeList
 	if err := c.client.List(ctx, &nodes, client.MatchingLabels(pool.Spec.NodeLabels), client.UnsafeDisableDeepCopy); err != nil {
 		return reconcile.Result{}, fmt.Errorf("list nodes of pool %s: %w", pool.Name, err)
@@ -188,9 +191,23 @@ func (c *Controller) Reconcile(ctx context.Context, pool *chamber.GPUPool) (reco
 	notServed := !pool.UsesVolcano() && c.opts.WithoutKueue
 	compiled := !pool.UsesVolcano() && !notServed // into Kueue
 	if compiled {
+		// A pool with workers has a finalizer, to delete what it copied there when it
+		// is deleted; one that dropped its last worker loses it once applyKueue has
+		// deleted the copies with the worker's MultiKueueCluster.
+		hasWorkers := len(pool.Spec.WorkerClusters) > 0
+		if hasWorkers {
+			if err := c.setFinalizer(ctx, pool, true); err != nil {
+				return reconcile.Result{}, err
+			}
+		}
 		var err error
 		if problems, workers, err = c.applyKueue(ctx, pool, models); err != nil {
 			return reconcile.Result{}, err
+		}
+		if !hasWorkers {
+			if err := c.setFinalizer(ctx, pool, false); err != nil {
+				return reconcile.Result{}, err
+			}
 		}
 	}
 

@@ -9,14 +9,17 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
+	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
 // Each worker cluster runs Kueue with the manager's namespaces, LocalQueues and
@@ -106,6 +109,41 @@ func (c *Controller) removeCopies(ctx context.Context, pool *chamber.GPUPool, mk
 	if err != nil {
 		log.Info("a worker removed from the pool keeps the pool and Teams copied there: delete them there", "error", err.Error())
 	}
+}
+
+// setFinalizer puts FinalizerWorkerCopies on the pool, or takes it off, as want says.
+func (c *Controller) setFinalizer(ctx context.Context, pool *chamber.GPUPool, want bool) error {
+	var changed bool
+	if want {
+		changed = controllerutil.AddFinalizer(pool, chamber.FinalizerWorkerCopies)
+	} else {
+		changed = controllerutil.RemoveFinalizer(pool, chamber.FinalizerWorkerCopies)
+	}
+	if !changed {
+		return nil
+	}
+	if err := c.client.Update(ctx, pool); err != nil {
+		return fmt.Errorf("set the finalizer of pool %s: %w", pool.Name, err)
+	}
+	return nil
+}
+
+// finalize deletes the copies a deleted pool made on its workers (removeCopies, through
+// its MultiKueueClusters, which the pool owns and which stay until it is gone) and
+// takes its finalizer off.
+func (c *Controller) finalize(ctx context.Context, pool *chamber.GPUPool) error {
+	if !controllerutil.ContainsFinalizer(pool, chamber.FinalizerWorkerCopies) {
+		return nil
+	}
+	var clusters kueue.MultiKueueClusterList
+	mine := client.MatchingLabels{chamberkueue.LabelManagedBy: chamberkueue.ManagedBy, chamberkueue.LabelPool: pool.Name}
+	if err := c.api.List(ctx, &clusters, mine); err != nil && !apimeta.IsNoMatchError(err) {
+		return fmt.Errorf("list MultiKueueClusters of pool %s: %w", pool.Name, err)
+	}
+	for i := range clusters.Items {
+		c.removeCopies(ctx, pool, &clusters.Items[i])
+	}
+	return c.setFinalizer(ctx, pool, false)
 }
 
 // copyToWorker brings worker's copies of the pool, its Teams and their namespaces in

@@ -115,34 +115,49 @@ func TestWorkersFollowTheManagersTeams(t *testing.T) {
 	}).Should(gomega.Succeed())
 	g.Consistently(func(g gomega.Gomega) { teamOn(g, worker1, own.Name) }).WithTimeout(2 * time.Second).Should(gomega.Succeed())
 
-	// A pool that drops a worker takes its copies away from there: its pool and
-	// Teams; the namespace stays, with whatever runs in it.
-	dropping := &chamber.GPUPool{ObjectMeta: metav1.ObjectMeta{Name: "dropping"}, Spec: chamber.GPUPoolSpec{
-		NodeLabels:     map[string]string{"chamber.dev/test": "no-such-node"},
-		WorkerClusters: []chamber.WorkerCluster{pool.Spec.WorkerClusters[1]}}}
-	dropped := &chamber.Team{ObjectMeta: metav1.ObjectMeta{Name: "team-dropped"},
-		Spec: chamber.TeamSpec{Pool: dropping.Name, Namespaces: []string{"team-dropped"}, Quotas: []chamber.TeamQuota{{Model: h100, GPUs: 1}}}}
-	for _, obj := range []client.Object{&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-dropped"}}, dropping, dropped} {
-		g.Expect(manager.c.Create(ctx, obj)).To(gomega.Succeed())
-		t.Cleanup(func() { _ = manager.c.Delete(context.Background(), obj) })
+	// A pool that drops a worker, or is deleted, takes its copies away from there:
+	// its pool and Teams; the namespace stays, with whatever runs in it.
+	for _, leave := range []string{"drops", "deleted"} {
+		leaving := &chamber.GPUPool{ObjectMeta: metav1.ObjectMeta{Name: "pool-" + leave}, Spec: chamber.GPUPoolSpec{
+			NodeLabels:     map[string]string{"chamber.dev/test": "no-such-node"},
+			WorkerClusters: []chamber.WorkerCluster{pool.Spec.WorkerClusters[1]}}}
+		left := &chamber.Team{ObjectMeta: metav1.ObjectMeta{Name: "team-" + leave},
+			Spec: chamber.TeamSpec{Pool: leaving.Name, Namespaces: []string{"team-" + leave}, Quotas: []chamber.TeamQuota{{Model: h100, GPUs: 1}}}}
+		for _, obj := range []client.Object{&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-" + leave}}, leaving, left} {
+			g.Expect(manager.c.Create(ctx, obj)).To(gomega.Succeed())
+			t.Cleanup(func() { _ = manager.c.Delete(context.Background(), obj) })
+		}
+		g.Eventually(func(g gomega.Gomega) {
+			var p chamber.GPUPool
+			g.Expect(manager.c.Get(ctx, client.ObjectKeyFromObject(leaving), &p)).To(gomega.Succeed())
+			g.Expect(meta.IsStatusConditionTrue(p.Status.Conditions, chamber.ConditionWorkerClustersActive)).To(gomega.BeTrue(), "the pool's conditions: %v", p.Status.Conditions)
+			g.Expect(p.Finalizers).To(gomega.ContainElement(chamber.FinalizerWorkerCopies))
+			g.Expect(teamOn(g, worker2, left.Name).Labels).To(gomega.HaveKeyWithValue(chamber.LabelCopiedFrom, leaving.Name))
+			g.Expect(worker2.c.Get(ctx, client.ObjectKeyFromObject(leaving), &p)).To(gomega.Succeed())
+		}).WithTimeout(time.Minute).Should(gomega.Succeed())
+		if leave == "drops" {
+			g.Eventually(func(g gomega.Gomega) {
+				g.Expect(manager.c.Get(ctx, client.ObjectKeyFromObject(leaving), leaving)).To(gomega.Succeed())
+				leaving.Spec.WorkerClusters = nil
+				g.Expect(manager.c.Update(ctx, leaving)).To(gomega.Succeed())
+			}).Should(gomega.Succeed())
+		} else {
+			g.Expect(manager.c.Delete(ctx, leaving)).To(gomega.Succeed())
+		}
+		g.Eventually(func(g gomega.Gomega) {
+			err := worker2.c.Get(ctx, client.ObjectKeyFromObject(left), &chamber.Team{})
+			g.Expect(apierrors.IsNotFound(err)).To(gomega.BeTrue(), "worker-2: Team %s: %v", left.Name, err)
+			err = worker2.c.Get(ctx, client.ObjectKeyFromObject(leaving), &chamber.GPUPool{})
+			g.Expect(apierrors.IsNotFound(err)).To(gomega.BeTrue(), "worker-2: GPUPool %s: %v", leaving.Name, err)
+			var p chamber.GPUPool
+			err = manager.c.Get(ctx, client.ObjectKeyFromObject(leaving), &p)
+			if leave == "deleted" {
+				g.Expect(apierrors.IsNotFound(err)).To(gomega.BeTrue(), "the manager's pool is gone once its finalizer is off: %v", err)
+			} else {
+				g.Expect(err).NotTo(gomega.HaveOccurred())
+				g.Expect(p.Finalizers).NotTo(gomega.ContainElement(chamber.FinalizerWorkerCopies))
+			}
+		}).Should(gomega.Succeed())
+		g.Expect(worker2.c.Get(ctx, client.ObjectKey{Name: "team-" + leave}, &corev1.Namespace{})).To(gomega.Succeed())
 	}
-	g.Eventually(func(g gomega.Gomega) {
-		var p chamber.GPUPool
-		g.Expect(manager.c.Get(ctx, client.ObjectKeyFromObject(dropping), &p)).To(gomega.Succeed())
-		g.Expect(meta.IsStatusConditionTrue(p.Status.Conditions, chamber.ConditionWorkerClustersActive)).To(gomega.BeTrue(), "the pool's conditions: %v", p.Status.Conditions)
-		g.Expect(teamOn(g, worker2, dropped.Name).Labels).To(gomega.HaveKeyWithValue(chamber.LabelCopiedFrom, dropping.Name))
-		g.Expect(worker2.c.Get(ctx, client.ObjectKeyFromObject(dropping), &p)).To(gomega.Succeed())
-	}).WithTimeout(time.Minute).Should(gomega.Succeed())
-	g.Eventually(func(g gomega.Gomega) {
-		g.Expect(manager.c.Get(ctx, client.ObjectKeyFromObject(dropping), dropping)).To(gomega.Succeed())
-		dropping.Spec.WorkerClusters = nil
-		g.Expect(manager.c.Update(ctx, dropping)).To(gomega.Succeed())
-	}).Should(gomega.Succeed())
-	g.Eventually(func(g gomega.Gomega) {
-		err := worker2.c.Get(ctx, client.ObjectKeyFromObject(dropped), &chamber.Team{})
-		g.Expect(apierrors.IsNotFound(err)).To(gomega.BeTrue(), "worker-2: Team %s: %v", dropped.Name, err)
-		err = worker2.c.Get(ctx, client.ObjectKeyFromObject(dropping), &chamber.GPUPool{})
-		g.Expect(apierrors.IsNotFound(err)).To(gomega.BeTrue(), "worker-2: GPUPool %s: %v", dropping.Name, err)
-	}).Should(gomega.Succeed())
-	g.Expect(worker2.c.Get(ctx, client.ObjectKey{Name: "team-dropped"}, &corev1.Namespace{})).To(gomega.Succeed())
 }
