@@ -209,9 +209,13 @@ func create(t *testing.T, obj client.Object) {
 }
 
 // job is a Volcano Job of one 8-GPU pod in the team's namespace and Queue (both the
-// team's name) on the test's nodes; kwok completes the pod run after it starts.
+// team's name) on the test's nodes; kwok completes the pod run after it starts. The
+// pod asks for CPU and memory too, as a training pod does, though the Queues count
+// GPUs alone: Volcano's hierarchy gives a Queue without a CPU capability its parent's.
 func job(team, name string, run time.Duration) *batch.Job {
 	gpu := corev1.ResourceList{chamberkueue.ResourceGPU: resource.MustParse("8")}
+	requests := corev1.ResourceList{chamberkueue.ResourceGPU: resource.MustParse("8"),
+		corev1.ResourceCPU: resource.MustParse("16"), corev1.ResourceMemory: resource.MustParse("64Gi")}
 	return &batch.Job{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: team},
 		Spec: batch.JobSpec{SchedulerName: controlplane.VolcanoSchedulerName, Queue: team, MinAvailable: 1, MaxRetry: 3,
@@ -219,7 +223,7 @@ func job(team, name string, run time.Duration) *batch.Job {
 				ObjectMeta: metav1.ObjectMeta{Annotations: controlplane.PodRunsFor(run)},
 				Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
 					NodeSelector: map[string]string{"chamber.dev/test": "hierarchy"},
-					Containers:   []corev1.Container{{Name: "train", Image: "train", Resources: corev1.ResourceRequirements{Requests: gpu, Limits: gpu}}}},
+					Containers:   []corev1.Container{{Name: "train", Image: "train", Resources: corev1.ResourceRequirements{Requests: requests, Limits: gpu}}}},
 			}}},
 		},
 	}
