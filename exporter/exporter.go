@@ -43,15 +43,16 @@ type collector interface {
 type Exporter struct {
 	source     Source
 	collectors []collector
-	// perGPU: a collector reads every GPU (Snapshot), not only the summary.
-	perGPU bool
+	// snapshot is the source's Summary, or its Snapshot where a collector reads
+	// every GPU.
+	snapshot func() *fleet.Snapshot
 }
 
 var _ prometheus.Collector = (*Exporter)(nil)
 
 // New returns an exporter of source's fleet.
 func New(source Source, opts Options) *Exporter {
-	e := &Exporter{source: source, collectors: []collector{
+	e := &Exporter{source: source, snapshot: source.Summary, collectors: []collector{
 		newGPUCollector(),
 		newEfficiencyCollector(),
 		newNodeCollector(),
@@ -60,7 +61,7 @@ func New(source Source, opts Options) *Exporter {
 		newQueueCollector(),
 	}}
 	if opts.PerGPU {
-		e.collectors, e.perGPU = append(e.collectors, newPerGPUCollector()), true
+		e.collectors, e.snapshot = append(e.collectors, newPerGPUCollector()), source.Snapshot
 	}
 	return e
 }
@@ -77,11 +78,7 @@ func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
 	if !e.source.Synced() {
 		return
 	}
-	snapshot := e.source.Summary
-	if e.perGPU {
-		snapshot = e.source.Snapshot
-	}
-	s := snapshot()
+	s := e.snapshot()
 	for _, c := range e.collectors {
 		c.update(s, ch)
 	}

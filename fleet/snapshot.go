@@ -215,23 +215,6 @@ func (m *Model) snapshot(perGPU bool) *Snapshot {
 				pm.UtilizationSum += r.util
 				pm.UtilizationReported++
 			}
-			if g.holder == nil && !perGPU {
-				continue
-			}
-			out := GPU{State: state}
-			if perGPU {
-				out = GPU{
-					Node: n.name, Index: i, UUID: r.uuid, Model: n.model, Pool: n.pool,
-					State: state, Health: r.health,
-					UtilizationPercent: r.util, HasUtilization: r.hasUtil, Faults: slices.Clone(r.faults),
-				}
-				if out.Health == "" {
-					out.Health = chamber.GPUUnknown
-				}
-				if out.State == Idle {
-					out.IdleSince, _ = m.idleSpan(n, g)
-				}
-			}
 			if p := g.holder; p != nil {
 				if p != last {
 					last, holder = p, GPU{PodNamespace: p.key.namespace, PodName: p.key.name, Team: m.podTeam(p)}
@@ -240,16 +223,30 @@ func (m *Model) snapshot(perGPU bool) *Snapshot {
 					}
 					tm = teamOf(holder.Team).model(n.model)
 				}
-				out.PodNamespace, out.PodName, out.Workload, out.Team, out.Tier =
-					holder.PodNamespace, holder.PodName, holder.Workload, holder.Team, holder.Tier
 				tm.Allocated++
-				if out.State == Idle {
+				if state == Idle {
 					tm.Idle++
 				}
 			}
-			if perGPU {
-				s.GPUs = append(s.GPUs, out)
+			if !perGPU {
+				continue
 			}
+			out := GPU{
+				Node: n.name, Index: i, UUID: r.uuid, Model: n.model, Pool: n.pool,
+				State: state, Health: r.health,
+				UtilizationPercent: r.util, HasUtilization: r.hasUtil, Faults: slices.Clone(r.faults),
+			}
+			if out.Health == "" {
+				out.Health = chamber.GPUUnknown
+			}
+			if state == Idle {
+				out.IdleSince, _ = m.idleSpan(n, g)
+			}
+			if g.holder != nil {
+				out.PodNamespace, out.PodName, out.Workload, out.Team, out.Tier =
+					holder.PodNamespace, holder.PodName, holder.Workload, holder.Team, holder.Tier
+			}
+			s.GPUs = append(s.GPUs, out)
 		}
 		pm.GPUs.add(ns.GPUs)
 		s.Nodes = append(s.Nodes, ns)
