@@ -192,22 +192,14 @@ func (c *Controller) Reconcile(ctx context.Context, pool *chamber.GPUPool) (reco
 	compiled := !pool.UsesVolcano() && !notServed // into Kueue
 	if compiled {
 		// A pool with workers has a finalizer, to delete what it copied there when it
-		// is deleted; one that dropped its last worker loses it once applyKueue has
-		// deleted the copies with the worker's MultiKueueCluster.
-		hasWorkers := len(pool.Spec.WorkerClusters) > 0
-		if hasWorkers {
-			if err := c.setFinalizer(ctx, pool, true); err != nil {
-				return reconcile.Result{}, err
-			}
+		// is deleted (before it copies anything); one that dropped its last worker has
+		// its copies deleted below, with the worker's MultiKueueCluster.
+		if err := c.setFinalizer(ctx, pool, len(pool.Spec.WorkerClusters) > 0); err != nil {
+			return reconcile.Result{}, err
 		}
 		var err error
 		if problems, workers, err = c.applyKueue(ctx, pool, models); err != nil {
 			return reconcile.Result{}, err
-		}
-		if !hasWorkers {
-			if err := c.setFinalizer(ctx, pool, false); err != nil {
-				return reconcile.Result{}, err
-			}
 		}
 	}
 

@@ -56,11 +56,16 @@ func (c *Controller) applyMultiKueue(ctx context.Context, pool *chamber.GPUPool)
 	return problems, cond, err
 }
 
+// madeFor selects the objects Chamber made for the pool.
+func madeFor(pool *chamber.GPUPool) client.MatchingLabels {
+	return client.MatchingLabels{chamberkueue.LabelManagedBy: chamberkueue.ManagedBy, chamberkueue.LabelPool: pool.Name}
+}
+
 // deleteStaleMultiKueue deletes the pool's MultiKueueClusters that are not in keep, and
 // its MultiKueueConfig and AdmissionCheck unless the pool has workers. Only the
 // objects Chamber made for this pool are deleted.
 func (c *Controller) deleteStaleMultiKueue(ctx context.Context, pool *chamber.GPUPool, keep map[string]bool, hasWorkers bool) error {
-	mine := client.MatchingLabels{chamberkueue.LabelManagedBy: chamberkueue.ManagedBy, chamberkueue.LabelPool: pool.Name}
+	mine := madeFor(pool)
 	var clusters kueue.MultiKueueClusterList
 	if err := c.api.List(ctx, &clusters, mine); err != nil {
 		if !hasWorkers && (apierrors.IsForbidden(err) || apimeta.IsNoMatchError(err)) {

@@ -5,10 +5,8 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	scheduling "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
@@ -21,7 +19,7 @@ import (
 // parent is not used, a condition saying why.
 func (c *Controller) applyVolcano(ctx context.Context, pool *chamber.GPUPool, pools []chamber.GPUPool, teams []chamber.Team) (string, *metav1.Condition, error) {
 	if !c.opts.VolcanoQueueHierarchy {
-		if err := c.deleteVolcanoQueue(ctx, pool); err != nil {
+		if err := volcano.DeleteQueue(ctx, c.client, volcano.PoolQueueName(pool.Name), pool); err != nil {
 			return "", nil, err
 		}
 		if pool.Spec.Parent == "" {
@@ -49,20 +47,4 @@ func (c *Controller) applyVolcano(ctx context.Context, pool *chamber.GPUPool, po
 		return want.Name, &metav1.Condition{Reason: chamber.ReasonParentNotUsable, Message: problems[pool.Name]}, nil
 	}
 	return want.Name, nil, nil
-}
-
-// deleteVolcanoQueue deletes the pool's Queue if Chamber made it for the pool.
-func (c *Controller) deleteVolcanoQueue(ctx context.Context, pool *chamber.GPUPool) error {
-	var q scheduling.Queue
-	err := c.client.Get(ctx, client.ObjectKey{Name: volcano.PoolQueueName(pool.Name)}, &q)
-	if apierrors.IsNotFound(err) || (err == nil && (!chamberkueue.Owned(&q) || !metav1.IsControlledBy(&q, pool))) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("get Volcano Queue %s: %w", volcano.PoolQueueName(pool.Name), err)
-	}
-	if err := c.client.Delete(ctx, &q); client.IgnoreNotFound(err) != nil {
-		return fmt.Errorf("delete Volcano Queue %s: %w", q.Name, err)
-	}
-	return nil
 }

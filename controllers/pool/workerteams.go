@@ -19,7 +19,6 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
-	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
 // Each worker cluster runs Kueue with the manager's namespaces, LocalQueues and
@@ -91,15 +90,11 @@ func (c *Controller) removeCopies(ctx context.Context, pool *chamber.GPUPool, mk
 		return
 	}
 	wc, err := c.workers.get(&secret, c.client.Scheme())
-	var teams chamber.TeamList
 	if err == nil {
-		err = wc.List(ctx, &teams, client.MatchingLabels{chamber.LabelCopiedFrom: pool.Name})
+		err = deleteCopiedTeams(ctx, wc, pool.Name, nil)
 	}
-	for i := 0; err == nil && i < len(teams.Items); i++ {
-		err = client.IgnoreNotFound(wc.Delete(ctx, &teams.Items[i]))
-	}
-	var copy chamber.GPUPool
 	if err == nil {
+		var copy chamber.GPUPool
 		err = wc.Get(ctx, client.ObjectKey{Name: pool.Name}, &copy)
 		if err == nil && copy.Labels[chamber.LabelCopiedFrom] == pool.Name {
 			err = wc.Delete(ctx, &copy)
@@ -109,6 +104,23 @@ func (c *Controller) removeCopies(ctx context.Context, pool *chamber.GPUPool, mk
 	if err != nil {
 		log.Info("a worker removed from the pool keeps the pool and Teams copied there: delete them there", "error", err.Error())
 	}
+}
+
+// deleteCopiedTeams deletes the worker's copies of the pool's Teams but those in keep.
+func deleteCopiedTeams(ctx context.Context, wc client.Client, pool string, keep map[string]bool) error {
+	var have chamber.TeamList
+	if err := wc.List(ctx, &have, client.MatchingLabels{chamber.LabelCopiedFrom: pool}); err != nil {
+		return fmt.Errorf("list the Teams copied there: %w", err)
+	}
+	for i := range have.Items {
+		if keep[have.Items[i].Name] {
+			continue
+		}
+		if err := wc.Delete(ctx, &have.Items[i]); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("delete Team %s copied there: %w", have.Items[i].Name, err)
+		}
+	}
+	return nil
 }
 
 // setFinalizer puts FinalizerWorkerCopies on the pool, or takes it off, as want says.
@@ -136,8 +148,7 @@ func (c *Controller) finalize(ctx context.Context, pool *chamber.GPUPool) error 
 		return nil
 	}
 	var clusters kueue.MultiKueueClusterList
-	mine := client.MatchingLabels{chamberkueue.LabelManagedBy: chamberkueue.ManagedBy, chamberkueue.LabelPool: pool.Name}
-	if err := c.api.List(ctx, &clusters, mine); err != nil && !apimeta.IsNoMatchError(err) {
+	if err := c.api.List(ctx, &clusters, madeFor(pool)); err != nil && !apimeta.IsNoMatchError(err) {
 		return fmt.Errorf("list MultiKueueClusters of pool %s: %w", pool.Name, err)
 	}
 	for i := range clusters.Items {
@@ -197,16 +208,7 @@ func (c *Controller) copyToWorker(ctx context.Context, pool *chamber.GPUPool, wo
 		}
 	}
 
-	var have chamber.TeamList
-	if err := wc.List(ctx, &have, client.MatchingLabels(copied)); err != nil {
-		report(fmt.Errorf("list the Teams copied there: %w", err))
-		return problems
-	}
-	for i := range have.Items {
-		if !keep[have.Items[i].Name] {
-			report(client.IgnoreNotFound(wc.Delete(ctx, &have.Items[i])))
-		}
-	}
+	report(deleteCopiedTeams(ctx, wc, pool.Name, keep))
 	return problems
 }
 

@@ -89,7 +89,7 @@ func (c *volcanoTeams) Reconcile(ctx context.Context, team *chamber.Team) (recon
 	case err != nil:
 		return reconcile.Result{}, fmt.Errorf("get pool %s: %w", team.Spec.Pool, err)
 	case !pool.UsesVolcano():
-		if err := c.deleteQueue(ctx, team); err != nil || !c.opts.WithoutKueue {
+		if err := volcano.DeleteQueue(ctx, c.client, team.Name, team); err != nil || !c.opts.WithoutKueue {
 			return reconcile.Result{}, err
 		}
 		ready.Status, ready.Reason = metav1.ConditionFalse, chamber.ReasonBackendNotServed
@@ -126,20 +126,4 @@ func (c *volcanoTeams) Reconcile(ctx context.Context, team *chamber.Team) (recon
 	}
 	ready.Message = fmt.Sprintf("Volcano Queue %s: the team's jobs name it in spec.queue", want.Name)
 	return reconcile.Result{}, writeCondition(ctx, c.client, team, ready)
-}
-
-// deleteQueue deletes the Queue Chamber made for the team, if any.
-func (c *volcanoTeams) deleteQueue(ctx context.Context, team *chamber.Team) error {
-	var q scheduling.Queue
-	err := c.client.Get(ctx, client.ObjectKey{Name: team.Name}, &q)
-	if apierrors.IsNotFound(err) || (err == nil && (!chamberkueue.Owned(&q) || !metav1.IsControlledBy(&q, team))) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("get Volcano Queue %s: %w", team.Name, err)
-	}
-	if err := c.client.Delete(ctx, &q); client.IgnoreNotFound(err) != nil {
-		return fmt.Errorf("delete Volcano Queue %s: %w", team.Name, err)
-	}
-	return nil
 }

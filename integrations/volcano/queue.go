@@ -1,11 +1,16 @@
 package volcano
 
 import (
+	"context"
+	"fmt"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	scheduling "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
@@ -94,4 +99,21 @@ func SetQueueSpec(have, want *scheduling.Queue) bool {
 	have.Spec.Weight, have.Spec.Deserved, have.Spec.Capability = want.Spec.Weight, want.Spec.Deserved, want.Spec.Capability
 	have.Spec.Guarantee, have.Spec.Reclaimable, have.Spec.Parent = want.Spec.Guarantee, want.Spec.Reclaimable, want.Spec.Parent
 	return true
+}
+
+// DeleteQueue deletes the Queue name where Chamber made it for owner; a Queue of that
+// name that Chamber did not make, or made for another object, stays.
+func DeleteQueue(ctx context.Context, c client.Client, name string, owner metav1.Object) error {
+	var q scheduling.Queue
+	err := c.Get(ctx, client.ObjectKey{Name: name}, &q)
+	if apierrors.IsNotFound(err) || (err == nil && (!chamberkueue.Owned(&q) || !metav1.IsControlledBy(&q, owner))) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("get Volcano Queue %s: %w", name, err)
+	}
+	if err := c.Delete(ctx, &q); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("delete Volcano Queue %s: %w", name, err)
+	}
+	return nil
 }

@@ -18,6 +18,7 @@ import (
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers/controllertest"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/integrations/volcano"
 	"chamber.dev/chamber/test/controlplane"
 )
 
@@ -118,6 +119,23 @@ func TestTeamsBecomeVolcanoQueues(t *testing.T) {
 		g.Expect(c.Reason).To(gomega.Equal(chamber.ReasonBackendNotServed))
 		g.Expect(c.Message).To(gomega.ContainSubstring("install Kueue"))
 	}).Should(gomega.Succeed())
+
+	// A Volcano pool with a parent while Chamber compiles Volcano pools flat (this
+	// suite runs without --volcano-queue-hierarchy): told how to turn the hierarchy
+	// on, and no Queue of its own.
+	create(t, &chamber.GPUPool{ObjectMeta: metav1.ObjectMeta{Name: "nested"}, Spec: chamber.GPUPoolSpec{
+		Backend: chamber.BackendVolcano, Parent: "queues", NodeLabels: map[string]string{"chamber.dev/test-pool": "none"}}})
+	g.Eventually(func(g gomega.Gomega) {
+		var p chamber.GPUPool
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Name: "nested"}, &p)).To(gomega.Succeed())
+		c := apimeta.FindStatusCondition(p.Status.Conditions, chamber.ConditionReady)
+		g.Expect(c).NotTo(gomega.BeNil())
+		g.Expect(c.Status).To(gomega.Equal(metav1.ConditionFalse))
+		g.Expect(c.Reason).To(gomega.Equal(chamber.ReasonQueueHierarchyOff))
+		g.Expect(c.Message).To(gomega.ContainSubstring("--volcano-queue-hierarchy"))
+		g.Expect(p.Status.Queue).To(gomega.BeEmpty())
+	}).Should(gomega.Succeed())
+	g.Expect(k8s.Get(ctx, client.ObjectKey{Name: volcano.PoolQueueName("nested")}, &q)).NotTo(gomega.Succeed())
 }
 
 // teamReady is the team's Ready condition.
