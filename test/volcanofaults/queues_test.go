@@ -112,10 +112,7 @@ func TestTeamsBecomeVolcanoQueues(t *testing.T) {
 	}).Should(gomega.Succeed())
 	g.Expect(k8s.Get(ctx, client.ObjectKey{Name: "kueue-team"}, &q)).NotTo(gomega.Succeed())
 	g.Eventually(func(g gomega.Gomega) {
-		var p chamber.GPUPool
-		g.Expect(k8s.Get(ctx, client.ObjectKey{Name: "kueue-pool"}, &p)).To(gomega.Succeed())
-		c := apimeta.FindStatusCondition(p.Status.Conditions, chamber.ConditionReady)
-		g.Expect(c).NotTo(gomega.BeNil())
+		_, c := poolReady(g, "kueue-pool")
 		g.Expect(c.Reason).To(gomega.Equal(chamber.ReasonBackendNotServed))
 		g.Expect(c.Message).To(gomega.ContainSubstring("install Kueue"))
 	}).Should(gomega.Succeed())
@@ -126,16 +123,22 @@ func TestTeamsBecomeVolcanoQueues(t *testing.T) {
 	create(t, &chamber.GPUPool{ObjectMeta: metav1.ObjectMeta{Name: "nested"}, Spec: chamber.GPUPoolSpec{
 		Backend: chamber.BackendVolcano, Parent: "queues", NodeLabels: map[string]string{"chamber.dev/test-pool": "none"}}})
 	g.Eventually(func(g gomega.Gomega) {
-		var p chamber.GPUPool
-		g.Expect(k8s.Get(ctx, client.ObjectKey{Name: "nested"}, &p)).To(gomega.Succeed())
-		c := apimeta.FindStatusCondition(p.Status.Conditions, chamber.ConditionReady)
-		g.Expect(c).NotTo(gomega.BeNil())
+		p, c := poolReady(g, "nested")
 		g.Expect(c.Status).To(gomega.Equal(metav1.ConditionFalse))
 		g.Expect(c.Reason).To(gomega.Equal(chamber.ReasonQueueHierarchyOff))
 		g.Expect(c.Message).To(gomega.ContainSubstring("--volcano-queue-hierarchy"))
 		g.Expect(p.Status.Queue).To(gomega.BeEmpty())
 	}).Should(gomega.Succeed())
 	g.Expect(k8s.Get(ctx, client.ObjectKey{Name: volcano.PoolQueueName("nested")}, &q)).NotTo(gomega.Succeed())
+}
+
+// poolReady is the pool and its Ready condition.
+func poolReady(g gomega.Gomega, name string) (*chamber.GPUPool, metav1.Condition) {
+	var p chamber.GPUPool
+	g.Expect(k8s.Get(context.Background(), client.ObjectKey{Name: name}, &p)).To(gomega.Succeed())
+	c := apimeta.FindStatusCondition(p.Status.Conditions, chamber.ConditionReady)
+	g.Expect(c).NotTo(gomega.BeNil())
+	return &p, *c
 }
 
 // teamReady is the team's Ready condition.
