@@ -60,6 +60,11 @@ const InteractiveIdleLimit = 30 * time.Minute
 // time.
 const JobBackoff = 10 * time.Second
 
+// JobSyncBatchPeriod is how long the Job controller (Kubernetes' default) gathers a
+// Job's pod events before it syncs the Job, in simulated time: from a job's last pod
+// succeeding to its Job finishing and Kueue giving the quota back.
+const JobSyncBatchPeriod = time.Second
+
 // VolcanoSchedulePeriod is vc-scheduler's period between scheduling sessions
 // (Volcano's default), in simulated time.
 const VolcanoSchedulePeriod = time.Second
@@ -138,6 +143,10 @@ func runPolicy(ctx context.Context, sc *Scenario, p Policy, label string) (*Reco
 	// under every policy: unscaled, a preempted or reclaimed job's pods would come back
 	// 20 simulated minutes later, 40 the next time.
 	opts.JobBackoff = max(simToWall(JobBackoff, sc.Speedup), 10*time.Millisecond)
+	// Its batch period of pod events too: unscaled, a finished job's GPUs would stay in
+	// Kueue's quota 2 simulated minutes at 120x after its pods succeeded, free GPUs no
+	// queued job could be given, under every policy with Kueue.
+	opts.JobSyncBatchPeriod = max(simToWall(JobSyncBatchPeriod, sc.Speedup), 10*time.Millisecond)
 	if sc.KeepLogs {
 		opts.LogDir = filepath.Join(sc.OutDir, "logs", string(p))
 	}

@@ -66,6 +66,10 @@ type Options struct {
 	// (or preempted) pod, doubling with each further failure up to 60 times it.
 	// Upstream's is 10 s up to 10 minutes; the simulator divides it by its speed-up.
 	JobBackoff time.Duration
+	// JobSyncBatchPeriod, when set, is how long the Job controller gathers a Job's pod
+	// events before it syncs the Job (upstream's is 1 s): the delay from a job's last
+	// pod succeeding to the Job finishing, and Kueue giving its quota back.
+	JobSyncBatchPeriod time.Duration
 	// LogDir keeps the components' logs after Stop. Default: a folder inside the
 	// control plane's temporary directory, removed by Stop.
 	LogDir string
@@ -432,6 +436,9 @@ func (cp *ControlPlane) startControllerManager(ctx context.Context) (func() erro
 	if b := cp.opts.JobBackoff; b > 0 {
 		// Flags of Chamber's build of kube-controller-manager (tools/kubernetes).
 		args = append(args, "--job-pod-failure-backoff="+b.String(), "--job-pod-failure-max-backoff="+(60*b).String())
+	}
+	if b := cp.opts.JobSyncBatchPeriod; b > 0 {
+		args = append(args, "--job-sync-batch-period="+b.String())
 	}
 	p, err := cp.run("kube-controller-manager", args...)
 	if err != nil {
