@@ -11,6 +11,7 @@ package exporter
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/utils/clock"
 
 	"chamber.dev/chamber/fleet"
 )
@@ -30,6 +31,9 @@ type Source interface {
 type Options struct {
 	// PerGPU adds chamber_gpu_state, one series per GPU with its node, pod and team.
 	PerGPU bool
+	// Clock times each scrape (chamber_scrape_duration_seconds); the real clock when
+	// nil.
+	Clock clock.PassiveClock
 }
 
 // collector is one concern's metrics, made from a snapshot.
@@ -46,13 +50,21 @@ type Exporter struct {
 	// snapshot is the source's Summary, or its Snapshot where a collector reads
 	// every GPU.
 	snapshot func() *fleet.Snapshot
+	clock    clock.PassiveClock
 }
+
+// scrapeDuration is node_exporter's node_scrape_collector_duration_seconds for the
+// exporter as a whole: what one scrape cost Chamber, the wait for the fleet model's
+// lock included, apart from the HTTP round trip and the other collectors of the
+// registry.
+var scrapeDuration = prometheus.NewDesc("chamber_scrape_duration_seconds",
+	"Time this scrape took to copy the fleet model and make Chamber's fleet series.", nil, nil)
 
 var _ prometheus.Collector = (*Exporter)(nil)
 
 // New returns an exporter of source's fleet.
 func New(source Source, opts Options) *Exporter {
-	e := &Exporter{source: source, snapshot: source.Summary, collectors: []collector{
+	e := &Exporter{source: source, snapshot: source.Summary, clock: opts.Clock, collectors: []collector{
 		newGPUCollector(),
 		newEfficiencyCollector(),
 		newNodeCollector(),
@@ -60,6 +72,9 @@ func New(source Source, opts Options) *Exporter {
 		newCostCollector(),
 		newQueueCollector(),
 	}}
+	if e.clock == nil {
+		e.clock = clock.RealClock{}
+	}
 	if opts.PerGPU {
 		e.collectors, e.snapshot = append(e.collectors, newPerGPUCollector()), source.Snapshot
 	}
@@ -71,6 +86,7 @@ func (e *Exporter) Describe(ch chan<- *prometheus.Desc) {
 	for _, c := range e.collectors {
 		c.describe(ch)
 	}
+	ch <- scrapeDuration
 }
 
 // Collect sends the metrics of one snapshot.
@@ -78,10 +94,12 @@ func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
 	if !e.source.Synced() {
 		return
 	}
+	began := e.clock.Now()
 	s := e.snapshot()
 	for _, c := range e.collectors {
 		c.update(s, ch)
 	}
+	ch <- gauge(scrapeDuration, e.clock.Since(began).Seconds())
 }
 
 func gauge(desc *prometheus.Desc, v float64, labels ...string) prometheus.Metric {

@@ -78,7 +78,8 @@ func fixtureFleet() *fleet.Model {
 // testdata/metrics.golden; go test ./exporter -update rewrites it.
 func TestExposition(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(exporter.New(fixtureFleet(), exporter.Options{PerGPU: true}))
+	// A clock that stands still: the scrape's own duration is 0 in the golden file.
+	reg.MustRegister(exporter.New(fixtureFleet(), exporter.Options{PerGPU: true, Clock: clocktesting.NewFakePassiveClock(start)}))
 	if *update {
 		families, err := reg.Gather()
 		if err != nil {
@@ -101,6 +102,44 @@ func TestExposition(t *testing.T) {
 	defer golden.Close()
 	if err := testutil.GatherAndCompare(reg, golden); err != nil {
 		t.Error(err)
+	}
+}
+
+// slowSource is a fleet whose snapshots take a while: each advances the exporter's
+// clock.
+type slowSource struct {
+	*fleet.Model
+	clock *clocktesting.FakePassiveClock
+	takes time.Duration
+}
+
+func (s slowSource) Summary() *fleet.Snapshot {
+	s.clock.SetTime(s.clock.Now().Add(s.takes))
+	return s.Model.Summary()
+}
+
+// chamber_scrape_duration_seconds is what the scrape took, the fleet model's snapshot
+// included: an operator tells Chamber's cost from the HTTP round trip by it.
+func TestScrapeDurationIsTheScrapes(t *testing.T) {
+	clock := clocktesting.NewFakePassiveClock(start)
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(exporter.New(slowSource{fixtureFleet(), clock, 40 * time.Millisecond}, exporter.Options{Clock: clock}))
+	for range 2 { // each scrape reports its own time, not a sum
+		families, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []float64
+		for _, mf := range families {
+			if mf.GetName() == "chamber_scrape_duration_seconds" {
+				for _, m := range mf.GetMetric() {
+					got = append(got, m.GetGauge().GetValue())
+				}
+			}
+		}
+		if len(got) != 1 || got[0] != 0.04 {
+			t.Fatalf("chamber_scrape_duration_seconds = %v, want one series of 0.04", got)
+		}
 	}
 }
 
