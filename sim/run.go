@@ -65,6 +65,11 @@ const JobBackoff = 10 * time.Second
 // succeeding to its Job finishing and Kueue giving the quota back.
 const JobSyncBatchPeriod = time.Second
 
+// KueueBatchPeriod is how long Kueue (its default) gathers events before it acts on
+// them, in simulated time: before it requeues the workloads that did not fit once
+// quota frees, and before topology-aware scheduling ungates a workload's new pods.
+const KueueBatchPeriod = time.Second
+
 // VolcanoSchedulePeriod is vc-scheduler's period between scheduling sessions
 // (Volcano's default), in simulated time.
 const VolcanoSchedulePeriod = time.Second
@@ -147,6 +152,10 @@ func runPolicy(ctx context.Context, sc *Scenario, p Policy, label string) (*Reco
 	// Kueue's quota 2 simulated minutes at 120x after its pods succeeded, free GPUs no
 	// queued job could be given, under every policy with Kueue.
 	opts.JobSyncBatchPeriod = max(simToWall(JobSyncBatchPeriod, sc.Speedup), 10*time.Millisecond)
+	// Kueue's batch period as well: unscaled, a queued job that fits on GPUs a
+	// finished job freed waits 2 simulated minutes at 120x for Kueue to look at it
+	// again, and an admitted job's pods 2 more for their topology gate to be lifted.
+	opts.KueueBatchPeriod = max(simToWall(KueueBatchPeriod, sc.Speedup), 10*time.Millisecond)
 	if sc.KeepLogs {
 		opts.LogDir = filepath.Join(sc.OutDir, "logs", string(p))
 	}

@@ -55,7 +55,7 @@ func (cp *ControlPlane) StartChamber(ctx context.Context, name string, args ...s
 		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", metricsPort),
 		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", probePort),
 	}, args...)
-	p, err := startProcess(name, binary, args, cp.logDir)
+	p, err := startProcess(name, binary, args, nil, cp.logDir)
 	if err != nil {
 		return nil, err
 	}

@@ -70,6 +70,12 @@ type Options struct {
 	// events before it syncs the Job (upstream's is 1 s): the delay from a job's last
 	// pod succeeding to the Job finishing, and Kueue giving its quota back.
 	JobSyncBatchPeriod time.Duration
+	// KueueBatchPeriod, when set, is how long Kueue gathers events before it acts on
+	// them (upstream's 1 s constant, read by Chamber's build of Kueue from
+	// KUEUE_UPDATES_BATCH_PERIOD, tools/kueue): before it requeues the workloads that
+	// did not fit once quota frees, and before topology-aware scheduling ungates a
+	// workload's new pods.
+	KueueBatchPeriod time.Duration
 	// LogDir keeps the components' logs after Stop. Default: a folder inside the
 	// control plane's temporary directory, removed by Stop.
 	LogDir string
@@ -245,7 +251,7 @@ func (cp *ControlPlane) StartComponent(ctx context.Context, name string) error {
 	if !old.exited() {
 		return fmt.Errorf("start %s: it is running", name)
 	}
-	p, err := startProcess(old.name, old.binary, old.args, cp.logDir)
+	p, err := startProcess(old.name, old.binary, old.args, old.env, cp.logDir)
 	if err != nil {
 		return err
 	}
@@ -276,7 +282,12 @@ func (cp *ControlPlane) progress(format string, args ...any) {
 }
 
 func (cp *ControlPlane) run(name string, args ...string) (*process, error) {
-	p, err := startProcess(name, filepath.Join(cp.binDir, name), args, cp.logDir)
+	return cp.runWithEnv(name, nil, args...)
+}
+
+// runWithEnv is run with env added to the component's environment.
+func (cp *ControlPlane) runWithEnv(name string, env []string, args ...string) (*process, error) {
+	p, err := startProcess(name, filepath.Join(cp.binDir, name), args, env, cp.logDir)
 	if err != nil {
 		return nil, err
 	}

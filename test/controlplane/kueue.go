@@ -101,7 +101,11 @@ func (cp *ControlPlane) startKueue(ctx context.Context) error {
 		return err
 	}
 
-	p, err := cp.run("kueue", "--config="+cfgPath, "--kubeconfig="+cp.Kubeconfig)
+	var env []string
+	if b := cp.opts.KueueBatchPeriod; b > 0 {
+		env = append(env, "KUEUE_UPDATES_BATCH_PERIOD="+b.String())
+	}
+	p, err := cp.runWithEnv("kueue", env, "--config="+cfgPath, "--kubeconfig="+cp.Kubeconfig)
 	if err != nil {
 		return err
 	}

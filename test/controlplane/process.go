@@ -21,6 +21,7 @@ type process struct {
 	name    string
 	binary  string
 	args    []string
+	env     []string // added to this process's environment
 	logPath string
 	// ready says whether it serves, for Restart; nil: once started.
 	ready func() error
@@ -29,14 +30,15 @@ type process struct {
 	err   error         // exit error, valid after done is closed
 }
 
-// startProcess runs binary with args, its output appended to logDir/<name>.log.
+// startProcess runs binary with args and env (added to the test's environment), its
+// output appended to logDir/<name>.log.
 //
 // The child gets its own process group, so a Ctrl-C in the terminal reaches only the
 // test (which then stops components in order), and SIGKILL as its parent-death signal,
 // so no component outlives a test binary that was killed outright. The parent-death
 // signal fires when the thread that forked the child exits, so the goroutine that
 // starts the child keeps its OS thread locked until the child is gone.
-func startProcess(name, binary string, args []string, logDir string) (*process, error) {
+func startProcess(name, binary string, args, env []string, logDir string) (*process, error) {
 	logPath := filepath.Join(logDir, name+".log")
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -46,10 +48,14 @@ func startProcess(name, binary string, args []string, logDir string) (*process, 
 		name:    name,
 		binary:  binary,
 		args:    args,
+		env:     env,
 		logPath: logPath,
 		done:    make(chan struct{}),
 	}
 	p.cmd = exec.Command(binary, args...)
+	if len(env) > 0 {
+		p.cmd.Env = append(os.Environ(), env...)
+	}
 	p.cmd.Stdout = logFile
 	p.cmd.Stderr = logFile
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}

@@ -61,7 +61,7 @@ scrape_configs:
 		"--storage.tsdb.path=" + filepath.Join(work, "data"),
 		"--web.listen-address=" + addr,
 		"--log.level=warn",
-	}, work)
+	}, nil, work)
 	if err != nil {
 		return nil, err
 	}
