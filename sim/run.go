@@ -70,6 +70,12 @@ const JobSyncBatchPeriod = time.Second
 // quota frees, and before topology-aware scheduling ungates a workload's new pods.
 const KueueBatchPeriod = time.Second
 
+// controlPlaneTimer is a timer of the control plane's components (the Job controller's,
+// Kueue's), d in simulated time, in clock time at speedup, floored at 10 ms.
+func controlPlaneTimer(d time.Duration, speedup float64) time.Duration {
+	return max(simToWall(d, speedup), 10*time.Millisecond)
+}
+
 // VolcanoSchedulePeriod is vc-scheduler's period between scheduling sessions
 // (Volcano's default), in simulated time.
 const VolcanoSchedulePeriod = time.Second
@@ -147,15 +153,15 @@ func runPolicy(ctx context.Context, sc *Scenario, p Policy, label string) (*Reco
 	// The Job controller's retry back-off (10 s of clock, doubling) in simulated time,
 	// under every policy: unscaled, a preempted or reclaimed job's pods would come back
 	// 20 simulated minutes later, 40 the next time.
-	opts.JobBackoff = max(simToWall(JobBackoff, sc.Speedup), 10*time.Millisecond)
+	opts.JobBackoff = controlPlaneTimer(JobBackoff, sc.Speedup)
 	// Its batch period of pod events too: unscaled, a finished job's GPUs would stay in
 	// Kueue's quota 2 simulated minutes at 120x after its pods succeeded, free GPUs no
 	// queued job could be given, under every policy with Kueue.
-	opts.JobSyncBatchPeriod = max(simToWall(JobSyncBatchPeriod, sc.Speedup), 10*time.Millisecond)
+	opts.JobSyncBatchPeriod = controlPlaneTimer(JobSyncBatchPeriod, sc.Speedup)
 	// Kueue's batch period as well: unscaled, a queued job that fits on GPUs a
 	// finished job freed waits 2 simulated minutes at 120x for Kueue to look at it
 	// again, and an admitted job's pods 2 more for their topology gate to be lifted.
-	opts.KueueBatchPeriod = max(simToWall(KueueBatchPeriod, sc.Speedup), 10*time.Millisecond)
+	opts.KueueBatchPeriod = controlPlaneTimer(KueueBatchPeriod, sc.Speedup)
 	if sc.KeepLogs {
 		opts.LogDir = filepath.Join(sc.OutDir, "logs", string(p))
 	}

@@ -251,8 +251,8 @@ func runScale(b *testing.B, s scale) {
 	b.ReportMetric(float64(res.Workloads), "workloads-finished")
 	b.ReportMetric(percentile(toTaint, 99).Seconds(), "taint-p99-s")
 	b.ReportMetric(r.maxRSS(), "max-rss-MiB")
-	b.ReportMetric(ms(r.p99(func(s sample) time.Duration { return s.scrape })), "scrape-p99-ms")
-	b.ReportMetric(ms(r.p99(func(s sample) time.Duration { return s.fleet })), "fleet-scrape-p99-ms")
+	b.ReportMetric(ms(r.p99(scrapeTime)), "scrape-p99-ms")
+	b.ReportMetric(ms(r.p99(fleetScrapeTime)), "fleet-scrape-p99-ms")
 }
 
 // workload i of the load and its runtime: 1, 4 or 8 GPUs on one pod, or two pods of
@@ -602,6 +602,11 @@ func (r report) maxRSS() float64 {
 	return m
 }
 
+// The timed columns of a sample, for p99.
+func scrapeTime(s sample) time.Duration      { return s.scrape }
+func fleetScrapeTime(s sample) time.Duration { return s.fleet }
+func probeTime(s sample) time.Duration       { return s.probe }
+
 // p99 is the 99th percentile of one column of the samples, over the samples that
 // have it.
 func (r report) p99(column func(sample) time.Duration) time.Duration {
@@ -641,8 +646,8 @@ func (r report) markdown() string {
 	}
 	fmt.Fprintf(&w, "| controller RSS | at most %.0f MiB | at most 500 MiB |\n", r.maxRSS())
 	fmt.Fprintf(&w, "| `/metrics` scrape | p99 %s over %d scrapes, the last %s; of it Chamber's fleet series (`chamber_scrape_duration_seconds`) p99 %s; the controller's `/healthz` just before each, p99 %s | at most 50 ms |\n",
-		r.p99(func(s sample) time.Duration { return s.scrape }).Round(time.Millisecond), len(r.samples), r.lastScrape.Round(time.Millisecond),
-		r.p99(func(s sample) time.Duration { return s.fleet }).Round(time.Millisecond), r.p99(func(s sample) time.Duration { return s.probe }).Round(time.Millisecond))
+		r.p99(scrapeTime).Round(time.Millisecond), len(r.samples), r.lastScrape.Round(time.Millisecond),
+		r.p99(fleetScrapeTime).Round(time.Millisecond), r.p99(probeTime).Round(time.Millisecond))
 	fmt.Fprintf(&w, "| fault to taint | %d faults: p50 %s, p99 %s | p99 at most 2 s |\n\n", len(r.toTaint), percentile(r.toTaint, 50).Round(time.Millisecond), percentile(r.toTaint, 99).Round(time.Millisecond))
 
 	fmt.Fprintf(&w, "Reconcile time per controller (controller-runtime's histogram; each percentile is its bucket's upper bound):\n\n")
