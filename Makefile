@@ -196,22 +196,28 @@ $(BIN)/volcano-crds/scheduling.volcano.sh_queues.yaml: tools/volcano/go.mod tool
 # Kueue is built from Chamber's own go.mod, so the controller the tests run is the
 # version Chamber compiles against, with one change (tools/kueue): its batch period,
 # a 1 s constant upstream, is read from KUEUE_UPDATES_BATCH_PERIOD where that is set,
-# for the simulator to scale; unset, the binary is upstream's. The build copies
-# Kueue's source beside the binary, renames the two constants (upstream...) and adds
-# tools/kueue's files, which define variables of their names; a Kueue whose constants
-# moved stops it with a message.
+# for the simulator to scale, and the two periods that follow it upstream (the
+# requeue of workloads that did not fit, 1 s; the TAS node controller's, 100 ms)
+# follow it; unset, the binary is upstream's. The build copies Kueue's source beside
+# the binary, renames the three constants (upstream...) and adds tools/kueue's files,
+# which define variables of their names; a Kueue whose constants moved stops it with
+# a message.
 KUEUE_BATCH := [[:space:]]*UpdatesBatchPeriod[[:space:]]*= time\.Second
 KUEUE_REQUEUE := [[:space:]]*requeueBatchPeriod[[:space:]]*= 1 \* time\.Second
-$(BIN)/kueue: go.mod go.sum tools/kueue/constants.go.in tools/kueue/queue.go.in
+KUEUE_TAS_NODE := [[:space:]]*reconcileBatchPeriod[[:space:]]*= 100 \* time\.Millisecond
+$(BIN)/kueue: go.mod go.sum tools/kueue/constants.go.in tools/kueue/queue.go.in tools/kueue/tas.go.in
 	@echo "tools: building kueue"
 	@$(GO) mod download sigs.k8s.io/kueue && dir=$$($(GO) list -m -f '{{.Dir}}' sigs.k8s.io/kueue) && \
 		src=$(BIN)/kueue-src && rm -rf $$src && mkdir -p $$src && cp -r $$dir/go.mod $$dir/apis $$dir/client-go $$dir/cmd $$dir/pkg $$src/ && \
 		chmod -R u+w $$src && c=$$src/pkg/constants/constants.go && q=$$src/pkg/cache/queue/inadmissible_workloads.go && \
-		{ grep -qx '$(KUEUE_BATCH)' $$c && grep -qx '$(KUEUE_REQUEUE)' $$q || \
+		t=$$src/pkg/controller/tas/node_controller.go && \
+		{ grep -qx '$(KUEUE_BATCH)' $$c && grep -qx '$(KUEUE_REQUEUE)' $$q && grep -qx '$(KUEUE_TAS_NODE)' $$t || \
 			{ echo "tools: Kueue's batch periods are not where tools/kueue expects them; update it"; exit 1; }; } && \
 		sed -i 's/^\([[:space:]]*\)UpdatesBatchPeriod /\1upstreamUpdatesBatchPeriod /' $$c && \
 		sed -i 's/^\([[:space:]]*\)requeueBatchPeriod /\1upstreamRequeueBatchPeriod /' $$q && \
+		sed -i 's/^\([[:space:]]*\)reconcileBatchPeriod /\1upstreamReconcileBatchPeriod /' $$t && \
 		cp tools/kueue/constants.go.in $$src/pkg/constants/chamber_batch.go && cp tools/kueue/queue.go.in $$src/pkg/cache/queue/chamber_batch.go && \
+		cp tools/kueue/tas.go.in $$src/pkg/controller/tas/chamber_batch.go && \
 		cp go.mod $$src.mod && cp go.sum $$src.sum && $(GO) mod edit -modfile=$$src.mod -replace sigs.k8s.io/kueue=$$src && \
 		$(GO) build -modfile=$$src.mod -trimpath -o $@ sigs.k8s.io/kueue/cmd/kueue
 

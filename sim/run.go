@@ -441,8 +441,12 @@ func startChamber(ctx context.Context, cp *controlplane.ControlPlane, sc *Scenar
 	cfg.AdmissionCheck = sc.AdmissionCheck
 	// Fault isolation's drain of a node that needs a reboot, in simulated time.
 	cfg.Isolation.DrainTimeout = max(simToWall(isolation.DefaultDrainTimeout, sc.Speedup), time.Second)
-	// Kueue's time to replace a tainted node itself, floored at what it takes here.
-	cfg.Isolation.KueueReplaces = max(simToWall(isolation.DefaultKueueReplaces, sc.Speedup), time.Second)
+	// Kueue's time to replace a tainted node itself, scaled as the Job controller's
+	// back-off is (both 10 s): a lost job's replacement pods come that often, and where
+	// Kueue does not replace the node (kubernetes-sigs/kueue#14917) each one pinned to
+	// it is failed, spending the Job's backoffLimit. A floor of its own (it was 1 s of
+	// clock, 12 back-offs) lost jobs Kueue alone would not.
+	cfg.Isolation.KueueReplaces = controlPlaneTimer(isolation.DefaultKueueReplaces, sc.Speedup)
 	if name, err := controllers.Setup(mgr, cfg); err != nil {
 		return fmt.Errorf("set up Chamber's controller %s: %w (a second Chamber run in one process registers its metrics twice)", name, err)
 	}

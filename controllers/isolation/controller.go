@@ -88,14 +88,20 @@ type Options struct {
 	// DrainTimeout is how long the workloads on the healthy GPUs of a node isolated at
 	// node level run on (the node drains: no new pod lands) before they are evicted
 	// with their team's grace, so that the node can be rebooted for its repair with
-	// nothing lost. 0 means DefaultDrainTimeout (30 minutes); negative: never.
+	// nothing lost. It counts from the node's taint: a node isolated at GPU level
+	// first drains only once a later fault takes the node. 0 means
+	// DefaultDrainTimeout (30 minutes); negative: never.
 	DrainTimeout time.Duration
 	// KueueReplaces is how long a workload whose pod died on a node isolated at node
-	// level is left to Kueue before Chamber evicts it: Kueue's topology-aware
-	// scheduling sees the node's taint and replaces the node itself
-	// (TASReplaceNodeOnNodeTaints, on by default since Kueue v0.17), keeping the
-	// workload's quota; an eviction of Chamber's at the same time would race it.
-	// 0 means DefaultKueueReplaces (10 s); negative: no wait.
+	// level is left to Kueue before Chamber evicts it (at once, with no grace: nothing
+	// of it runs): Kueue's topology-aware scheduling sees the node's taint and
+	// replaces the node itself (TASReplaceNodeOnNodeTaints, on by default since Kueue
+	// v0.17), keeping the workload's quota; an eviction of Chamber's at the same time
+	// would race it. Where Kueue does not (kubernetes-sigs/kueue#14917), it fails
+	// each new pod of the Job pinned to the node, one per Job back-off (10 s,
+	// doubling), spending the Job's backoffLimit: keep it near that back-off. It
+	// counts from the node's taint. 0 means DefaultKueueReplaces (10 s); negative:
+	// no wait.
 	KueueReplaces time.Duration
 	// HoldNamespace is where GPU-level isolation's hold pods live. Default kube-system.
 	HoldNamespace string
@@ -372,7 +378,7 @@ func (c *Controller) isolate(ctx context.Context, node *corev1.Node, pool *chamb
 			return reconcile.Result{}, err
 		}
 	}
-	return c.evict(ctx, node, pool, rec, rep, now)
+	return c.evict(ctx, node, pool, rec, rep, now, now)
 }
 
 // holdBack keeps a failing node in service where the pool's dry run, its circuit
@@ -439,7 +445,9 @@ func (c *Controller) escalate(ctx context.Context, node *corev1.Node, pool *cham
 	if err := c.setCondition(ctx, node, corev1.ConditionTrue, primary.reason, isolatedMessage(rep, level, why), ""); err != nil {
 		return reconcile.Result{}, err
 	}
-	return c.evict(ctx, node, pool, rec, rep, now)
+	// The node drains, and Kueue sees its taint, from now: not from the record's
+	// start, which the GPU-level isolation set.
+	return c.evict(ctx, node, pool, rec, rep, now, now)
 }
 
 // withhold records that a node would have been isolated but the breaker is open.
@@ -486,7 +494,7 @@ func (c *Controller) reconcileIsolated(ctx context.Context, node *corev1.Node, p
 		if err := c.annotate(ctx, node, changes(rec, next)); err != nil {
 			return reconcile.Result{}, err
 		}
-		return c.evict(ctx, node, pool, next, rep, now)
+		return c.evict(ctx, node, pool, next, rep, levelSince(node, next, now), now)
 	case chamber.GPUUnknown:
 		// Silence neither isolates nor recovers.
 		return reconcile.Result{}, nil

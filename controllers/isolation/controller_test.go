@@ -600,6 +600,97 @@ func TestAutoLevelFollowsTheFault(t *testing.T) {
 	}
 }
 
+// A node isolated at GPU level that a later fault takes drains from its taint, not
+// from the GPU-level start: the workload on its healthy GPUs runs on for the drain
+// timeout, counted from the escalation. A workload placed on the node's GPUs after
+// the GPU-level isolation, whose pod died with the second fault, gets Kueue's time to
+// replace the node, then is evicted at once: it has nothing left to checkpoint.
+func TestEscalatedNodeDrainsFromItsTaint(t *testing.T) {
+	faults := map[int32][]chamber.GPUFault{2: {xid48}}
+	gn := gpuNode("n1", start, faults)
+	gn.Status.GPUs[5].Pod = &chamber.PodReference{Namespace: "ns", Name: "lost-0"}
+	gn.Status.GPUs[6].Pod = &chamber.PodReference{Namespace: "ns", Name: "healthy-0"}
+	objs := []client.Object{pool("p", &chamber.IsolationPolicy{Level: chamber.IsolateAuto}), node("n1", "p"), gn}
+	for _, job := range []string{"lost", "healthy"} {
+		wl := workloadWithPod(job, "n1")
+		placedOn(wl[0].(*kueue.Workload), "n1", start.Add(-time.Hour))
+		objs = append(objs, wl...)
+	}
+	objs[len(objs)-4].(*kueue.Workload).Status.Conditions[0].LastTransitionTime = metav1.NewTime(start.Add(10 * time.Minute))
+	e := newEnv(t, Options{}, nil, objs...)
+	e.reconcile("n1") // GPU level: nothing runs on GPU 2
+	if got := e.node("n1").Annotations[chamber.AnnotationIsolationLevel]; got != "GPU" {
+		t.Fatalf("isolation level %q after XID 48, want GPU", got)
+	}
+
+	// An hour later, past the drain timeout counted from the GPU-level start, GPU 5
+	// falls off the bus and takes the lost workload's pod with it.
+	e.clock.Step(time.Hour)
+	if err := e.client.Delete(context.Background(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "lost-0"}}); err != nil {
+		t.Fatal(err)
+	}
+	faults[5] = []chamber.GPUFault{xid79}
+	report := func() {
+		e.report("n1", faults)
+		e.mapPod("n1", 6, "healthy-0") // the agent still sees the pod on GPU 6
+	}
+	report()
+	after := e.reconcile("n1")
+	if diff := cmp.Diff(isolatedState("XID79"), e.state("n1")); diff != "" {
+		t.Errorf("node after XID 79 (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]bool{"lost": false, "healthy": false}, e.evicted("lost", "healthy")); diff != "" {
+		t.Errorf("evicted at the escalation (-want +got):\n%s", diff)
+	}
+	if after <= 0 || after > DefaultKueueReplaces {
+		t.Errorf("requeued after %s, want within %s: when Kueue's time is up", after, DefaultKueueReplaces)
+	}
+
+	e.clock.Step(DefaultKueueReplaces)
+	report()
+	e.reconcile("n1")
+	if diff := cmp.Diff(map[string]bool{"lost": true, "healthy": false}, e.evicted("lost", "healthy")); diff != "" {
+		t.Errorf("evicted after Kueue's time (-want +got):\n%s", diff)
+	}
+	if got := e.eviction("lost").GracePeriod; got == nil || *got != 0 {
+		t.Errorf("grace period of the lost workload's eviction %v, want 0: nothing of it runs", got)
+	}
+
+	e.clock.Step(DefaultDrainTimeout)
+	report()
+	e.reconcile("n1")
+	if diff := cmp.Diff(map[string]bool{"lost": true, "healthy": true}, e.evicted("lost", "healthy")); diff != "" {
+		t.Errorf("evicted after the drain timeout (-want +got):\n%s", diff)
+	}
+	if got := e.eviction("healthy").GracePeriod; got != nil {
+		t.Errorf("grace period of the healthy GPU's workload %s, want none set: its team's", got)
+	}
+}
+
+// mapPod writes the agent's map of a pod to the node's GPU.
+func (e *env) mapPod(name string, gpu int, pod string) {
+	e.t.Helper()
+	var gn chamber.GPUNode
+	if err := e.client.Get(context.Background(), client.ObjectKey{Name: name}, &gn); err != nil {
+		e.t.Fatal(err)
+	}
+	gn.Status.GPUs[gpu].Pod = &chamber.PodReference{Namespace: "ns", Name: pod}
+	if err := e.client.Status().Update(context.Background(), &gn); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// eviction is the eviction Chamber requested of the job's workload.
+func (e *env) eviction(job string) chamberkueue.Eviction {
+	e.t.Helper()
+	var wl kueue.Workload
+	if err := e.client.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: job}, &wl); err != nil {
+		e.t.Fatal(err)
+	}
+	got, _ := chamberkueue.RequestedEviction(&wl)
+	return got
+}
+
 // workloadWithPod is an admitted Job's Workload and its running pod on the node.
 func workloadWithPod(job, nodeName string) []client.Object {
 	jobUID := "uid-" + job

@@ -24,11 +24,13 @@ import (
 
 // evict asks Chamber's admission controller to evict every admitted workload with pods on
 // the node (at GPU level, only those on the failing GPUs where the agent says which).
-// A workload on a failing GPU is evicted at once (EvictionGracePeriod); at node level
-// the others, on healthy GPUs of the node, get their team's grace period to
-// checkpoint before they leave it. Where the agent does not say which pod holds which
-// GPU, every workload counts as on a failing GPU.
-func (c *Controller) evict(ctx context.Context, node *corev1.Node, pool *chamber.GPUPool, rec record, rep report, now time.Time) (reconcile.Result, error) {
+// A workload on a failing GPU, or whose pod there died with it, is evicted at once
+// (EvictionGracePeriod); at node level the others, on healthy GPUs of the node, get
+// their team's grace period to checkpoint before they leave it. Where the agent does
+// not say which pod holds which GPU, every workload counts as on a failing GPU. since
+// is when the isolation took its level (levelSince): the drain and Kueue's time to
+// replace the node count from it.
+func (c *Controller) evict(ctx context.Context, node *corev1.Node, pool *chamber.GPUPool, rec record, rep report, since, now time.Time) (reconcile.Result, error) {
 	if c.opts.WithoutKueue {
 		return reconcile.Result{}, nil
 	}
@@ -39,12 +41,8 @@ func (c *Controller) evict(ctx context.Context, node *corev1.Node, pool *chamber
 	// Without the agent's map of pods to GPUs, every workload on the node at once.
 	failing := rep.podsOnFailingGPUs()
 	only, res := failing, reconcile.Result{}
-	isolatedAt := rec.At
-	if isolatedAt.IsZero() {
-		isolatedAt = now // unreadable: the drain and the lost workloads count from now
-	}
 	if rec.Level == chamber.IsolateNode && c.opts.DrainTimeout >= 0 && failing != nil {
-		if deadline := isolatedAt.Add(c.opts.DrainTimeout); now.Before(deadline) {
+		if deadline := since.Add(c.opts.DrainTimeout); now.Before(deadline) {
 			res.RequeueAfter = deadline.Sub(now)
 		} else {
 			only = nil
@@ -58,22 +56,21 @@ func (c *Controller) evict(ctx context.Context, node *corev1.Node, pool *chamber
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if only != nil {
-		lost, err := c.lostHere(ctx, node, bound, isolatedAt)
-		if err != nil {
-			return reconcile.Result{}, err
+	lost, err := c.lostHere(ctx, node, bound, since)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if wait := since.Add(c.opts.KueueReplaces).Sub(now); rec.Level == chamber.IsolateNode && len(lost) > 0 && wait > 0 {
+		// The node's taint is Kueue's cue to replace it for these (Options.KueueReplaces).
+		wls = slices.DeleteFunc(wls, func(wl *kueue.Workload) bool { return has(lost, wl) })
+		lost = nil
+		if res.RequeueAfter <= 0 || wait < res.RequeueAfter {
+			res.RequeueAfter = wait
 		}
-		if wait := isolatedAt.Add(c.opts.KueueReplaces).Sub(now); rec.Level == chamber.IsolateNode && len(lost) > 0 && wait > 0 {
-			// The node's taint is Kueue's cue to replace it for these (Options.KueueReplaces).
-			lost = nil
-			if res.RequeueAfter <= 0 || wait < res.RequeueAfter {
-				res.RequeueAfter = wait
-			}
-		}
-		for _, wl := range lost {
-			if !slices.ContainsFunc(wls, func(have *kueue.Workload) bool { return have.UID == wl.UID }) {
-				wls = append(wls, wl)
-			}
+	}
+	for _, wl := range lost {
+		if !has(wls, wl) {
+			wls = append(wls, wl)
 		}
 	}
 	onFailing := wls
@@ -96,7 +93,8 @@ func (c *Controller) evict(ctx context.Context, node *corev1.Node, pool *chamber
 		}
 		msg := fmt.Sprintf("evicted from node %s, isolated for a GPU fault (%s); Kueue requeues it onto healthy GPUs", node.Name, rep.describe())
 		e := chamberkueue.Eviction{Reason: chamberkueue.ReasonGPUFault, Message: msg, RequestedAt: now}
-		if failing == nil || slices.ContainsFunc(onFailing, func(f *kueue.Workload) bool { return f.UID == wl.UID }) {
+		if failing == nil || has(onFailing, wl) || has(lost, wl) {
+			// Nothing of it runs on a healthy GPU to checkpoint.
 			e.GracePeriod = &grace
 		} else {
 			e.Message += fmt.Sprintf("; its GPUs are healthy and ran on while the node drained (%s): it has its grace period to checkpoint before the node's repair", c.opts.DrainTimeout)
@@ -256,6 +254,30 @@ func hostname(node *corev1.Node) string {
 func running(wl *kueue.Workload) bool {
 	return apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadQuotaReserved) &&
 		!apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadFinished)
+}
+
+// has says whether wls holds wl (by UID).
+func has(wls []*kueue.Workload, wl *kueue.Workload) bool {
+	return slices.ContainsFunc(wls, func(have *kueue.Workload) bool { return have.UID == wl.UID })
+}
+
+// levelSince is when the node's isolation took its level: for a node isolated at node
+// level, when Chamber tainted it (the taint's time, to the second). An isolation that
+// began at GPU level keeps that start in its record, but the node drains, and Kueue
+// answers its taint, only from the taint on. now where the record has no readable
+// start.
+func levelSince(node *corev1.Node, rec record, now time.Time) time.Time {
+	if rec.Level == chamber.IsolateNode && rec.Tainted {
+		for _, t := range node.Spec.Taints {
+			if t.Key == chamber.TaintGPUUnhealthy && t.TimeAdded != nil {
+				return t.TimeAdded.Time
+			}
+		}
+	}
+	if rec.At.IsZero() {
+		return now
+	}
+	return rec.At
 }
 
 func names(wls []*kueue.Workload) []string {

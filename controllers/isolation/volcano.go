@@ -116,10 +116,7 @@ func (r *VolcanoRestarts) Reconcile(ctx context.Context, node *corev1.Node) (rec
 		return reconcile.Result{}, nil
 	}
 	now := r.opts.Clock.Now()
-	isolatedAt := rec.At
-	if isolatedAt.IsZero() {
-		isolatedAt = now
-	}
+	isolatedAt := levelSince(node, rec, now)
 	gn := &chamber.GPUNode{}
 	if err := r.client.Get(ctx, client.ObjectKey{Name: node.Name}, gn); apierrors.IsNotFound(err) {
 		gn = nil
