@@ -31,7 +31,7 @@ func writeData(dir string, sc *Scenario, recs []*Recording) error {
 	jobs := [][]string{{"policy", "team", "job", "trace_job_id", "tier", "gpus", "duration_h", "utilization_pct",
 		"submitted_h", "first_running_h", "finished_h", "outcome", "pods_killed_by_faults", "pods_evicted",
 		"kind", "work_h", "lost_to_evictions_gpu_h", "lost_to_faults_gpu_h", "evictions_by_cause"}}
-	samples := [][]string{{"policy", "t_h", "gpus_allocated", "gpus_used", "gpus_idle", "jobs_waiting", "jobs_queued", "jobs_running", "gpus_free_while_fit", "gpus_free_reserved"}}
+	samples := [][]string{{"policy", "t_h", "gpus_allocated", "gpus_used", "gpus_idle", "jobs_waiting", "jobs_queued", "jobs_running", "gpus_free_while_fit", "gpus_free_reserved", "gpus_free_out_of_service"}}
 	for _, rec := range recs {
 		for _, j := range rec.Jobs {
 			outcome := "complete"
@@ -55,7 +55,7 @@ func writeData(dir string, sc *Scenario, recs []*Recording) error {
 		for _, s := range rec.Samples {
 			samples = append(samples, []string{string(rec.Policy), at(rec, s.At), strconv.Itoa(s.Allocated),
 				strconv.FormatFloat(s.Used, 'f', 2, 64), strconv.FormatFloat(s.Idle, 'f', 2, 64),
-				strconv.Itoa(s.Waiting), strconv.Itoa(s.Queued), strconv.Itoa(s.Running), strconv.Itoa(s.FreeWhileFits), strconv.Itoa(s.FreeReserved)})
+				strconv.Itoa(s.Waiting), strconv.Itoa(s.Queued), strconv.Itoa(s.Running), strconv.Itoa(s.FreeWhileFits), strconv.Itoa(s.FreeReserved), strconv.Itoa(s.FreeOutOfService)})
 		}
 	}
 	for name, rows := range map[string][][]string{JobsFile: jobs, SamplesFile: samples} {

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -168,11 +169,14 @@ type recorder struct {
 	// faulted marks pods the fault injector killed, so their deletion counts as a
 	// fault and not an eviction.
 	faulted map[string]bool
-	done    int
+	// outOfService marks the nodes that take no new pod: cordoned, or tainted
+	// NoSchedule or NoExecute (Chamber's fault isolation does both).
+	outOfService map[string]bool
+	done         int
 }
 
 func newRecorder(nodes map[string]*simNode, sc *Scenario, p Policy) *recorder {
-	r := &recorder{nodes: nodes, jobs: map[string]*JobRecord{}, pods: map[string]*PodRun{}, faulted: map[string]bool{},
+	r := &recorder{nodes: nodes, jobs: map[string]*JobRecord{}, pods: map[string]*PodRun{}, faulted: map[string]bool{}, outOfService: map[string]bool{},
 		created: map[string]time.Time{}, speedup: sc.Speedup, sigterm: sc.Work.SIGTERMGrace, scheduler: EvictionByKueue}
 	if p.OnVolcano() {
 		r.scheduler = EvictionByVolcano
@@ -199,6 +203,16 @@ func (r *recorder) simAt(t time.Time) time.Duration {
 // watch adds the handlers to the cache's Pod and Job informers (Kubernetes' Jobs and
 // Kueue's Workloads, or Volcano's Jobs).
 func (r *recorder) watch(ctx context.Context, c cache.Cache, p Policy) error {
+	nodes, err := c.GetInformer(ctx, &corev1.Node{})
+	if err != nil {
+		return err
+	}
+	if _, err := nodes.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { r.node(o) },
+		UpdateFunc: func(_, o any) { r.node(o) },
+	}); err != nil {
+		return err
+	}
 	pods, err := c.GetInformer(ctx, &corev1.Pod{})
 	if err != nil {
 		return err
@@ -243,6 +257,20 @@ func (r *recorder) watch(ctx context.Context, c cache.Cache, p Policy) error {
 		UpdateFunc: func(_, o any) { r.workload(o) },
 	})
 	return err
+}
+
+// node notes whether the node takes new pods.
+func (r *recorder) node(o any) {
+	n, ok := o.(*corev1.Node)
+	if !ok {
+		return
+	}
+	off := n.Spec.Unschedulable || slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool {
+		return t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute
+	})
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.outOfService[n.Name] = off
 }
 
 // evicting reports whether Kueue is taking the workload's quota back: it is evicted,
@@ -618,6 +646,10 @@ type Sample struct {
 	// whose pods were not running (being created or ungated, or finished with their
 	// Workload not yet): the control plane's latency, multiplied by the speed-up.
 	FreeReserved int
+	// FreeOutOfService is the part of FreeWhileFits on nodes that take no new pod
+	// (cordoned or tainted: under Chamber, a node isolated for a fault that needs a
+	// reboot, its healthy GPUs left free until the repair).
+	FreeOutOfService int
 	// IdleByKind splits Idle by the job kind holding the GPUs.
 	IdleByKind map[Kind]float64
 }
@@ -654,11 +686,14 @@ func (r *recorder) sample(idleBelow uint32) Sample {
 		}
 	}
 	free := make([]int, 0, len(r.nodes))
-	totalFree := 0
+	totalFree, offFree := 0, 0
 	for _, n := range r.nodes {
 		f := n.free()
 		free = append(free, f)
 		totalFree += f
+		if r.outOfService[n.name] {
+			offFree += f
+		}
 	}
 	fitting, reserved := false, 0
 	for _, j := range r.jobs {
@@ -688,6 +723,7 @@ func (r *recorder) sample(idleBelow uint32) Sample {
 	if fitting {
 		s.FreeWhileFits = totalFree
 		s.FreeReserved = min(totalFree, reserved)
+		s.FreeOutOfService = offFree
 	}
 	return s
 }

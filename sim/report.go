@@ -99,6 +99,7 @@ func renderReport(sc *Scenario, recs []*Recording, results []Result) string {
 	line("GPU allocation, whole run", func(r Result) string { return pct(r.MeanAlloc) })
 	line("GPU-time left free while a queued job fit on it", func(r Result) string { return pct(r.FreeWhileFits) })
 	line("of it, held by Kueue for admitted jobs whose pods were not running", func(r Result) string { return pct(r.FreeReserved) })
+	line("of it, on nodes that took no new pod (cordoned or tainted)", func(r Result) string { return pct(r.FreeOutOfService) })
 	line("useful utilization (allocated x used)", func(r Result) string { return pct(r.UsefulUtil) })
 	line("allocated GPU-hours", func(r Result) string { return num(r.AllocatedGPUHours, 0) })
 	line("idle-but-allocated GPU-hours", func(r Result) string {
@@ -311,7 +312,9 @@ const methodText = `## Method
   it that Kueue held for admitted jobs whose pods were not running (pods being created
   or ungated, or finished while their Workload was not yet) is reported beside it: that
   is the control plane's own latency, seconds of clock that the speed-up makes minutes,
-  not a policy's choice.
+  not a policy's choice. Beside it too is the part on nodes that took no new pod
+  (cordoned or tainted): a policy's choice, Chamber's isolation of a node whose fault
+  needs a reboot, its healthy GPUs free until the repair once their workloads left.
 - **Measurement.** From a watch on Pods and Jobs, timed when each change is seen (API
   timestamps have whole seconds, many simulated minutes at these speed-ups): submission,
   first pod running, end of each pod, Job Complete or Failed. A job counts as queued once

@@ -61,6 +61,9 @@ type Result struct {
 	// FreeReserved is the part of FreeWhileFits Kueue held for admitted jobs whose
 	// pods were not running (Sample.FreeReserved).
 	FreeReserved float64
+	// FreeOutOfService is the part of FreeWhileFits on nodes that took no new pod
+	// (Sample.FreeOutOfService).
+	FreeOutOfService float64
 	// IdlePauses counts interactive sessions paused by Chamber's idle reclaim (for a
 	// waiter or at the interactive idle time limit); SessionsEnded those whose users
 	// ended them while paused (their span over); ResumeWaits how long, in hours,
@@ -146,7 +149,7 @@ func Analyze(sc *Scenario, rec *Recording) Result {
 		weights[i] = float64(quotas[t])
 	}
 	gpus := float64(sc.GPUs())
-	var total, used, alloc, waitT, waitAlloc, jainT, jainSum, freeFits, freeReserved float64
+	var total, used, alloc, waitT, waitAlloc, jainT, jainSum, freeFits, freeReserved, freeOff float64
 	allocByTeam, fairByTeam := map[string]float64{}, map[string]float64{}
 	for i, s := range rec.Samples {
 		next := end
@@ -163,6 +166,7 @@ func Analyze(sc *Scenario, rec *Recording) Result {
 		}
 		freeFits += float64(s.FreeWhileFits) * dt
 		freeReserved += float64(s.FreeReserved) * dt
+		freeOff += float64(s.FreeOutOfService) * dt
 		if s.Queued == 0 {
 			continue
 		}
@@ -191,6 +195,7 @@ func Analyze(sc *Scenario, rec *Recording) Result {
 	res.UsefulUtil = ratio(used, gpus*total)
 	res.FreeWhileFits = ratio(freeFits, gpus*total)
 	res.FreeReserved = ratio(freeReserved, gpus*total)
+	res.FreeOutOfService = ratio(freeOff, gpus*total)
 	res.MeanAlloc = ratio(alloc, gpus*total)
 	res.AllocWhileWaiting = ratio(waitAlloc, gpus*waitT)
 	res.Jain = ratio(jainSum, jainT)

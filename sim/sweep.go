@@ -45,6 +45,7 @@ var Figures = []Figure{
 	{"jobs unfinished", "", 0, func(r Result) float64 { return float64(r.Unfinished) }},
 	{"GPU-time free while a queued job fit", "%", 2, func(r Result) float64 { return 100 * r.FreeWhileFits }},
 	{"of it, held by Kueue for admitted jobs not running", "%", 2, func(r Result) float64 { return 100 * r.FreeReserved }},
+	{"of it, on nodes that took no new pod", "%", 2, func(r Result) float64 { return 100 * r.FreeOutOfService }},
 	{"GPU allocation while jobs are queued", "%", 1, func(r Result) float64 { return 100 * r.AllocWhileWaiting }},
 	{"pods evicted or preempted", "", 0, func(r Result) float64 { return float64(r.Evictions) }},
 }

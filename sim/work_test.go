@@ -372,6 +372,29 @@ func TestSampleTellsReservedFromFree(t *testing.T) {
 	}
 }
 
+// Free GPUs while a job waits on a node that takes no new pod (Chamber cordoned and
+// tainted it for a fault) are told apart from the rest; a node back in service is not.
+func TestSampleTellsOutOfServiceFromFree(t *testing.T) {
+	waiting := &JobRecord{Job: &Job{Name: "w", Team: "team-a", GPUs: 1}, Pods: 1, Submitted: time.Now().Add(-time.Minute)}
+	r := &recorder{nodes: map[string]*simNode{"n1": {name: "n1", slots: make([]gpuSlot, 8)}, "n2": {name: "n2", slots: make([]gpuSlot, 8)}},
+		pods: map[string]*PodRun{}, jobs: map[string]*JobRecord{"team-a/w": waiting}, outOfService: map[string]bool{}}
+	r.nodes["n2"].slots[0].broken = true // the fault's GPU, free of no use
+	isolated := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n2"}, Spec: corev1.NodeSpec{Unschedulable: true,
+		Taints: []corev1.Taint{{Key: "chamber.dev/gpu-unhealthy", Effect: corev1.TaintEffectNoSchedule}}}}
+	r.node(isolated)
+	if s := r.sample(5); s.FreeWhileFits != 15 || s.FreeOutOfService != 7 {
+		t.Errorf("n2 isolated: free while fits %d, out of service %d; want 15, 7", s.FreeWhileFits, s.FreeOutOfService)
+	}
+	isolated.Spec.Unschedulable = false
+	if r.node(isolated); r.sample(5).FreeOutOfService != 7 {
+		t.Errorf("n2 uncordoned, still tainted: out of service %d, want 7", r.sample(5).FreeOutOfService)
+	}
+	isolated.Spec.Taints = nil
+	if r.node(isolated); r.sample(5).FreeOutOfService != 0 {
+		t.Errorf("n2 back in service: out of service %d, want 0", r.sample(5).FreeOutOfService)
+	}
+}
+
 // A pod that ends while its Job's replacement already runs (the Job controller starts
 // one for a terminating pod): the job loses what the stop costs it, then goes on, on
 // the pod that runs.
