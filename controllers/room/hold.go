@@ -52,21 +52,24 @@ func isRoomTaint(t corev1.Taint) bool { return t.Key == chamber.TaintRoom }
 type holds struct{ *Controller }
 
 func registerHolds(mgr ctrl.Manager, c *Controller) error {
+	h := holds{c}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("room-holds").
 		For(&corev1.Node{}).
+		Watches(&kueue.Workload{}, handler.EnqueueRequestsFromMapFunc(h.placedNodes)).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
 			if n := obj.(*corev1.Pod).Spec.NodeName; n != "" {
 				return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: n}}}
 			}
 			return nil
 		})).
-		Complete(reconcile.AsReconciler(mgr.GetClient(), holds{c}))
+		Complete(reconcile.AsReconciler(mgr.GetClient(), h))
 }
 
 // Reconcile takes the room's taint off the node once the room is whole (its free GPUs
-// reach the waiting workload's pod), once the workload no longer waits for a node, or
-// once the settle time has passed since the room was made.
+// reach the waiting workload's pod), once the workload no longer waits for a node, once
+// Kueue placed another workload there (placedMeanwhile), or once the settle time has
+// passed since the room was made.
 func (h holds) Reconcile(ctx context.Context, n *corev1.Node) (reconcile.Result, error) {
 	i := slices.IndexFunc(n.Spec.Taints, isRoomTaint)
 	if i < 0 {
@@ -124,6 +127,9 @@ func (h holds) release(ctx context.Context, n *corev1.Node, uid string, now time
 	if err != nil {
 		return "", err
 	}
+	if late, err := h.placedMeanwhile(ctx, n, pods, &wl); err != nil || late != "" {
+		return late, err
+	}
 	alloc := n.Status.Allocatable[chamberkueue.ResourceGPU]
 	free := alloc.Value()
 	for i := range pods {
@@ -135,6 +141,55 @@ func (h holds) release(ctx context.Context, n *corev1.Node, uid string, now time
 		return "room whole", nil
 	}
 	return "", nil
+}
+
+// placedMeanwhile says why the room must go when Kueue placed a workload on the node
+// whose pods are not all bound there yet, other than the waiter and those moved for it
+// ("" when none): one it placed as the room was made, from a cache without the taint
+// yet, or one whose Job replaces a pod there. Kueue's topology-aware scheduling fails
+// each pod it pinned to a node with a taint the pod does not tolerate
+// (UnschedulableOnAssignedNode), and the Job controller counts each against the Job's
+// backoffLimit: kept, the room would cost that job its retries.
+func (h holds) placedMeanwhile(ctx context.Context, n *corev1.Node, pods []corev1.Pod, waiter *kueue.Workload) (string, error) {
+	host := hostname(n)
+	placed, err := chamberkueue.WorkloadsOnNode(ctx, h.client, host)
+	if err != nil {
+		return "", err
+	}
+	moved := movedFor(waiter)
+	for i := range placed {
+		wl := &placed[i]
+		if wl.UID == waiter.UID || moved[wl.UID] || !chamberkueue.HoldsGPUs(wl) {
+			continue
+		}
+		var bound int32
+		for j := range pods {
+			if chamberkueue.Live(&pods[j]) && ownedBy(&pods[j], wl) {
+				bound++
+			}
+		}
+		if bound < assignedPods(wl, host) {
+			return fmt.Sprintf("Kueue placed workload %s/%s there, whose pods it would fail on the tainted node", wl.Namespace, wl.Name), nil
+		}
+	}
+	return "", nil
+}
+
+// placedNodes maps a workload to the nodes its topology assignment names, so that a
+// room held there is looked at again once Kueue places it (placedMeanwhile).
+func (h holds) placedNodes(ctx context.Context, obj client.Object) []reconcile.Request {
+	var out []reconcile.Request
+	for _, host := range chamberkueue.WorkloadNodes(obj.(*kueue.Workload)) {
+		var nodes corev1.NodeList
+		if err := h.client.List(ctx, &nodes, client.MatchingLabels{corev1.LabelHostname: host}); err != nil || len(nodes.Items) == 0 {
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: host}})
+			continue
+		}
+		for i := range nodes.Items {
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: nodes.Items[i].Name}})
+		}
+	}
+	return out
 }
 
 func splitKey(s string) (types.NamespacedName, bool) {
