@@ -13,9 +13,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
@@ -56,7 +59,13 @@ func registerHolds(mgr ctrl.Manager, c *Controller) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("room-holds").
 		For(&corev1.Node{}).
-		Watches(&kueue.Workload{}, handler.EnqueueRequestsFromMapFunc(h.placedNodes)).
+		Watches(&kueue.Workload{}, handler.EnqueueRequestsFromMapFunc(h.placedNodes), builder.WithPredicates(predicate.Funcs{
+			// Only a new placement: Kueue admitting the workload, or replacing a node.
+			UpdateFunc: func(e event.UpdateEvent) bool {
+				return !slices.Equal(chamberkueue.WorkloadNodes(e.ObjectOld), chamberkueue.WorkloadNodes(e.ObjectNew))
+			},
+			DeleteFunc: func(event.DeleteEvent) bool { return false },
+		})).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
 			if n := obj.(*corev1.Pod).Spec.NodeName; n != "" {
 				return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: n}}}
@@ -181,7 +190,7 @@ func (h holds) placedNodes(ctx context.Context, obj client.Object) []reconcile.R
 	var out []reconcile.Request
 	for _, host := range chamberkueue.WorkloadNodes(obj.(*kueue.Workload)) {
 		var nodes corev1.NodeList
-		if err := h.client.List(ctx, &nodes, client.MatchingLabels{corev1.LabelHostname: host}); err != nil || len(nodes.Items) == 0 {
+		if err := h.client.List(ctx, &nodes, client.MatchingLabels{corev1.LabelHostname: host}, client.UnsafeDisableDeepCopy); err != nil || len(nodes.Items) == 0 {
 			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: host}})
 			continue
 		}
