@@ -305,14 +305,7 @@ func (c *Controller) nodeState(ctx context.Context, n *corev1.Node, below int32,
 	if err != nil {
 		return nodeState{}, err
 	}
-	alloc := n.Status.Allocatable[chamberkueue.ResourceGPU]
-	s := nodeState{name: n.Name, free: alloc.Value()}
-	for i := range pods {
-		if chamberkueue.Live(&pods[i]) {
-			s.free -= chamberkueue.PodGPUs(&pods[i].Spec)
-		}
-	}
-	s.free = max(s.free, 0)
+	s := nodeState{name: n.Name, free: freeGPUs(n, pods)}
 	host := hostname(n)
 	placed, err := chamberkueue.WorkloadsOnNode(ctx, c.client, host)
 	if err != nil {
@@ -323,13 +316,7 @@ func (c *Controller) nodeState(ctx context.Context, n *corev1.Node, below int32,
 		if !chamberkueue.HoldsGPUs(wl) {
 			continue
 		}
-		var bound []int64
-		for j := range pods {
-			p := &pods[j]
-			if chamberkueue.Live(p) && ownedBy(p, wl) {
-				bound = append(bound, chamberkueue.PodGPUs(&p.Spec))
-			}
-		}
+		bound := boundGPUs(pods, wl)
 		if int32(len(bound)) < assignedPods(wl, host) {
 			s.settling = true
 			continue
@@ -348,6 +335,30 @@ func movable(wl *kueue.Workload, below int32, moved map[types.UID]bool) bool {
 	}
 	_, evicting := chamberkueue.RequestedEviction(wl)
 	return !evicting
+}
+
+// freeGPUs are the node's allocatable GPUs its live pods leave.
+func freeGPUs(n *corev1.Node, pods []corev1.Pod) int64 {
+	alloc := n.Status.Allocatable[chamberkueue.ResourceGPU]
+	free := alloc.Value()
+	for i := range pods {
+		if chamberkueue.Live(&pods[i]) {
+			free -= chamberkueue.PodGPUs(&pods[i].Spec)
+		}
+	}
+	return max(free, 0)
+}
+
+// boundGPUs are the GPUs of each of the workload's live pods among pods (those bound
+// to one node).
+func boundGPUs(pods []corev1.Pod, wl *kueue.Workload) []int64 {
+	var out []int64
+	for i := range pods {
+		if p := &pods[i]; chamberkueue.Live(p) && ownedBy(p, wl) {
+			out = append(out, chamberkueue.PodGPUs(&p.Spec))
+		}
+	}
+	return out
 }
 
 // ownedBy: the pod is one of the workload's (Kueue's annotation names it, or the

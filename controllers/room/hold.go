@@ -139,14 +139,7 @@ func (h holds) release(ctx context.Context, n *corev1.Node, uid string, now time
 	if late, err := h.placedMeanwhile(ctx, n, pods, &wl); err != nil || late != "" {
 		return late, err
 	}
-	alloc := n.Status.Allocatable[chamberkueue.ResourceGPU]
-	free := alloc.Value()
-	for i := range pods {
-		if chamberkueue.Live(&pods[i]) {
-			free -= chamberkueue.PodGPUs(&pods[i].Spec)
-		}
-	}
-	if free >= gpus {
+	if freeGPUs(n, pods) >= gpus {
 		return "room whole", nil
 	}
 	return "", nil
@@ -171,13 +164,7 @@ func (h holds) placedMeanwhile(ctx context.Context, n *corev1.Node, pods []corev
 		if wl.UID == waiter.UID || moved[wl.UID] || !chamberkueue.HoldsGPUs(wl) {
 			continue
 		}
-		var bound int32
-		for j := range pods {
-			if chamberkueue.Live(&pods[j]) && ownedBy(&pods[j], wl) {
-				bound++
-			}
-		}
-		if bound < assignedPods(wl, host) {
+		if int32(len(boundGPUs(pods, wl))) < assignedPods(wl, host) {
 			return fmt.Sprintf("Kueue placed workload %s/%s there, whose pods it would fail on the tainted node", wl.Namespace, wl.Name), nil
 		}
 	}
