@@ -8,13 +8,16 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 	utiltas "sigs.k8s.io/kueue/pkg/util/tas"
 
+	chamber "chamber.dev/chamber/api/v1alpha1"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
@@ -68,14 +71,19 @@ func (c *Controller) preApproval(ctx context.Context, wl *kueue.Workload, cq *ku
 		return []string{"the workload uses no GPUs"}, true, nil
 	}
 	now := c.opts.Clock.Now()
+	own := ownedBy(ownerUIDs(wl))
 	for _, flavor := range chamberkueue.GPUFlavors(cq) {
-		nodes, err := c.nodesOfFlavor(ctx, flavor, ownedBy(ownerUIDs(wl)), now)
+		healthyOnly, err := c.flavorOffersHealthyOnly(ctx, flavor, own, now)
 		if err != nil {
 			return nil, false, err
 		}
-		if offersHealthyOnly(nodes) {
+		if healthyOnly {
 			reasons = append(reasons, fmt.Sprintf("every GPU of flavor %s that can be given is healthy", flavor))
 			continue
+		}
+		nodes, err := c.nodesOfFlavor(ctx, flavor, own, now)
+		if err != nil {
+			return nil, false, err
 		}
 		for _, d := range specDemands(wl, flavor) {
 			if ok, _ := fitVerdict(d, nodes); !ok {
@@ -86,6 +94,51 @@ func (c *Controller) preApproval(ctx context.Context, wl *kueue.Workload, cq *ku
 	}
 	// No flavor of its ClusterQueue has GPUs: not pre-approved.
 	return reasons, len(reasons) > 0, nil
+}
+
+// flavorOffersHealthyOnly is offersHealthyOnly of the flavor's nodes, from a few of
+// them: a verdict on every waiting workload must not walk the fleet. Only a node whose
+// agent reports a GPU Unhealthy that no pod holds can offer a failing GPU
+// (chamberkueue.IndexGPUNodeFailing), and of the others one schedulable node
+// (chamberkueue.IndexNodeSchedulable) says as much as all of them.
+func (c *Controller) flavorOffersHealthyOnly(ctx context.Context, flavor kueue.ResourceFlavorReference, own func(*corev1.Pod) bool, now time.Time) (bool, error) {
+	var rf kueue.ResourceFlavor
+	if err := c.client.Get(ctx, client.ObjectKey{Name: string(flavor)}, &rf, client.UnsafeDisableDeepCopy); err != nil {
+		return false, fmt.Errorf("get resource flavor %s: %w", flavor, err)
+	}
+	ofFlavor := labels.SelectorFromSet(rf.Spec.NodeLabels)
+	var failing chamber.GPUNodeList
+	if err := c.client.List(ctx, &failing, client.MatchingFields{chamberkueue.IndexGPUNodeFailing: chamberkueue.FailingValue}, client.UnsafeDisableDeepCopy); err != nil {
+		return false, fmt.Errorf("list GPUNodes with failing GPUs: %w", err)
+	}
+	var some corev1.NodeList
+	if err := c.client.List(ctx, &some, client.MatchingFields{chamberkueue.IndexNodeSchedulable: chamberkueue.SchedulableValue},
+		client.MatchingLabelsSelector{Selector: ofFlavor}, client.Limit(1), client.UnsafeDisableDeepCopy); err != nil {
+		return false, fmt.Errorf("list schedulable nodes of flavor %s: %w", flavor, err)
+	}
+	var nodes []NodeGPUs
+	for i := range failing.Items {
+		var node corev1.Node
+		err := c.client.Get(ctx, client.ObjectKey{Name: failing.Items[i].Name}, &node, client.UnsafeDisableDeepCopy)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return false, fmt.Errorf("get node %s: %w", failing.Items[i].Name, err)
+		}
+		some.Items = append(some.Items, node)
+	}
+	for i := range some.Items {
+		if !ofFlavor.Matches(labels.Set(some.Items[i].Labels)) {
+			continue
+		}
+		n, err := c.nodeGPUs(ctx, &some.Items[i], own, now)
+		if err != nil {
+			return false, err
+		}
+		nodes = append(nodes, n)
+	}
+	return offersHealthyOnly(nodes), nil
 }
 
 // leaveForReservation leaves the check to its verdict at reservation: Pending. A

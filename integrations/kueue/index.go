@@ -14,6 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 	utiltas "sigs.k8s.io/kueue/pkg/util/tas"
+
+	chamber "chamber.dev/chamber/api/v1alpha1"
 )
 
 // The cache indexes Chamber's controllers read through, registered once for the
@@ -38,6 +40,15 @@ const (
 	// idle workload's reconcile, and most of a busy cluster's workloads do not.
 	IndexWorkloadPending = "chamber.workload.pending"
 	PendingValue         = "true"
+	// IndexNodeSchedulable: nodes that take new GPU work (Schedulable), under
+	// SchedulableValue; the others are not in the index.
+	IndexNodeSchedulable = "chamber.node.schedulable"
+	SchedulableValue     = "true"
+	// IndexGPUNodeFailing: GPUNodes whose agent reports a GPU Unhealthy that no pod
+	// holds, under FailingValue; the others are not in the index. Only their nodes
+	// can offer a failing GPU to a new pod, and a healthy fleet has none.
+	IndexGPUNodeFailing = "chamber.gpunode.failing"
+	FailingValue        = "true"
 )
 
 // SetupIndexes registers the indexes with the manager's field indexer.
@@ -59,6 +70,32 @@ func SetupIndexes(ctx context.Context, idx client.FieldIndexer) error {
 	}
 	if err := idx.IndexField(ctx, &kueue.Workload{}, IndexWorkloadPending, PendingKeys); err != nil {
 		return fmt.Errorf("index workloads waiting in their queue: %w", err)
+	}
+	if err := idx.IndexField(ctx, &corev1.Node{}, IndexNodeSchedulable, SchedulableKeys); err != nil {
+		return fmt.Errorf("index nodes that take new work: %w", err)
+	}
+	if err := idx.IndexField(ctx, &chamber.GPUNode{}, IndexGPUNodeFailing, FailingKeys); err != nil {
+		return fmt.Errorf("index GPUNodes with unhealthy GPUs no pod holds: %w", err)
+	}
+	return nil
+}
+
+// SchedulableKeys are IndexNodeSchedulable's keys: SchedulableValue for a node that
+// takes new GPU work.
+func SchedulableKeys(obj client.Object) []string {
+	if Schedulable(obj.(*corev1.Node)) {
+		return []string{SchedulableValue}
+	}
+	return nil
+}
+
+// FailingKeys are IndexGPUNodeFailing's keys: FailingValue for a GPUNode that reports
+// a GPU Unhealthy with no pod on it.
+func FailingKeys(obj client.Object) []string {
+	for _, g := range obj.(*chamber.GPUNode).Status.GPUs {
+		if g.Health == chamber.GPUUnhealthy && g.Pod == nil {
+			return []string{FailingValue}
+		}
 	}
 	return nil
 }
