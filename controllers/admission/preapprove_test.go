@@ -19,6 +19,7 @@ import (
 	"chamber.dev/chamber/controllers/admission"
 	"chamber.dev/chamber/controllers/controllertest"
 	"chamber.dev/chamber/healthcheck"
+	chamberkueue "chamber.dev/chamber/integrations/kueue"
 	"chamber.dev/chamber/test/controlplane"
 )
 
@@ -206,4 +207,40 @@ func TestCordonUnderRunningPreApprovedWorkloadLeavesItRunning(t *testing.T) {
 		g.Expect(isTrue(wl, kueue.WorkloadEvicted)).To(gomega.BeFalse())
 		g.Expect(check(g, wl).State).To(gomega.Equal(kueue.CheckStateReady))
 	}, placementTimeout+admission.DefaultRecheck+time.Second, 250*time.Millisecond).Should(gomega.Succeed())
+}
+
+// A node isolated for a failing GPU takes no pod, so it does not keep the rest of its
+// flavor from being pre-approved: one fault in the fleet must not put every admission
+// back on the check's round trip.
+func TestIsolatedNodeLeavesTheFlavorPreApproved(t *testing.T) {
+	t.Parallel()
+	g := newG(t)
+	ctx := context.Background()
+	teamFixture(t, "elsewhere", 8, []string{"elsewhere-1", "elsewhere-2"}, func(p *chamber.GPUPool) {
+		p.Spec.Isolation = &chamber.IsolationPolicy{Level: chamber.IsolateNode}
+	}, nil)
+	fake, err := healthcheck.NewFake("dgxh100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	controllertest.RunAgent(t, "elsewhere-1", fake, nil, nil)
+	if err := fake.RaiseDoubleBitECC(3); err != nil {
+		t.Fatal(err)
+	}
+	g.Eventually(func(g gomega.Gomega) {
+		var n corev1.Node
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Name: "elsewhere-1"}, &n)).To(gomega.Succeed())
+		g.Expect(chamberkueue.Schedulable(&n)).To(gomega.BeFalse())
+	}).Should(gomega.Succeed())
+
+	// "first" takes the other node's 8 GPUs; "second" waits for them, pre-approved
+	// although its flavor has a node with a failing GPU.
+	create(t, job("elsewhere", "first", 8, "").Obj())
+	g.Eventually(func(g gomega.Gomega) { g.Expect(runningOn(g, "elsewhere", "first")).To(gomega.Equal("elsewhere-2")) }).Should(gomega.Succeed())
+	create(t, job("elsewhere", "second", 8, "").Obj())
+	g.Eventually(func(g gomega.Gomega) {
+		c := check(g, workload(g, "elsewhere", "second"))
+		g.Expect(c.State).To(gomega.Equal(kueue.CheckStateReady))
+		g.Expect(c.Message).To(gomega.ContainSubstring("that can be given is healthy"))
+	}).Should(gomega.Succeed())
 }
