@@ -113,6 +113,18 @@ func job(ns, name string, gpus int, tier string) *testingjob.JobWrapper {
 	return j
 }
 
+// agentOn runs a node agent on node over go-nvml's fake of a DGX H100, and returns the
+// fake to raise faults on.
+func agentOn(t *testing.T, node string) *healthcheck.FakeGPUs {
+	t.Helper()
+	fake, err := healthcheck.NewFake("dgxh100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	controllertest.RunAgent(t, node, fake, nil, nil)
+	return fake
+}
+
 // filler is a pod outside Kueue bound to node, holding gpus of its GPUs.
 func filler(t *testing.T, ns, node string, gpus int) *corev1.Pod {
 	t.Helper()
@@ -259,11 +271,7 @@ func TestFailingGPUsAreNotUsed(t *testing.T) {
 		p.Spec.Isolation = &chamber.IsolationPolicy{DryRun: true}
 	}, nil)
 
-	fake, err := healthcheck.NewFake("dgxh100")
-	if err != nil {
-		t.Fatal(err)
-	}
-	controllertest.RunAgent(t, "failing-1", fake, nil, nil)
+	fake := agentOn(t, "failing-1")
 	for _, gpu := range []int{2, 5} {
 		if err := fake.RaiseDoubleBitECC(gpu); err != nil {
 			t.Fatal(err)

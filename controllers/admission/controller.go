@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
@@ -339,12 +340,12 @@ func (c *Controller) nodesOfAssignment(ctx context.Context, ta *kueue.TopologyAs
 
 // nodesOfFlavor are the nodes a flavor's pods may land on.
 func (c *Controller) nodesOfFlavor(ctx context.Context, flavor kueue.ResourceFlavorReference, own func(*corev1.Pod) bool, now time.Time) ([]NodeGPUs, error) {
-	var rf kueue.ResourceFlavor
-	if err := c.client.Get(ctx, client.ObjectKey{Name: string(flavor)}, &rf, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, fmt.Errorf("get resource flavor %s: %w", flavor, err)
+	ofFlavor, err := c.flavorNodes(ctx, flavor)
+	if err != nil {
+		return nil, err
 	}
 	var nodes corev1.NodeList
-	if err := c.client.List(ctx, &nodes, client.MatchingLabels(rf.Spec.NodeLabels), client.UnsafeDisableDeepCopy); err != nil {
+	if err := c.client.List(ctx, &nodes, client.MatchingLabelsSelector{Selector: ofFlavor}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list nodes of flavor %s: %w", flavor, err)
 	}
 	var out []NodeGPUs
@@ -356,6 +357,15 @@ func (c *Controller) nodesOfFlavor(ctx context.Context, flavor kueue.ResourceFla
 		out = append(out, n)
 	}
 	return out, nil
+}
+
+// flavorNodes selects the flavor's nodes by its node labels.
+func (c *Controller) flavorNodes(ctx context.Context, flavor kueue.ResourceFlavorReference) (labels.Selector, error) {
+	var rf kueue.ResourceFlavor
+	if err := c.client.Get(ctx, client.ObjectKey{Name: string(flavor)}, &rf, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("get resource flavor %s: %w", flavor, err)
+	}
+	return labels.SelectorFromSet(rf.Spec.NodeLabels), nil
 }
 
 func (c *Controller) nodeGPUs(ctx context.Context, node *corev1.Node, own func(*corev1.Pod) bool, now time.Time) (NodeGPUs, error) {

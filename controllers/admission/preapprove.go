@@ -102,37 +102,32 @@ func (c *Controller) preApproval(ctx context.Context, wl *kueue.Workload, cq *ku
 // (chamberkueue.IndexGPUNodeFailing), and of the others one schedulable node
 // (chamberkueue.IndexNodeSchedulable) says as much as all of them.
 func (c *Controller) flavorOffersHealthyOnly(ctx context.Context, flavor kueue.ResourceFlavorReference, own func(*corev1.Pod) bool, now time.Time) (bool, error) {
-	var rf kueue.ResourceFlavor
-	if err := c.client.Get(ctx, client.ObjectKey{Name: string(flavor)}, &rf, client.UnsafeDisableDeepCopy); err != nil {
-		return false, fmt.Errorf("get resource flavor %s: %w", flavor, err)
+	ofFlavor, err := c.flavorNodes(ctx, flavor)
+	if err != nil {
+		return false, err
 	}
-	ofFlavor := labels.SelectorFromSet(rf.Spec.NodeLabels)
+	var candidates corev1.NodeList
+	if err := c.client.List(ctx, &candidates, client.MatchingFields{chamberkueue.IndexNodeSchedulable: chamberkueue.SchedulableValue},
+		client.MatchingLabelsSelector{Selector: ofFlavor}, client.Limit(1), client.UnsafeDisableDeepCopy); err != nil {
+		return false, fmt.Errorf("list schedulable nodes of flavor %s: %w", flavor, err)
+	}
 	var failing chamber.GPUNodeList
 	if err := c.client.List(ctx, &failing, client.MatchingFields{chamberkueue.IndexGPUNodeFailing: chamberkueue.FailingValue}, client.UnsafeDisableDeepCopy); err != nil {
 		return false, fmt.Errorf("list GPUNodes with failing GPUs: %w", err)
 	}
-	var some corev1.NodeList
-	if err := c.client.List(ctx, &some, client.MatchingFields{chamberkueue.IndexNodeSchedulable: chamberkueue.SchedulableValue},
-		client.MatchingLabelsSelector{Selector: ofFlavor}, client.Limit(1), client.UnsafeDisableDeepCopy); err != nil {
-		return false, fmt.Errorf("list schedulable nodes of flavor %s: %w", flavor, err)
-	}
-	var nodes []NodeGPUs
 	for i := range failing.Items {
 		var node corev1.Node
 		err := c.client.Get(ctx, client.ObjectKey{Name: failing.Items[i].Name}, &node, client.UnsafeDisableDeepCopy)
-		if apierrors.IsNotFound(err) {
-			continue
-		}
-		if err != nil {
+		if err != nil && !apierrors.IsNotFound(err) {
 			return false, fmt.Errorf("get node %s: %w", failing.Items[i].Name, err)
 		}
-		some.Items = append(some.Items, node)
-	}
-	for i := range some.Items {
-		if !ofFlavor.Matches(labels.Set(some.Items[i].Labels)) {
-			continue
+		if err == nil && ofFlavor.Matches(labels.Set(node.Labels)) {
+			candidates.Items = append(candidates.Items, node)
 		}
-		n, err := c.nodeGPUs(ctx, &some.Items[i], own, now)
+	}
+	nodes := make([]NodeGPUs, 0, len(candidates.Items))
+	for i := range candidates.Items {
+		n, err := c.nodeGPUs(ctx, &candidates.Items[i], own, now)
 		if err != nil {
 			return false, err
 		}

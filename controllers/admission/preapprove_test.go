@@ -18,7 +18,6 @@ import (
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers/admission"
 	"chamber.dev/chamber/controllers/controllertest"
-	"chamber.dev/chamber/healthcheck"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 	"chamber.dev/chamber/test/controlplane"
 )
@@ -105,11 +104,7 @@ func TestGPUFailingAfterPreApprovalSendsTheWorkloadBack(t *testing.T) {
 	teamFixture(t, "changed", 8, []string{"changed-1"}, func(p *chamber.GPUPool) {
 		p.Spec.Isolation = &chamber.IsolationPolicy{DryRun: true}
 	}, nil)
-	fake, err := healthcheck.NewFake("dgxh100")
-	if err != nil {
-		t.Fatal(err)
-	}
-	controllertest.RunAgent(t, "changed-1", fake, nil, nil)
+	fake := agentOn(t, "changed-1")
 
 	create(t, job("changed", "first", 8, "").Obj())
 	g.Eventually(func(g gomega.Gomega) { runningOn(g, "changed", "first") }).Should(gomega.Succeed())
@@ -219,11 +214,7 @@ func TestIsolatedNodeLeavesTheFlavorPreApproved(t *testing.T) {
 	teamFixture(t, "elsewhere", 8, []string{"elsewhere-1", "elsewhere-2"}, func(p *chamber.GPUPool) {
 		p.Spec.Isolation = &chamber.IsolationPolicy{Level: chamber.IsolateNode}
 	}, nil)
-	fake, err := healthcheck.NewFake("dgxh100")
-	if err != nil {
-		t.Fatal(err)
-	}
-	controllertest.RunAgent(t, "elsewhere-1", fake, nil, nil)
+	fake := agentOn(t, "elsewhere-1")
 	if err := fake.RaiseDoubleBitECC(3); err != nil {
 		t.Fatal(err)
 	}
