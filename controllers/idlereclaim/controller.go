@@ -107,8 +107,9 @@ type Controller struct {
 // idleWorkload is the controller's record of one idle workload.
 type idleWorkload struct {
 	uid types.UID
-	// lowSince is when the controller first saw every GPU of the workload below the
-	// threshold, without a reading at or above it since.
+	// lowSince is when every GPU of the workload went below the threshold, by the
+	// first reports the controller saw them below it in (measure), without a reading
+	// at or above it since.
 	lowSince time.Time
 	// contendedSince is when it first saw the workload idle while others waited for
 	// its GPUs (and warned it); zero when nobody waits. The window runs from lowSince;
@@ -203,7 +204,7 @@ func (c *Controller) reconcile(ctx context.Context, wl *kueue.Workload) (reconci
 		c.forget(key)
 		return again, nil
 	}
-	rec := c.record(key, wl.UID, now)
+	rec := c.record(key, wl.UID, use.lowSince)
 
 	waiting, err := c.waitingFor(ctx, wl, pods, now)
 	if err != nil {
@@ -310,9 +311,9 @@ func (c *Controller) pauseAtLimit(ctx context.Context, key types.NamespacedName,
 }
 
 // record returns the record of the idle workload, starting one if there is none or
-// the one there is of an earlier Workload of the same name; low from now unless it
+// the one there is of an earlier Workload of the same name; low from since unless it
 // already was.
-func (c *Controller) record(key types.NamespacedName, uid types.UID, now time.Time) *idleWorkload {
+func (c *Controller) record(key types.NamespacedName, uid types.UID, since time.Time) *idleWorkload {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	rec := c.idle[key]
@@ -321,7 +322,7 @@ func (c *Controller) record(key types.NamespacedName, uid types.UID, now time.Ti
 		c.idle[key] = rec
 	}
 	if rec.lowSince.IsZero() {
-		rec.lowSince = now
+		rec.lowSince = since
 	}
 	return rec
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"testing"
@@ -368,6 +369,36 @@ func TestReclaim(t *testing.T) {
 				t.Errorf("metrics (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestWindowCountsFromTheAgentsWindow: the agent's first report of GPUs at 0% is a
+// mean over its 5-minute window, so they have been idle for those 5 minutes already:
+// the workload is reclaimed 5 minutes after Chamber first sees it idle, a window after
+// its GPUs went idle, and the reclaimed GPU-hours count the whole window.
+func TestWindowCountsFromTheAgentsWindow(t *testing.T) {
+	const agentWindow = 5 * time.Minute // report()'s
+	w := newWorld()
+	w.pod.Status.StartTime = &metav1.Time{Time: start.Add(-time.Hour)}
+	r := w.start(t, interceptor.Funcs{})
+	before := metricsOf("team-a")
+	r.mustReconcile()
+	r.step(window - agentWindow - time.Second)
+	r.mustReconcile()
+	if _, ok := r.eviction(); ok {
+		t.Fatal("evicted before its GPUs had been idle for the window")
+	}
+	r.step(time.Second)
+	r.mustReconcile()
+	e, ok := r.eviction()
+	if !ok {
+		t.Fatal("not evicted a window after its GPUs went idle")
+	}
+	if !strings.Contains(e.Message, "for 10m0s") {
+		t.Errorf("eviction message %q: want the 10 minutes its GPUs were idle", e.Message)
+	}
+	if got := metricsOf("team-a").minus(before).gpuHours; math.Abs(got-8*window.Hours()) > 1e-9 {
+		t.Errorf("reclaimed %.4f GPU-hours, want 8 GPUs for the window: %.4f", got, 8*window.Hours())
 	}
 }
 

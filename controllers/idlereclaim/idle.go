@@ -64,6 +64,9 @@ type usage struct {
 	gpus int64
 	// idle: every GPU it holds is known to be below the threshold.
 	idle bool
+	// lowSince is when they went below it, as far as the reports show (lowSince); now
+	// where they cannot tell.
+	lowSince time.Time
 	// why it is not idle, for tests and logs.
 	why string
 }
@@ -93,7 +96,9 @@ func measure(pods []corev1.Pod, nodes map[string]*chamber.GPUNode, heard *chambe
 			u.why = fmt.Sprintf("pod %s is not running", p.Name)
 			continue
 		}
-		u.why = podBelow(p, nodes[p.Spec.NodeName], heard, threshold, now)
+		var since time.Time
+		since, u.why = podBelow(p, nodes[p.Spec.NodeName], heard, threshold, now)
+		u.lowSince = later(u.lowSince, since)
 	}
 	switch {
 	case u.gpus == 0:
@@ -105,13 +110,14 @@ func measure(pods []corev1.Pod, nodes map[string]*chamber.GPUNode, heard *chambe
 	return u
 }
 
-// podBelow is "" when the pod's GPUs are all below threshold, else why not.
-func podBelow(p *corev1.Pod, gn *chamber.GPUNode, heard *chamber.Heartbeats, threshold int32, now time.Time) string {
+// podBelow says why the pod's GPUs are not all below threshold, or "" and since when
+// they are (lowSince).
+func podBelow(p *corev1.Pod, gn *chamber.GPUNode, heard *chamber.Heartbeats, threshold int32, now time.Time) (time.Time, string) {
 	if gn == nil {
-		return fmt.Sprintf("node %s has no agent report", p.Spec.NodeName)
+		return now, fmt.Sprintf("node %s has no agent report", p.Spec.NodeName)
 	}
 	if heard.Silent(gn, now) {
-		return fmt.Sprintf("the agent of node %s is silent", gn.Name)
+		return now, fmt.Sprintf("the agent of node %s is silent", gn.Name)
 	}
 	var mine, named []chamber.GPUStatus
 	for _, g := range gn.Status.GPUs {
@@ -126,21 +132,48 @@ func podBelow(p *corev1.Pod, gn *chamber.GPUNode, heard *chamber.Heartbeats, thr
 	switch {
 	case len(mine) > 0:
 	case len(named) > 0:
-		return fmt.Sprintf("the agent of node %s does not name the GPUs of pod %s", gn.Name, p.Name)
+		return now, fmt.Sprintf("the agent of node %s does not name the GPUs of pod %s", gn.Name, p.Name)
 	case len(gn.Status.GPUs) == 0:
-		return fmt.Sprintf("the agent of node %s reports no GPUs", gn.Name)
+		return now, fmt.Sprintf("the agent of node %s reports no GPUs", gn.Name)
 	default:
 		mine = gn.Status.GPUs
 	}
+	var since time.Time
 	for _, g := range mine {
 		if g.Utilization == nil {
-			return fmt.Sprintf("GPU %d of node %s has no utilization figure", g.Index, gn.Name)
+			return now, fmt.Sprintf("GPU %d of node %s has no utilization figure", g.Index, gn.Name)
 		}
 		if g.Utilization.GPUPercent >= threshold {
-			return fmt.Sprintf("GPU %d of node %s is at %d%%", g.Index, gn.Name, g.Utilization.GPUPercent)
+			return now, fmt.Sprintf("GPU %d of node %s is at %d%%", g.Index, gn.Name, g.Utilization.GPUPercent)
 		}
+		since = later(since, lowSince(g.Utilization, threshold, now))
 	}
-	return ""
+	if p.Status.StartTime == nil {
+		return now, ""
+	}
+	// A start time after now (the kubelet's clock ahead of ours) backdates nothing.
+	if since = later(since, p.Status.StartTime.Time); since.After(now) {
+		return now, ""
+	}
+	return since, ""
+}
+
+// lowSince is how long ago, at the latest, a GPU whose agent reports u went below
+// threshold: u is a mean over the agent's window, so at most the share u/threshold
+// of the window was at or above it, and the rest below. A GPU at 0% has been below
+// since its window began; one just under the threshold, only just. The pod's start
+// bounds it too (podBelow): the window may reach back to before the pod had the GPU.
+func lowSince(u *chamber.GPUUtilization, threshold int32, now time.Time) time.Time {
+	window := time.Duration(u.WindowSeconds) * time.Second
+	below := float64(threshold-u.GPUPercent) / float64(threshold)
+	return now.Add(-time.Duration(float64(window) * below))
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // waiting is the oldest workload that waits for GPUs wl's could serve, or nil.

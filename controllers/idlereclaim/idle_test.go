@@ -208,6 +208,93 @@ func TestMeasure(t *testing.T) {
 	}
 }
 
+// TestMeasureLowSince: an idle workload's GPUs have been below the threshold since
+// their agent's window began, as far as its mean shows (a mean of 3% under a 5%
+// threshold: since 2/5 of the window), never since before the pod started, and since
+// now where the report cannot tell (no window, a pod without a start time).
+func TestMeasureLowSince(t *testing.T) {
+	const threshold = 5
+	startedAgo := func(d time.Duration, name, node string) *corev1.Pod {
+		p := gpuPod(name, node, 2)
+		p.Status.StartTime = &metav1.Time{Time: start.Add(-d)}
+		return p
+	}
+	window := func(gn *chamber.GPUNode, seconds int32) *chamber.GPUNode {
+		for i := range gn.Status.GPUs {
+			if u := gn.Status.GPUs[i].Utilization; u != nil {
+				u.WindowSeconds = seconds
+			}
+		}
+		return gn
+	}
+	cases := map[string]struct {
+		pods  []*corev1.Pod
+		nodes []*chamber.GPUNode
+		want  time.Time
+	}{
+		"at 0% for the whole window": {
+			pods:  []*corev1.Pod{startedAgo(time.Hour, "p", "n1")},
+			nodes: []*chamber.GPUNode{report("n1", start, []int32{0, 0}, []string{"p", "p"})},
+			want:  start.Add(-5 * time.Minute),
+		},
+		"a mean of 3%: at most 3/5 of the window at or above 5%": {
+			pods:  []*corev1.Pod{startedAgo(time.Hour, "p", "n1")},
+			nodes: []*chamber.GPUNode{report("n1", start, []int32{3, 3}, []string{"p", "p"})},
+			want:  start.Add(-2 * time.Minute),
+		},
+		"the GPU low for the shortest time decides": {
+			pods:  []*corev1.Pod{startedAgo(time.Hour, "p", "n1")},
+			nodes: []*chamber.GPUNode{report("n1", start, []int32{0, 4}, []string{"p", "p"})},
+			want:  start.Add(-time.Minute),
+		},
+		"the pod that started last decides": {
+			pods: []*corev1.Pod{startedAgo(time.Hour, "p", "n1"), startedAgo(2*time.Minute, "q", "n2")},
+			nodes: []*chamber.GPUNode{report("n1", start, []int32{0, 0}, []string{"p", "p"}),
+				report("n2", start, []int32{0, 0}, []string{"q", "q"})},
+			want: start.Add(-2 * time.Minute),
+		},
+		"a window from before the pod had its GPUs": {
+			pods:  []*corev1.Pod{startedAgo(90*time.Second, "p", "n1")},
+			nodes: []*chamber.GPUNode{report("n1", start, []int32{0, 0}, []string{"p", "p"})},
+			want:  start.Add(-90 * time.Second),
+		},
+		"no window in the report": {
+			pods:  []*corev1.Pod{startedAgo(time.Hour, "p", "n1")},
+			nodes: []*chamber.GPUNode{window(report("n1", start, []int32{0, 0}, []string{"p", "p"}), 0)},
+			want:  start,
+		},
+		"a start time after now (the kubelet's clock ahead)": {
+			pods:  []*corev1.Pod{startedAgo(-time.Minute, "p", "n1")},
+			nodes: []*chamber.GPUNode{report("n1", start, []int32{0, 0}, []string{"p", "p"})},
+			want:  start,
+		},
+		"a pod without a start time": {
+			pods:  []*corev1.Pod{gpuPod("p", "n1", 2)},
+			nodes: []*chamber.GPUNode{report("n1", start, []int32{0, 0}, []string{"p", "p"})},
+			want:  start,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var pods []corev1.Pod
+			for _, p := range tc.pods {
+				pods = append(pods, *p)
+			}
+			nodes := map[string]*chamber.GPUNode{}
+			for _, n := range tc.nodes {
+				nodes[n.Name] = n
+			}
+			got := measure(pods, nodes, chamber.NewHeartbeats(clocktesting.NewFakePassiveClock(start), 0), threshold, start)
+			if !got.idle {
+				t.Fatalf("not idle: %s", got.why)
+			}
+			if !got.lowSince.Equal(tc.want) {
+				t.Errorf("low since %s, want %s", got.lowSince.Sub(start), tc.want.Sub(start))
+			}
+		})
+	}
+}
+
 // queues is a pool "pool" with ClusterQueues team-a and team-b (H100 quota), team-d
 // (A100 only), team-e (held by its budget), and team-c of another pool; each team
 // has a LocalQueue "default" in the namespace of its name.

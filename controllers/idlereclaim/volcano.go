@@ -118,7 +118,7 @@ func (r *VolcanoJobs) Reconcile(ctx context.Context, job *batch.Job) (reconcile.
 		r.forget(job.UID)
 		return again, nil
 	}
-	rec := r.record(job.UID, now)
+	rec := r.record(job.UID, use.lowSince)
 	waiting, err := r.waiter(ctx, job, team, use.gpus, now)
 	if err != nil {
 		return reconcile.Result{}, err
@@ -384,12 +384,12 @@ func checkpointReady(job *batch.Job, pods []corev1.Pod) bool {
 	})
 }
 
-func (r *VolcanoJobs) record(uid types.UID, now time.Time) *idleWorkload {
+func (r *VolcanoJobs) record(uid types.UID, since time.Time) *idleWorkload {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	rec := r.idle[uid]
 	if rec == nil {
-		rec = &idleWorkload{uid: uid, lowSince: now}
+		rec = &idleWorkload{uid: uid, lowSince: since}
 		r.idle[uid] = rec
 	}
 	return rec
