@@ -158,11 +158,13 @@ func podBelow(p *corev1.Pod, gn *chamber.GPUNode, heard *chamber.Heartbeats, thr
 	return since, ""
 }
 
-// lowSince is how long ago, at the latest, a GPU whose agent reports u went below
-// threshold: u is a mean over the agent's window, so at most the share u/threshold
-// of the window was at or above it, and the rest below. A GPU at 0% has been below
-// since its window began; one just under the threshold, only just. The pod's start
-// bounds it too (podBelow): the window may reach back to before the pod had the GPU.
+// lowSince is since when a GPU whose agent reports u has been below threshold, as far
+// as the report tells: u is a mean over the agent's window, so at most the share
+// u/threshold of the window was at or above it, and at least the rest below, taken
+// as the window's last part (the same reading as the mean's: a GPU idle by it is
+// idle). A GPU at 0% has been below since its window began; one just under the
+// threshold, only just. The pod's start bounds it too (podBelow): the window may
+// reach back to before the pod had the GPU.
 func lowSince(u *chamber.GPUUtilization, threshold int32, now time.Time) time.Time {
 	window := time.Duration(u.WindowSeconds) * time.Second
 	below := float64(threshold-u.GPUPercent) / float64(threshold)
