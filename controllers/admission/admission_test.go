@@ -394,6 +394,41 @@ func TestCooperativeEviction(t *testing.T) {
 	}
 }
 
+// A workload none of whose pods runs has nothing to save: Chamber evicts it at once
+// rather than after its grace. Here its pod waits behind a scheduling gate of its own;
+// in the simulator, a job moved off a node for a big job's room had its replacement
+// pods failed there by Kueue, for the room's taint, all through its grace, each failure
+// counted against its Job's backoffLimit.
+func TestEvictionOfAWorkloadWithNoPodRunning(t *testing.T) {
+	t.Parallel()
+	g := newG(t)
+	ctx := context.Background()
+	teamFixture(t, "norun", 8, []string{"norun-1"}, nil, func(tm *chamber.Team) {
+		tm.Spec.Eviction = &chamber.EvictionPolicy{GracePeriod: &metav1.Duration{Duration: time.Hour}}
+	})
+	gated := job("norun", "gated", 4, "standard").Obj()
+	gated.Spec.Template.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "chamber.dev/test-hold"}}
+	create(t, gated)
+	g.Eventually(func(g gomega.Gomega) {
+		g.Expect(isTrue(workload(g, "norun", "gated"), kueue.WorkloadAdmitted)).To(gomega.BeTrue())
+		pods := podsOf(g, "norun", "gated")
+		g.Expect(pods).To(gomega.HaveLen(1))
+		g.Expect(pods[0].Status.Phase).To(gomega.Equal(corev1.PodPending))
+	}).Should(gomega.Succeed())
+
+	requested := time.Now()
+	if err := chamberkueue.RequestEviction(ctx, k8s, workload(g, "norun", "gated"), chamberkueue.Eviction{Reason: "TestEviction", Message: "the test asks", RequestedAt: requested}); err != nil {
+		t.Fatal(err)
+	}
+	g.Eventually(func(g gomega.Gomega) {
+		g.Expect(evictedAt(g, "norun", "gated")).NotTo(gomega.BeZero())
+	}).Should(gomega.Succeed())
+	g.Expect(evictedAt(g, "norun", "gated").Sub(requested)).To(gomega.BeNumerically("<", time.Minute), "evicted at its grace's end, not at once")
+	for _, p := range podsOf(g, "norun", "gated") {
+		g.Expect(p.Annotations).NotTo(gomega.HaveKey(chamber.AnnotationEvictionDeadline), "pod %s given notice", p.Name)
+	}
+}
+
 // An eviction asked for by hand, without a readable time, gets the team's grace from
 // when Chamber saw it: the pods get their notice, and the workload keeps running.
 func TestEvictionRequestWithoutTimeKeepsItsGrace(t *testing.T) {

@@ -3,6 +3,7 @@ package admission
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -385,7 +386,11 @@ func (c *Controller) nodeGPUs(ctx context.Context, node *corev1.Node, own func(*
 }
 
 // evictCooperatively gives the workload's pods notice, and evicts once the grace
-// period is over or the job says its checkpoint is saved.
+// period is over, the job says its checkpoint is saved, or no pod of it runs: a pod
+// not started yet, or a replacement the Job controller made, has nothing to save,
+// and waiting would only keep it where it is asked to leave. (Moved off a node for a
+// big job's room, such a pod pinned there by Kueue is failed by Kueue's topology-aware
+// scheduling for the room's taint, each time counted against the Job's backoffLimit.)
 func (c *Controller) evictCooperatively(ctx context.Context, wl *kueue.Workload, e chamberkueue.Eviction) (reconcile.Result, error) {
 	now := c.opts.Clock.Now()
 	grace, err := c.gracePeriod(ctx, wl, e)
@@ -413,7 +418,7 @@ func (c *Controller) evictCooperatively(ctx context.Context, wl *kueue.Workload,
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if ready {
+	if ready || !slices.ContainsFunc(pods, running) {
 		return reconcile.Result{}, c.evict(ctx, wl, e)
 	}
 	notice := deadline.UTC().Format(time.RFC3339)
@@ -606,3 +611,7 @@ func (c *Controller) writeCheck(ctx context.Context, wl *kueue.Workload, state k
 func conditionTrue(wl *kueue.Workload, t string) bool {
 	return apimeta.IsStatusConditionTrue(wl.Status.Conditions, t)
 }
+
+// running says whether the pod runs (terminating or not: one told to stop may be
+// writing its checkpoint).
+func running(p corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning }
