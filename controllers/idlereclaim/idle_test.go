@@ -189,15 +189,7 @@ func TestMeasure(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			var pods []corev1.Pod
-			for _, p := range tc.pods {
-				pods = append(pods, *p)
-			}
-			nodes := map[string]*chamber.GPUNode{}
-			for _, n := range tc.nodes {
-				nodes[n.Name] = n
-			}
-			got := measure(pods, nodes, chamber.NewHeartbeats(clocktesting.NewFakePassiveClock(start), 0), 5, start)
+			got := measureAt(tc.pods, tc.nodes, 5)
 			if got.gpus != tc.wantGPUs || got.idle != tc.wantIdle {
 				t.Errorf("measure = %d GPUs, idle %v (%s); want %d GPUs, idle %v", got.gpus, got.idle, got.why, tc.wantGPUs, tc.wantIdle)
 			}
@@ -206,6 +198,20 @@ func TestMeasure(t *testing.T) {
 			}
 		})
 	}
+}
+
+// measureAt measures the pods' GPUs at start against threshold percent, by the
+// agents' reports in nodes, every agent heard.
+func measureAt(pods []*corev1.Pod, nodes []*chamber.GPUNode, threshold int32) usage {
+	var ps []corev1.Pod
+	for _, p := range pods {
+		ps = append(ps, *p)
+	}
+	byName := map[string]*chamber.GPUNode{}
+	for _, n := range nodes {
+		byName[n.Name] = n
+	}
+	return measure(ps, byName, chamber.NewHeartbeats(clocktesting.NewFakePassiveClock(start), 0), threshold, start)
 }
 
 // TestMeasureLowSince: an idle workload's GPUs have been below the threshold since
@@ -276,15 +282,7 @@ func TestMeasureLowSince(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			var pods []corev1.Pod
-			for _, p := range tc.pods {
-				pods = append(pods, *p)
-			}
-			nodes := map[string]*chamber.GPUNode{}
-			for _, n := range tc.nodes {
-				nodes[n.Name] = n
-			}
-			got := measure(pods, nodes, chamber.NewHeartbeats(clocktesting.NewFakePassiveClock(start), 0), threshold, start)
+			got := measureAt(tc.pods, tc.nodes, threshold)
 			if !got.idle {
 				t.Fatalf("not idle: %s", got.why)
 			}
