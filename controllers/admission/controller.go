@@ -452,12 +452,18 @@ func (c *Controller) stampRequestedAt(ctx context.Context, wl *kueue.Workload, a
 }
 
 // evict evicts the workload (chamberkueue.Evict): Kueue stops its job and requeues it.
-// A pause deactivates it too, at once: left active, Kueue would requeue it as soon as
-// its pods are gone and could admit it again before its requester deactivated it
-// (seen under load: a workload paused for a big job took back the room made for it
-// within a second). The eviction comes first so that its condition and Kueue's
-// scheduling statistics carry Chamber's reason (deactivated first, Kueue evicts it
-// itself, as Deactivated); the deactivation follows in the same reconcile, one write,
+// The request is done then, and one write right after the eviction removes it: left
+// for a later reconcile to see the workload evicted, it outlived the eviction when
+// Kueue requeued and admitted the workload again before that reconcile ran (under
+// load, or with the user resuming a paused notebook within the same 100 ms), and that
+// next admission was evicted, and paused, for it too (seen in the simulator: a
+// notebook its user had resumed stayed paused with nothing left to resume it).
+// A pause deactivates it in the same write: left active, Kueue would requeue it as
+// soon as its pods are gone and could admit it again before its requester
+// deactivated it (seen under load: a workload paused for a big job took back the
+// room made for it within a second). The eviction comes first so that its condition
+// and Kueue's scheduling statistics carry Chamber's reason (deactivated first, Kueue
+// evicts it itself, as Deactivated); the second write follows in the same reconcile,
 // sooner than Kueue's stop of the job and its pods.
 func (c *Controller) evict(ctx context.Context, wl *kueue.Workload, e chamberkueue.Eviction) error {
 	msg := fmt.Sprintf("Evicted by Chamber (%s): %s", e.Reason, e.Message)
@@ -466,24 +472,25 @@ func (c *Controller) evict(ctx context.Context, wl *kueue.Workload, e chamberkue
 	}
 	c.metrics.evictions.WithLabelValues(e.Reason).Inc()
 	c.recorder.Eventf(wl, nil, corev1.EventTypeWarning, e.Reason, "Evict", "%s", msg)
-	active := wl.Spec.Active == nil || *wl.Spec.Active
-	switch {
-	case e.Pause && active:
-		err := chamberkueue.PatchWorkload(ctx, c.client, wl, ptr.To(false), map[string]any{chamber.AnnotationEvictionPaused: e.Reason})
-		if client.IgnoreNotFound(err) != nil {
-			// The requester sees it evicted and active, and deactivates it itself.
-			return fmt.Errorf("pause workload %s/%s: %w", wl.Namespace, wl.Name, err)
-		}
-	case chamberkueue.MultiKueueCopy(wl) && active:
+	annotations := chamberkueue.RequestRemoved()
+	var active *bool
+	what := "clear the eviction request of"
+	switch deactivate := wl.Spec.Active == nil || *wl.Spec.Active; {
+	case e.Pause && deactivate:
+		active, annotations[chamber.AnnotationEvictionPaused] = ptr.To(false), e.Reason
+		// Failing, the requester sees it evicted and active, and deactivates it itself.
+		what = "pause"
+	case chamberkueue.MultiKueueCopy(wl) && deactivate:
 		// A worker cluster's copy of a manager's workload goes back to the manager,
 		// which chooses where it runs next. Left active, this cluster's Kueue admits
 		// it again at once (seen within the second of the eviction, onto the same
 		// failed node), before the manager's MultiKueue sees it evicted; deactivated,
 		// it stays evicted, the manager requeues the workload and deletes this copy.
-		err := chamberkueue.PatchWorkload(ctx, c.client, wl, ptr.To(false), map[string]any{})
-		if client.IgnoreNotFound(err) != nil {
-			return fmt.Errorf("hand workload %s/%s back to its MultiKueue manager: %w", wl.Namespace, wl.Name, err)
-		}
+		active = ptr.To(false)
+		what = "hand back to its MultiKueue manager"
+	}
+	if err := chamberkueue.PatchWorkload(ctx, c.client, wl, active, annotations); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("%s workload %s/%s: %w", what, wl.Namespace, wl.Name, err)
 	}
 	return nil
 }
@@ -560,11 +567,7 @@ func (c *Controller) checkpointReady(ctx context.Context, wl *kueue.Workload, po
 }
 
 func (c *Controller) clearEviction(ctx context.Context, wl *kueue.Workload) error {
-	err := chamberkueue.PatchAnnotations(ctx, c.client, wl, map[string]any{
-		chamber.AnnotationEvictionReason: nil, chamber.AnnotationEvictionMessage: nil,
-		chamber.AnnotationEvictionRequestedAt: nil, chamber.AnnotationEvictionGracePeriod: nil,
-		chamber.AnnotationEvictionPause: nil,
-	})
+	err := chamberkueue.PatchAnnotations(ctx, c.client, wl, chamberkueue.RequestRemoved())
 	if client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("clear eviction request of workload %s/%s: %w", wl.Namespace, wl.Name, err)
 	}

@@ -22,7 +22,10 @@ import (
 // meanwhile: under load, a workload paused for a big job was admitted again within a
 // second of its eviction, before its requester deactivated it, and took back the room
 // made. It stays out of its queue, evicted for Chamber's reason, until its requester
-// activates it again; then it runs.
+// activates it again; then it runs. No paused version carries the request: a request
+// left after its eviction evicted (and paused) the next admission too, when Kueue
+// admitted the workload again before Chamber saw it evicted (in the simulator, a
+// notebook its user resumed at once stayed paused, with nothing left to resume it).
 func TestPauseKeepsTheWorkloadOutOfItsQueue(t *testing.T) {
 	t.Parallel()
 	g := newG(t)
@@ -73,6 +76,9 @@ func TestPauseKeepsTheWorkloadOutOfItsQueue(t *testing.T) {
 	evicted := false
 	for _, v := range beforeResume {
 		evicted = evicted || isTrue(v, kueue.WorkloadEvicted)
+		_, requested := chamberkueue.RequestedEviction(v)
+		g.Expect(requested && v.Spec.Active != nil && !*v.Spec.Active).To(gomega.BeFalse(),
+			"paused with its eviction request still on it (resourceVersion %s)", v.ResourceVersion)
 		g.Expect(evicted && isTrue(v, kueue.WorkloadQuotaReserved) && !isTrue(v, kueue.WorkloadEvicted)).To(gomega.BeFalse(),
 			"admitted again after the pause (resourceVersion %s)", v.ResourceVersion)
 	}
@@ -81,8 +87,12 @@ func TestPauseKeepsTheWorkloadOutOfItsQueue(t *testing.T) {
 	w.Stop()
 	<-done
 
-	// Its requester lets it go: it runs again.
+	// Its requester lets it go: it runs again, and stays.
 	wl = workload(g, ns, "p")
 	g.Expect(chamberkueue.PatchWorkload(ctx, k8s, wl, ptr.To(true), map[string]any{chamber.AnnotationEvictionPaused: nil})).To(gomega.Succeed())
 	g.Eventually(func(g gomega.Gomega) { runningOn(g, ns, "p") }).Should(gomega.Succeed())
+	g.Consistently(func(g gomega.Gomega) {
+		runningOn(g, ns, "p")
+		g.Expect(workload(g, ns, "p").Spec.Active).To(gomega.HaveValue(gomega.BeTrue()))
+	}).Should(gomega.Succeed())
 }

@@ -250,10 +250,13 @@ func hostname(node *corev1.Node) string {
 	return node.Name
 }
 
-// running: Kueue reserved quota for it and it has not finished.
+// running: Kueue reserved quota for it, and it has neither finished nor been evicted.
+// An evicted workload is on its way out (Kueue stops its pods): its eviction request,
+// if any, is done and removed, and a new one would apply to its next admission.
 func running(wl *kueue.Workload) bool {
 	return apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadQuotaReserved) &&
-		!apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadFinished)
+		!apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadFinished) &&
+		!apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadEvicted)
 }
 
 // has says whether wls holds wl (by UID).

@@ -120,6 +120,17 @@ func (e Eviction) annotations() map[string]any {
 	return annotations
 }
 
+// RequestRemoved is the annotation patch that removes an eviction request (what
+// RequestEviction writes, the requester's marks apart): the request is done once the
+// workload is evicted, and a request left behind would evict its next admission.
+func RequestRemoved() map[string]any {
+	return map[string]any{
+		chamber.AnnotationEvictionReason: nil, chamber.AnnotationEvictionMessage: nil,
+		chamber.AnnotationEvictionRequestedAt: nil, chamber.AnnotationEvictionGracePeriod: nil,
+		chamber.AnnotationEvictionPause: nil,
+	}
+}
+
 // PatchWorkload sets (a string) or removes (nil) annotations of the workload and, when
 // active is set, its spec.active, in one merge patch: how Chamber pauses a workload
 // (deactivated, Kueue neither queues nor admits it, its job kept) and resumes it.
