@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -69,6 +70,11 @@ type Controller struct {
 	opts Options
 	// workers are clients of the worker clusters, to copy the pools and Teams there.
 	workers workerClients
+	// withoutMultiKueue holds the pools (by UID) without worker clusters whose
+	// MultiKueue objects Chamber found none of, or deleted, since it started: they get
+	// no more until the pool has workers again, and each reconcile would otherwise read
+	// them from the API server (two uncached lists; see applyMultiKueue).
+	withoutMultiKueue sync.Map
 }
 
 // Register adds the controller to the manager.

@@ -30,6 +30,13 @@ import (
 // workersRecheck to follow Kueue's Active condition of its MultiKueueClusters.
 func (c *Controller) applyMultiKueue(ctx context.Context, pool *chamber.GPUPool) ([]string, *metav1.Condition, error) {
 	clusters, config, check := chamberkueue.MultiKueue(pool)
+	if config == nil {
+		if _, none := c.withoutMultiKueue.Load(pool.UID); none {
+			return nil, nil, nil
+		}
+	} else {
+		c.withoutMultiKueue.Delete(pool.UID)
+	}
 	var problems []string
 	keep := map[string]bool{}
 	for _, mkc := range clusters {
@@ -50,6 +57,7 @@ func (c *Controller) applyMultiKueue(ctx context.Context, pool *chamber.GPUPool)
 		return nil, nil, err
 	}
 	if config == nil {
+		c.withoutMultiKueue.Store(pool.UID, true)
 		return problems, nil, nil
 	}
 	cond, err := c.workersActive(ctx, pool)
