@@ -403,9 +403,7 @@ func TestEvictionOfAWorkloadWithNoPodRunning(t *testing.T) {
 	t.Parallel()
 	g := newG(t)
 	ctx := context.Background()
-	teamFixture(t, "norun", 8, []string{"norun-1"}, nil, func(tm *chamber.Team) {
-		tm.Spec.Eviction = &chamber.EvictionPolicy{GracePeriod: &metav1.Duration{Duration: time.Hour}}
-	})
+	teamFixture(t, "norun", 8, []string{"norun-1"}, nil, hourOfGrace)
 	gated := job("norun", "gated", 4, "standard").Obj()
 	gated.Spec.Template.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "chamber.dev/test-hold"}}
 	create(t, gated)
@@ -429,15 +427,19 @@ func TestEvictionOfAWorkloadWithNoPodRunning(t *testing.T) {
 	}
 }
 
+// hourOfGrace gives the team's workloads an hour's eviction grace: longer than any test,
+// so an eviction before it is Chamber's choice, not the grace's end.
+func hourOfGrace(tm *chamber.Team) {
+	tm.Spec.Eviction = &chamber.EvictionPolicy{GracePeriod: &metav1.Duration{Duration: time.Hour}}
+}
+
 // An eviction asked for by hand, without a readable time, gets the team's grace from
 // when Chamber saw it: the pods get their notice, and the workload keeps running.
 func TestEvictionRequestWithoutTimeKeepsItsGrace(t *testing.T) {
 	t.Parallel()
 	g := newG(t)
 	ctx := context.Background()
-	teamFixture(t, "undated", 8, []string{"undated-1"}, nil, func(tm *chamber.Team) {
-		tm.Spec.Eviction = &chamber.EvictionPolicy{GracePeriod: &metav1.Duration{Duration: time.Hour}}
-	})
+	teamFixture(t, "undated", 8, []string{"undated-1"}, nil, hourOfGrace)
 	create(t, job("undated", "j", 4, "standard").Obj())
 	g.Eventually(func(g gomega.Gomega) { runningOn(g, "undated", "j") }).Should(gomega.Succeed())
 

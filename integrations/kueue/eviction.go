@@ -120,15 +120,16 @@ func (e Eviction) annotations() map[string]any {
 	return annotations
 }
 
-// RequestRemoved is the annotation patch that removes an eviction request (what
-// RequestEviction writes, the requester's marks apart): the request is done once the
-// workload is evicted, and a request left behind would evict its next admission.
+// RequestRemoved is the annotation patch that removes an eviction request (every
+// annotation RequestEviction writes, the requester's marks apart): the request is done
+// once the workload is evicted, and a request left behind would evict its next
+// admission.
 func RequestRemoved() map[string]any {
-	return map[string]any{
-		chamber.AnnotationEvictionReason: nil, chamber.AnnotationEvictionMessage: nil,
-		chamber.AnnotationEvictionRequestedAt: nil, chamber.AnnotationEvictionGracePeriod: nil,
-		chamber.AnnotationEvictionPause: nil,
+	removed := Eviction{}.annotations()
+	for k := range removed {
+		removed[k] = nil
 	}
+	return removed
 }
 
 // PatchWorkload sets (a string) or removes (nil) annotations of the workload and, when
