@@ -545,9 +545,7 @@ func TestHardwareFaultWaitsForOperator(t *testing.T) {
 	isolated(g, "dbe-1", "ECCDoubleBit")
 
 	// The operator clears it.
-	n := getNode(g, "dbe-1")
-	n.Annotations[chamber.AnnotationIsolationClear] = "true"
-	g.Expect(k8s.Update(ctx, n)).To(gomega.Succeed())
+	clearIsolation(t, g, "dbe-1")
 	g.Eventually(func(g gomega.Gomega) {
 		n := getNode(g, "dbe-1")
 		g.Expect(tainted(n)).To(gomega.BeFalse())

@@ -2,6 +2,7 @@ package isolation_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -56,9 +58,11 @@ func preflightFixture(t *testing.T, pool string, annotations map[string]string) 
 
 func clearIsolation(t *testing.T, g *gomega.WithT, node string) {
 	t.Helper()
-	n := getNode(g, node)
-	n.Annotations[chamber.AnnotationIsolationClear] = "true"
-	g.Expect(k8s.Update(context.Background(), n)).To(gomega.Succeed())
+	// A merge patch, as kubectl annotate makes: the agent's and Chamber's own writes to
+	// the Node do not make it conflict.
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"true"}}}`, chamber.AnnotationIsolationClear)
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}
+	g.Expect(k8s.Patch(context.Background(), n, client.RawPatch(types.MergePatchType, []byte(patch)))).To(gomega.Succeed())
 }
 
 func preflightJobs(g gomega.Gomega, ns, node string) []batchv1.Job {
