@@ -314,7 +314,9 @@ func (r *recorder) workload(o any) {
 	case job.Job.Work.Kind != KindInteractive:
 		// A batch job's pause ends by itself (idle reclaim resumes it).
 	case paused && job.paused == "":
-		job.paused, job.pausedAt = wl.Name, r.simAt(now)
+		// A pause starts its user's absence anew, even one that came before the pods
+		// of the user's last resume ran: that resume is over.
+		job.paused, job.pausedAt, job.resumed = wl.Name, r.simAt(now), time.Time{}
 		job.Pauses++
 	case !paused && job.paused != "":
 		job.paused = "" // its user's resume landed, or Chamber resumed it first

@@ -259,6 +259,15 @@ func renderReport(sc *Scenario, recs []*Recording, results []Result) string {
 		t.row("clock time of "+rec.Policy.Title(), rec.Wall.Round(time.Second).String()+timedOut(rec))
 		t.row("Jobs in the API at the end, "+rec.Policy.Title(), fmt.Sprintf("%d complete, %d failed, %d other", rec.APIComplete, rec.APIFailed, rec.APIOther))
 	}
+	for _, rec := range recs {
+		if len(rec.Unfinished) == 0 {
+			continue
+		}
+		b.WriteString("\nJobs " + rec.Policy.Title() + " left unfinished, as the API server had them at the timeout:\n\n")
+		for _, l := range rec.Unfinished {
+			b.WriteString("- " + l + "\n")
+		}
+	}
 	b.WriteString("\nRaw data beside this report: `" + JobsFile + "` (every job under every policy) and `" + SamplesFile + "` (the cluster every sample).\n")
 	b.WriteString("\n" + methodText)
 	return b.String()

@@ -97,8 +97,10 @@ type Recording struct {
 	MetricsCheck []MetricCheck
 	// APIJobs counts the Jobs in the API at the end, by outcome.
 	APIComplete, APIFailed, APIOther int
-	// TimedOut is set when jobs were left unfinished at the timeout.
-	TimedOut bool
+	// TimedOut is set when jobs were left unfinished at the timeout; Unfinished
+	// then says, per such job, its Job's, pods' and Workload's state.
+	TimedOut   bool
+	Unfinished []string
 	// Wall is how long the replay took.
 	Wall time.Duration
 }
@@ -290,6 +292,12 @@ loop:
 	}
 	if err := count(ctx, c, rec); err != nil {
 		return nil, err
+	}
+	if rec.TimedOut {
+		rec.Unfinished = describeUnfinished(ctx, c, rec)
+		for _, l := range rec.Unfinished {
+			fmt.Fprintf(sc.Progress, "sim: %s: unfinished: %s\n", label, l)
+		}
 	}
 	cancel()
 	wg.Wait()
@@ -679,13 +687,13 @@ func deletePod(ctx context.Context, c client.Client, key string) {
 // container exits 0; kwok's pod-complete stage no longer applies to it.
 func completePod(ctx context.Context, c client.Client, key string) {
 	ns, name := splitKey(key)
-	for try := 0; try < 5 && ctx.Err() == nil; try++ {
+	untilDone(ctx, func() bool {
 		var pod corev1.Pod
 		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &pod); err != nil {
-			return // gone: nothing to end
+			return apierrors.IsNotFound(err) // gone: nothing to end
 		}
 		if pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning {
-			return
+			return true
 		}
 		patch := client.MergeFrom(pod.DeepCopy())
 		now := metav1.Now()
@@ -704,14 +712,8 @@ func completePod(ctx context.Context, c client.Client, key string) {
 			cs.Ready, cs.Started = false, ptr.To(false)
 			cs.State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", StartedAt: started, FinishedAt: now}}
 		}
-		if err := c.Status().Patch(ctx, &pod, patch); err == nil {
-			return
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+		return c.Status().Patch(ctx, &pod, patch) == nil
+	})
 }
 
 // reportCheckpoint annotates a pod whose job has written its checkpoint after
@@ -730,11 +732,24 @@ func resumeWorkload(ctx context.Context, c client.Client, key string) {
 	ns, name := splitKey(key)
 	wl := &kueue.Workload{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
 	patch := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"active":true}}`))
-	for try := 0; try < 5 && ctx.Err() == nil; try++ {
-		if err := c.Patch(ctx, wl, patch); err == nil || apierrors.IsNotFound(err) {
+	untilDone(ctx, func() bool {
+		err := c.Patch(ctx, wl, patch)
+		return err == nil || apierrors.IsNotFound(err)
+	})
+}
+
+// untilDone calls try until it says it is done or ctx ends, waiting between tries
+// from 100 ms doubling to 2 s: the simulator's users and kubelets try again until
+// what they do lands. Given up after a few tries (the API server or Kueue's webhook
+// overloaded on a busy machine), a session's resume was lost and it stayed paused to
+// the end of the replay, its user never back (seen once in CI).
+func untilDone(ctx context.Context, try func() bool) {
+	for wait := 100 * time.Millisecond; !try(); wait = min(2*wait, 2*time.Second) {
+		select {
+		case <-ctx.Done():
 			return
+		case <-time.After(wait):
 		}
-		time.Sleep(100 * time.Millisecond)
 	}
 }
 
@@ -743,7 +758,9 @@ func resumeWorkload(ctx context.Context, c client.Client, key string) {
 func endSession(ctx context.Context, c client.Client, key string) {
 	ns, name := splitKey(key)
 	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
-	_ = c.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground))
+	untilDone(ctx, func() bool {
+		return client.IgnoreNotFound(c.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground))) == nil
+	})
 }
 
 // countAPIJobs counts the Jobs in the API server by outcome: a cross-check of the

@@ -16,6 +16,7 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
+	"chamber.dev/chamber/controllers/idlereclaim"
 	"chamber.dev/chamber/healthcheck"
 )
 
@@ -316,6 +317,23 @@ func TestReturnUsers(t *testing.T) {
 	r.returnUsers(clock(back + time.Minute))
 	if len(resumed) != 1 {
 		t.Errorf("resumed %d times, want once", len(resumed))
+	}
+	// The resume landed (the Workload seen active) and the session was paused again
+	// before its pods ran: a new absence, from which its user comes back too. (Its
+	// user waiting on the first resume, it stayed paused to the end.)
+	j.paused = ""
+	r.workload(&kueue.Workload{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "job-nb-1",
+			Annotations:     map[string]string{idlereclaim.AnnotationReclaimedFor: "team-b/wl", idlereclaim.AnnotationHeld: "true"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "nb", Controller: ptr.To(true)}}},
+		Spec: kueue.WorkloadSpec{Active: ptr.To(false)},
+	})
+	if j.paused != "job-nb-1" || j.Pauses != 2 {
+		t.Fatalf("paused again: the recorder has it paused as %q, %d pauses", j.paused, j.Pauses)
+	}
+	r.returnUsers(clock(j.Progress.Returns(j.pausedAt) + time.Second))
+	if len(resumed) != 2 {
+		t.Errorf("paused again before its pods ran: resumed %d times, want twice", len(resumed))
 	}
 
 	// Paused in an idle spell that outlasts the session's span: the user ends it.
