@@ -144,6 +144,12 @@ const (
 	// is deactivated (spec.active false) before it is evicted, so that Kueue cannot
 	// admit it again in between; whoever asked for it resumes it.
 	AnnotationEvictionPause = "chamber.dev/eviction-pause"
+	// On the Workload, written with the request: the admission it is for, as the count
+	// of evictions in the Workload's status.schedulingStats when it was asked. Once the
+	// workload has been evicted since (by Kueue or by Chamber), the request is done:
+	// Chamber removes it and does not evict the workload's next admission for it. A
+	// request without it (written by hand) is for whatever admission is current.
+	AnnotationEvictionAdmission = "chamber.dev/eviction-admission"
 	// On the Workload: the reason of the pause Chamber's admission controller carried
 	// out (it deactivated the workload for that request), until the requester takes
 	// the workload over; it tells a pause of Chamber's from a user's deactivation.

@@ -433,6 +433,54 @@ func hourOfGrace(tm *chamber.Team) {
 	tm.Spec.Eviction = &chamber.EvictionPolicy{GracePeriod: &metav1.Duration{Duration: time.Hour}}
 }
 
+// A request asked for in an admission that has ended in an eviction since is done:
+// Kueue may preempt a workload and admit it again before Chamber sees it evicted, and
+// the request must not evict, nor give notice to, the admission that followed. Here
+// the workload's owner deactivates and reactivates it (Kueue evicts it, counting the
+// eviction, and admits it again), and the request written from the workload as read
+// before lands only after.
+func TestRequestForAnEarlierAdmissionIsDropped(t *testing.T) {
+	t.Parallel()
+	g := newG(t)
+	ctx := context.Background()
+	teamFixture(t, "earlier", 8, []string{"earlier-1"}, nil, hourOfGrace)
+	create(t, job("earlier", "j", 4, "standard").Obj())
+	g.Eventually(func(g gomega.Gomega) { runningOn(g, "earlier", "j") }).Should(gomega.Succeed())
+	before := workload(g, "earlier", "j")
+
+	setActive := func(active bool) {
+		t.Helper()
+		wl := workload(g, "earlier", "j")
+		if err := chamberkueue.PatchWorkload(ctx, k8s, wl, &active, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setActive(false)
+	g.Eventually(func(g gomega.Gomega) {
+		g.Expect(isTrue(workload(g, "earlier", "j"), kueue.WorkloadQuotaReserved)).To(gomega.BeFalse())
+	}).Should(gomega.Succeed())
+	setActive(true)
+	g.Eventually(func(g gomega.Gomega) {
+		wl := workload(g, "earlier", "j")
+		g.Expect(isTrue(wl, kueue.WorkloadAdmitted)).To(gomega.BeTrue())
+		g.Expect(chamberkueue.Evictions(wl)).To(gomega.BeNumerically(">", chamberkueue.Evictions(before)), "Kueue counted its eviction")
+		runningOn(g, "earlier", "j")
+	}).Should(gomega.Succeed())
+
+	if err := chamberkueue.RequestEviction(ctx, k8s, before, chamberkueue.Eviction{Reason: "TestEviction", Message: "the test asks, late", RequestedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	g.Eventually(func(g gomega.Gomega) {
+		g.Expect(workload(g, "earlier", "j").Annotations).NotTo(gomega.HaveKey(chamber.AnnotationEvictionReason))
+	}).Should(gomega.Succeed())
+	wl := workload(g, "earlier", "j")
+	g.Expect(isTrue(wl, kueue.WorkloadAdmitted)).To(gomega.BeTrue())
+	g.Expect(evictedAt(g, "earlier", "j")).To(gomega.BeZero(), "the admission after the request's was evicted for it")
+	for _, p := range podsOf(g, "earlier", "j") {
+		g.Expect(p.Annotations).NotTo(gomega.HaveKey(chamber.AnnotationEvictionDeadline), "pod %s given notice", p.Name)
+	}
+}
+
 // An eviction asked for by hand, without a readable time, gets the team's grace from
 // when Chamber saw it: the pods get their notice, and the workload keeps running.
 func TestEvictionRequestWithoutTimeKeepsItsGrace(t *testing.T) {

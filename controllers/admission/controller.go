@@ -208,6 +208,12 @@ func (c *Controller) Reconcile(ctx context.Context, wl *kueue.Workload) (reconci
 		}
 		return reconcile.Result{}, nil
 	}
+	if evictionAsked && eviction.Outlived(wl) {
+		// Asked for an admission that ended in an eviction since (Kueue preempted the
+		// workload, say, and admitted it again before this controller saw it
+		// evicted): done, and not a request to evict this admission.
+		return reconcile.Result{}, c.clearEviction(ctx, wl)
+	}
 	if chamberkueue.ReplacingNodes(wl) {
 		return c.whileReplacingNodes(ctx, wl, eviction, evictionAsked)
 	}

@@ -591,6 +591,15 @@ func TestHold(t *testing.T) {
 			},
 			wantActive: true,
 		},
+		"the request dropped by the admission controller (asked in an earlier admission)": {
+			change: func(w *world) {
+				reclaimed(w)
+				delete(w.wl.Annotations, chamber.AnnotationEvictionReason)
+			},
+			// Its marks gone, this admission is measured anew: idle while the other
+			// waits, it is warned.
+			wantActive: true, wantEvent: ReasonIdleGPUs,
+		},
 		"deactivated by someone else": {
 			change: func(w *world) { evicted(w); w.wl.Spec.Active = ptr.To(false) },
 		},

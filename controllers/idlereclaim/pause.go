@@ -148,8 +148,12 @@ func (c *Controller) reconcileHold(ctx context.Context, wl *kueue.Workload) (don
 			// Someone else deactivated it: theirs to bring back.
 			return false, reconcile.Result{}, c.clearReclaimed(ctx, wl)
 		case admitted && !evicted:
-			if e, ok := chamberkueue.RequestedEviction(wl); ok && e.Reason != ReasonIdleReclaim && e.Reason != ReasonIdleTimeLimit {
-				// Another eviction (a GPU fault) took over: not ours to hold.
+			if e, ok := chamberkueue.RequestedEviction(wl); !ok || (e.Reason != ReasonIdleReclaim && e.Reason != ReasonIdleTimeLimit) {
+				// Another eviction (a GPU fault) took over, or the admission controller
+				// dropped the request (asked for an admission that has ended since, or
+				// while Kueue replaces the workload's nodes): not ours to hold. (The
+				// marks come and go with the request: a workload evicted for it is
+				// evicted before the request is removed.)
 				return false, reconcile.Result{}, c.clearReclaimed(ctx, wl)
 			}
 			// The admission controller is still giving notice.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -75,6 +76,30 @@ type Eviction struct {
 	// request, so that no state of a cache shows one without the other; not written
 	// when a request already there stays.
 	Marks map[string]string
+	// Admission is the admission of the workload the request is for, counted by its
+	// evictions (Evictions) when it was asked; RequestEviction sets it. Negative: not
+	// known (a request written by hand), the current one.
+	Admission int32
+}
+
+// Evictions is how many times the workload has been evicted, by Kueue or by Chamber
+// (status.schedulingStats): a new admission follows each.
+func Evictions(wl *kueue.Workload) int32 {
+	var n int32
+	if s := wl.Status.SchedulingStats; s != nil {
+		for _, e := range s.Evictions {
+			n += e.Count
+		}
+	}
+	return n
+}
+
+// Outlived says whether the request was asked for an earlier admission of wl, which
+// has ended in an eviction since: it is done, and must not evict the admission that
+// followed. (Kueue may evict and admit the workload again, preempting it, say, before
+// Chamber's admission controller sees it evicted and removes the request.)
+func (e Eviction) Outlived(wl *kueue.Workload) bool {
+	return e.Admission >= 0 && Evictions(wl) > e.Admission
 }
 
 // Paused is the reason of the eviction request the workload was paused for, when it
@@ -89,9 +114,10 @@ func RequestEviction(ctx context.Context, c client.Client, wl *kueue.Workload, e
 	if e.Reason == "" {
 		return fmt.Errorf("evict workload %s/%s: a reason is required", wl.Namespace, wl.Name)
 	}
-	if have, ok := RequestedEviction(wl); ok && !evictsSooner(e, have) {
+	if have, ok := RequestedEviction(wl); ok && !have.Outlived(wl) && !evictsSooner(e, have) {
 		return nil
 	}
+	e.Admission = Evictions(wl)
 	if err := PatchAnnotations(ctx, c, wl, e.annotations()); err != nil {
 		return fmt.Errorf("request eviction of workload %s/%s: %w", wl.Namespace, wl.Name, err)
 	}
@@ -107,6 +133,10 @@ func (e Eviction) annotations() map[string]any {
 		chamber.AnnotationEvictionRequestedAt: e.RequestedAt.UTC().Format(time.RFC3339),
 		chamber.AnnotationEvictionGracePeriod: nil,
 		chamber.AnnotationEvictionPause:       nil,
+		chamber.AnnotationEvictionAdmission:   nil,
+	}
+	if e.Admission >= 0 {
+		annotations[chamber.AnnotationEvictionAdmission] = strconv.Itoa(int(e.Admission))
 	}
 	if e.Pause {
 		annotations[chamber.AnnotationEvictionPause] = "true"
@@ -164,7 +194,10 @@ func RequestedEviction(wl *kueue.Workload) (Eviction, bool) {
 	if reason == "" {
 		return Eviction{}, false
 	}
-	e := Eviction{Reason: reason, Message: a[chamber.AnnotationEvictionMessage], Pause: a[chamber.AnnotationEvictionPause] == "true"}
+	e := Eviction{Reason: reason, Message: a[chamber.AnnotationEvictionMessage], Pause: a[chamber.AnnotationEvictionPause] == "true", Admission: -1}
+	if n, err := strconv.ParseInt(a[chamber.AnnotationEvictionAdmission], 10, 32); err == nil && n >= 0 {
+		e.Admission = int32(n)
+	}
 	if t, err := time.Parse(time.RFC3339, a[chamber.AnnotationEvictionRequestedAt]); err == nil {
 		e.RequestedAt = t
 	}

@@ -46,7 +46,7 @@ func TestRequestedEvictionRoundTrip(t *testing.T) {
 		chamber.AnnotationEvictionPause: "true",
 	}}}
 	got, ok := RequestedEviction(wl)
-	want := Eviction{Reason: "GPUFault", Message: "XID 79 on node-3", RequestedAt: now, GracePeriod: &grace, Pause: true}
+	want := Eviction{Reason: "GPUFault", Message: "XID 79 on node-3", RequestedAt: now, GracePeriod: &grace, Pause: true, Admission: -1}
 	if !ok {
 		t.Fatal("RequestedEviction() found none")
 	}
@@ -55,6 +55,52 @@ func TestRequestedEvictionRoundTrip(t *testing.T) {
 	}
 	if _, ok := RequestedEviction(&kueue.Workload{}); ok {
 		t.Error("RequestedEviction() of a workload without the annotations found one")
+	}
+}
+
+// A request is for the admission it was asked in: once the workload has been evicted
+// since (Kueue counts every eviction in its scheduling statistics, and so does
+// Chamber's), it is done and does not evict the next admission. One written by hand,
+// without the count, is for the current admission.
+func TestRequestOutlivedByAnEviction(t *testing.T) {
+	evicted := func(counts ...int32) *kueue.Workload {
+		wl := &kueue.Workload{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{}}}
+		if counts != nil {
+			wl.Status.SchedulingStats = &kueue.SchedulingStats{}
+			for _, n := range counts {
+				wl.Status.SchedulingStats.Evictions = append(wl.Status.SchedulingStats.Evictions,
+					kueue.WorkloadSchedulingStatsEviction{Reason: kueue.WorkloadEvictedByPreemption, Count: n})
+			}
+		}
+		return wl
+	}
+	cases := map[string]struct {
+		askedAt, now *kueue.Workload
+		byHand       bool
+		want         bool
+	}{
+		"asked on the first admission, still on it":      {askedAt: evicted(), now: evicted()},
+		"asked on the first admission, evicted since":     {askedAt: evicted(), now: evicted(1), want: true},
+		"asked after two evictions, still on that one":    {askedAt: evicted(1, 1), now: evicted(1, 1)},
+		"asked after two evictions, evicted by Kueue too": {askedAt: evicted(1, 1), now: evicted(2, 1), want: true},
+		"written by hand, evicted since":                  {askedAt: evicted(), now: evicted(3), byHand: true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			e := Eviction{Reason: "IdleReclaim", RequestedAt: now, Admission: Evictions(tc.askedAt)}
+			for k, v := range e.annotations() {
+				if v != nil && !(tc.byHand && k == chamber.AnnotationEvictionAdmission) {
+					tc.now.Annotations[k] = v.(string)
+				}
+			}
+			got, ok := RequestedEviction(tc.now)
+			if !ok {
+				t.Fatal("RequestedEviction() found none")
+			}
+			if out := got.Outlived(tc.now); out != tc.want {
+				t.Errorf("Outlived() = %t, want %t (asked after %d evictions, now %d)", out, tc.want, Evictions(tc.askedAt), Evictions(tc.now))
+			}
+		})
 	}
 }
 
