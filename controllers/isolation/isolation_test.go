@@ -836,11 +836,11 @@ func TestKilledPodIsMovedByKueueAlone(t *testing.T) {
 
 	// The fault: the device plugin withdraws the GPU, the pod dies without notice,
 	// then the agent reads the XID.
-	n := getNode(g, "replace-1")
-	n.Status.Allocatable[chamberkueue.ResourceGPU] = resource.MustParse("7")
-	if err := k8s.Status().Update(ctx, n); err != nil {
-		t.Fatal(err)
-	}
+	g.Eventually(func(g gomega.Gomega) { // again on a conflict with kwok's heartbeat
+		n := getNode(g, "replace-1")
+		n.Status.Allocatable[chamberkueue.ResourceGPU] = resource.MustParse("7")
+		g.Expect(k8s.Status().Update(ctx, n)).To(gomega.Succeed())
+	}).Should(gomega.Succeed())
 	if err := k8s.Delete(ctx, first, client.GracePeriodSeconds(0)); err != nil {
 		t.Fatal(err)
 	}

@@ -444,16 +444,16 @@ func setWorkerPrices(t *testing.T, prices ...string) {
 	t.Helper()
 	g := gomega.NewWithT(t)
 	ctx := t.Context()
-	update := func(prices []string) int64 {
+	var generation int64
+	g.Eventually(func(g gomega.Gomega) { // again on a conflict with Chamber's status writes
 		var p chamber.GPUPool
 		g.Expect(manager.c.Get(ctx, client.ObjectKeyFromObject(pool), &p)).To(gomega.Succeed())
 		for i := range p.Spec.WorkerClusters {
 			p.Spec.WorkerClusters[i].Prices = []chamber.GPUPrice{{Model: h100, PerGPUHour: prices[i]}}
 		}
 		g.Expect(manager.c.Update(ctx, &p)).To(gomega.Succeed())
-		return p.Generation
-	}
-	generation := update(prices)
+		generation = p.Generation
+	}).Should(gomega.Succeed())
 	g.Eventually(func() int64 {
 		var p chamber.GPUPool
 		g.Expect(manager.c.Get(ctx, client.ObjectKeyFromObject(pool), &p)).To(gomega.Succeed())
@@ -504,13 +504,15 @@ func TestFailedWorkerGetsNoWork(t *testing.T) {
 	tests := map[string]func(t *testing.T, g gomega.Gomega){
 		"node isolated": func(t *testing.T, g gomega.Gomega) {
 			setTaint := func(on bool) {
-				var n corev1.Node
-				g.Expect(worker2.c.Get(ctx, client.ObjectKey{Name: node}, &n)).To(gomega.Succeed())
-				n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == chamber.TaintGPUUnhealthy })
-				if on {
-					n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: chamber.TaintGPUUnhealthy, Value: "XID79", Effect: corev1.TaintEffectNoSchedule})
-				}
-				g.Expect(worker2.c.Update(ctx, &n)).To(gomega.Succeed())
+				g.Eventually(func(g gomega.Gomega) { // again on a conflict with kwok's and Chamber's writes
+					var n corev1.Node
+					g.Expect(worker2.c.Get(ctx, client.ObjectKey{Name: node}, &n)).To(gomega.Succeed())
+					n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == chamber.TaintGPUUnhealthy })
+					if on {
+						n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: chamber.TaintGPUUnhealthy, Value: "XID79", Effect: corev1.TaintEffectNoSchedule})
+					}
+					g.Expect(worker2.c.Update(ctx, &n)).To(gomega.Succeed())
+				}).Should(gomega.Succeed())
 			}
 			setTaint(true)
 			t.Cleanup(func() { setTaint(false) })
@@ -744,11 +746,13 @@ func TestPoolSaysWhatToFix(t *testing.T) {
 		Should(gomega.Equal("False: worker west: Secret kueue-system/west-kubeconfig does not exist: create it with the worker's kubeconfig under the key \"kubeconfig\""))
 
 	// The pool drops its worker: Chamber deletes what it made for it.
-	var p chamber.GPUPool
-	g.Expect(manager.c.Get(ctx, client.ObjectKey{Name: "no-secret"}, &p)).To(gomega.Succeed())
-	g.Expect(manager.c.Get(ctx, client.ObjectKey{Name: chamberkueue.MultiKueueClusterName(&p, "west")}, &kueue.MultiKueueCluster{})).To(gomega.Succeed())
-	p.Spec.WorkerClusters = nil
-	g.Expect(manager.c.Update(ctx, &p)).To(gomega.Succeed())
+	g.Eventually(func(g gomega.Gomega) { // again on a conflict with Chamber's status writes
+		var p chamber.GPUPool
+		g.Expect(manager.c.Get(ctx, client.ObjectKey{Name: "no-secret"}, &p)).To(gomega.Succeed())
+		g.Expect(manager.c.Get(ctx, client.ObjectKey{Name: chamberkueue.MultiKueueClusterName(&p, "west")}, &kueue.MultiKueueCluster{})).To(gomega.Succeed())
+		p.Spec.WorkerClusters = nil
+		g.Expect(manager.c.Update(ctx, &p)).To(gomega.Succeed())
+	}).Should(gomega.Succeed())
 	g.Eventually(func(g gomega.Gomega) {
 		for _, obj := range []client.Object{&kueue.MultiKueueCluster{ObjectMeta: metav1.ObjectMeta{Name: "no-secret-west"}},
 			&kueue.MultiKueueConfig{ObjectMeta: metav1.ObjectMeta{Name: "no-secret"}},
