@@ -79,7 +79,7 @@ func TestRequestOutlivedByAnEviction(t *testing.T) {
 		byHand       bool
 		want         bool
 	}{
-		"asked on the first admission, still on it":      {askedAt: evicted(), now: evicted()},
+		"asked on the first admission, still on it":       {askedAt: evicted(), now: evicted()},
 		"asked on the first admission, evicted since":     {askedAt: evicted(), now: evicted(1), want: true},
 		"asked after two evictions, still on that one":    {askedAt: evicted(1, 1), now: evicted(1, 1)},
 		"asked after two evictions, evicted by Kueue too": {askedAt: evicted(1, 1), now: evicted(2, 1), want: true},
