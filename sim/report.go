@@ -263,7 +263,7 @@ func renderReport(sc *Scenario, recs []*Recording, results []Result) string {
 		if len(rec.Unfinished) == 0 {
 			continue
 		}
-		b.WriteString("\nJobs " + rec.Policy.Title() + " left unfinished, as the API server had them at the timeout:\n\n")
+		b.WriteString("\nJobs left unfinished under " + rec.Policy.Title() + ", as the API server had them at the timeout:\n\n")
 		for _, l := range rec.Unfinished {
 			b.WriteString("- " + l + "\n")
 		}

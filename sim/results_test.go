@@ -67,6 +67,8 @@ func TestAnalyze(t *testing.T) {
 func TestWriteReport(t *testing.T) {
 	sc, rec := handRecording()
 	sc.OutDir = t.TempDir()
+	// A replay that timed out says what its unfinished jobs were.
+	rec.TimedOut, rec.Unfinished = true, []string{"a/nb: Job suspended=true active=0 ready=0 failed=0 conditions []; pods []; Workload job-nb active=false"}
 	path, err := WriteReport(sc, []*Recording{rec})
 	if err != nil {
 		t.Fatal(err)
@@ -75,7 +77,8 @@ func TestWriteReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range append(ReportTables, "| makespan / lower bound | 2h00m / 1h30m (x1.33) |", "| a | 2 | 4 | 2.00 |") {
+	for _, want := range append(ReportTables, "| makespan / lower bound | 2h00m / 1h30m (x1.33) |", "| a | 2 | 4 | 2.00 |",
+		"left unfinished under "+rec.Policy.Title()+", as the API server had them at the timeout:\n\n- "+rec.Unfinished[0]+"\n") {
 		if !strings.Contains(string(report), want) {
 			t.Errorf("the report has no %q", want)
 		}

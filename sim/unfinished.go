@@ -28,7 +28,8 @@ func describeUnfinished(ctx context.Context, c client.Client, rec *Recording) []
 		ns, name := j.Job.Team, j.Job.Name
 		var parts []string
 		var job batchv1.Job
-		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &job); err != nil {
+		err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &job)
+		if err != nil {
 			parts = append(parts, fmt.Sprintf("Job: %v", err))
 		} else {
 			parts = append(parts, fmt.Sprintf("Job suspended=%t active=%d ready=%d failed=%d conditions %s",
@@ -49,7 +50,7 @@ func describeUnfinished(ctx context.Context, c client.Client, rec *Recording) []
 			}
 			parts = append(parts, fmt.Sprintf("pods [%s]", strings.Join(phases, ", ")))
 		}
-		if !rec.Policy.OnVolcano() && rec.Policy != PolicyKubernetes {
+		if err == nil && !rec.Policy.OnVolcano() && rec.Policy != PolicyKubernetes {
 			parts = append(parts, describeWorkload(ctx, c, ns, job.UID))
 		}
 		lines = append(lines, fmt.Sprintf("%s/%s: %s", ns, name, strings.Join(parts, "; ")))

@@ -2,7 +2,6 @@ package isolation_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -10,12 +9,12 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers/isolation"
+	chamberkueue "chamber.dev/chamber/integrations/kueue"
 	"chamber.dev/chamber/test/controlplane"
 )
 
@@ -60,9 +59,8 @@ func clearIsolation(t *testing.T, g *gomega.WithT, node string) {
 	t.Helper()
 	// A merge patch, as kubectl annotate makes: the agent's and Chamber's own writes to
 	// the Node do not make it conflict.
-	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"true"}}}`, chamber.AnnotationIsolationClear)
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}
-	g.Expect(k8s.Patch(context.Background(), n, client.RawPatch(types.MergePatchType, []byte(patch)))).To(gomega.Succeed())
+	g.Expect(chamberkueue.PatchAnnotations(context.Background(), k8s, n, map[string]any{chamber.AnnotationIsolationClear: "true"})).To(gomega.Succeed())
 }
 
 func preflightJobs(g gomega.Gomega, ns, node string) []batchv1.Job {
