@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -261,18 +262,31 @@ func (c *Controller) reconcile(ctx context.Context, wl *kueue.Workload) (reconci
 	}
 
 	idleFor := now.Sub(lowSince)
-	err = c.reclaim(ctx, key, wl, owner, use, idleFor, waiting.Namespace+"/"+waiting.Name, chamberkueue.Eviction{
+	e := chamberkueue.Eviction{
 		Reason: ReasonIdleReclaim,
 		Message: fmt.Sprintf("idle reclaim: its %d GPUs stayed below %d%% utilization for %s, and %s/%s waits for them",
 			use.gpus, policy.UtilizationPercent, idleFor.Round(time.Second), waiting.Namespace, waiting.Name),
 		RequestedAt: now,
-	})
+	}
+	if chamberkueue.Interactive(wl, pods) {
+		e.GracePeriod = ptr.To(noNotice)
+	}
+	err = c.reclaim(ctx, key, wl, owner, use, idleFor, waiting.Namespace+"/"+waiting.Name, e)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
 	logger.Info("idle GPUs reclaimed", "workload", key, "gpus", use.gpus, "idleFor", idleFor, "waiting", client.ObjectKeyFromObject(waiting))
 	return again, nil
 }
+
+// noNotice is the grace period of an interactive workload reclaimed for idleness: it
+// is evicted at once, without the checkpoint notice. Its user is away, so nobody
+// answers the notice, and its GPUs would sit idle through the team's grace while
+// others wait (5 minutes by default, for every session reclaimed). Its pods still get
+// SIGTERM and their terminationGracePeriodSeconds to save what they can. Batch work
+// keeps its grace: idle is not hung, and a job stalled on its data may still write
+// its checkpoint.
+const noNotice time.Duration = 0
 
 // reclaim asks for the eviction, marked reclaimed for reclaimedFor (a waiting
 // workload, or reclaimedForIdleLimit), which the hold reads, and counts it. The marks
@@ -302,6 +316,7 @@ func (c *Controller) pauseAtLimit(ctx context.Context, key types.NamespacedName,
 		Message: fmt.Sprintf("interactive idle time limit: its %d GPUs stayed below %d%% utilization for %s (limit %s); resume it with spec.active true",
 			use.gpus, policy.UtilizationPercent, idleFor.Round(time.Second), policy.InteractiveIdleLimit),
 		RequestedAt: now,
+		GracePeriod: ptr.To(noNotice),
 	})
 	if err != nil {
 		return reconcile.Result{}, err

@@ -222,8 +222,14 @@ func TestReclaim(t *testing.T) {
 		wantWarned, wantEvicted bool
 		// windows is how many windows the reclaim waits for (1 when 0).
 		windows time.Duration
+		// wantGrace is the request's own grace period; nil for the team's.
+		wantGrace *time.Duration
 	}{
 		"idle while another team waits": {wantWarned: true, wantEvicted: true},
+		"an interactive session: evicted without the checkpoint notice": {
+			change:     func(w *world) { w.pod.Labels = map[string]string{chamber.LabelInteractive: "true"} },
+			wantWarned: true, wantEvicted: true, wantGrace: ptr.To(time.Duration(0)),
+		},
 		"nobody waits": {
 			change: func(w *world) { w.waiting = nil },
 		},
@@ -359,8 +365,8 @@ func TestReclaim(t *testing.T) {
 				want.warnings = 1
 			}
 			if tc.wantEvicted {
-				if e.Reason != ReasonIdleReclaim || !e.RequestedAt.Equal(start.Add(wait)) || e.GracePeriod != nil {
-					t.Errorf("eviction %+v: want reason IdleReclaim at the window's end, the team's grace period", e)
+				if e.Reason != ReasonIdleReclaim || !e.RequestedAt.Equal(start.Add(wait)) || !cmp.Equal(e.GracePeriod, tc.wantGrace) {
+					t.Errorf("eviction %+v: want reason IdleReclaim at the window's end, grace period %v (nil: the team's)", e, tc.wantGrace)
 				}
 				// 8 GPUs idle for the window.
 				want.evictions, want.gpuHours = 1, 8*wait.Hours()
@@ -849,11 +855,15 @@ func TestInteractiveIdleLimit(t *testing.T) {
 			}
 			r.step(time.Second)
 			r.mustReconcile()
-			if _, ok := r.limitEviction(); ok != tc.wantPause {
+			e, ok := r.limitEviction()
+			if ok != tc.wantPause {
 				t.Fatalf("paused at the limit = %v, want %v", ok, tc.wantPause)
 			}
 			if !tc.wantPause {
 				return
+			}
+			if e.GracePeriod == nil || *e.GracePeriod != 0 {
+				t.Errorf("paused with grace period %v, want 0: its user is away, nobody answers a checkpoint notice", e.GracePeriod)
 			}
 			// Kueue evicts it; idle reclaim keeps it deactivated for as long as its user
 			// leaves it, with nobody waiting.
