@@ -160,24 +160,27 @@ func WorkloadGPUs(wl *kueue.Workload) int64 {
 // (chamber.LabelInteractive as a label or an annotation). The template speaks for a
 // workload without pods.
 func Interactive(wl *kueue.Workload, pods []corev1.Pod) bool {
-	marked := func(o metav1.Object) bool {
-		for _, m := range []map[string]string{o.GetLabels(), o.GetAnnotations()} {
-			if on, err := strconv.ParseBool(m[chamber.LabelInteractive]); err == nil && on {
-				return true
-			}
-		}
-		return false
-	}
-	if marked(wl) {
+	if MarkedInteractive(wl) {
 		return true
 	}
 	for i := range wl.Spec.PodSets {
-		if marked(&wl.Spec.PodSets[i].Template) {
+		if MarkedInteractive(&wl.Spec.PodSets[i].Template) {
 			return true
 		}
 	}
 	for i := range pods {
-		if marked(&pods[i]) {
+		if MarkedInteractive(&pods[i]) {
+			return true
+		}
+	}
+	return false
+}
+
+// MarkedInteractive: the object carries chamber.LabelInteractive "true" as a label or
+// an annotation.
+func MarkedInteractive(o metav1.Object) bool {
+	for _, m := range []map[string]string{o.GetLabels(), o.GetAnnotations()} {
+		if on, err := strconv.ParseBool(m[chamber.LabelInteractive]); err == nil && on {
 			return true
 		}
 	}

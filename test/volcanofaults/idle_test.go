@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/onsi/gomega"
+	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -25,25 +26,8 @@ import (
 // resumes A (ResumeJob), which runs to completion: one Job each, nothing lost.
 func TestIdleJobPausedWhileAnotherTeamWaits(t *testing.T) {
 	ctx := context.Background()
-	nsA, nsB := namespace(t, "idle-a"), namespace(t, "idle-b")
+	nsA, nsB, labels := twoTeams(t, "idle", 2*time.Second)
 	g := newG(t)
-	labels := map[string]string{"chamber.dev/test-pool": "idle"}
-	create(t, &chamber.GPUPool{ObjectMeta: metav1.ObjectMeta{Name: "idle"}, Spec: chamber.GPUPoolSpec{NodeLabels: labels}})
-	quota := []chamber.TeamQuota{{Model: "NVIDIA-H100-80GB-HBM3", GPUs: 8}}
-	create(t, &chamber.Team{ObjectMeta: metav1.ObjectMeta{Name: "idle-a"}, Spec: chamber.TeamSpec{Pool: "idle", Namespaces: []string{nsA}, Quotas: quota,
-		IdleReclaim: &chamber.IdleReclaimPolicy{Enabled: ptr.To(true), Window: &metav1.Duration{Duration: 5 * time.Second}},
-		Eviction:    &chamber.EvictionPolicy{GracePeriod: &metav1.Duration{Duration: 2 * time.Second}}}})
-	create(t, &chamber.Team{ObjectMeta: metav1.ObjectMeta{Name: "idle-b"}, Spec: chamber.TeamSpec{Pool: "idle", Namespaces: []string{nsB}, Quotas: quota}})
-	if err := controlplane.CreateGPUNodes(ctx, k8s, controlplane.GPUNode{Name: "idle-1", GPUs: 8, Labels: labels}); err != nil {
-		t.Fatal(err)
-	}
-	fake, err := healthcheck.NewFake("dgxh100")
-	if err != nil {
-		t.Fatal(err)
-	}
-	controllertest.RunAgent(t, "idle-1", fake, nil, nil)
-	queue(t, "idle-a", 8)
-	queue(t, "idle-b", 8)
 
 	a := onPool(gangJob("notebook", nsA, "idle-a", 1, 8, 20*time.Second), labels)
 	create(t, a)
@@ -76,6 +60,67 @@ func TestIdleJobPausedWhileAnotherTeamWaits(t *testing.T) {
 		g.Expect(k8s.List(ctx, &jobs, client.InNamespace(job.Namespace))).To(gomega.Succeed())
 		g.Expect(jobs.Items).To(gomega.HaveLen(1))
 	}
+}
+
+// TestIdleNotebookPausedWithoutNotice: team A's Volcano Job is a notebook
+// (chamber.dev/interactive on its pod template) holding the node's 8 GPUs idle, and its
+// team's grace period is an hour. Team B's Job waits. After A's idle window Chamber
+// pauses A at once, without the hour's notice: its user is away and nobody would answer
+// it; B runs.
+func TestIdleNotebookPausedWithoutNotice(t *testing.T) {
+	ctx := context.Background()
+	nsA, nsB, labels := twoTeams(t, "notebook", time.Hour)
+	g := newG(t)
+
+	a := onPool(gangJob("notebook", nsA, "notebook-a", 1, 8, time.Hour), labels)
+	a.Spec.Tasks[0].Template.Labels = map[string]string{chamber.LabelInteractive: "true"}
+	create(t, a)
+	g.Eventually(func(g gomega.Gomega) { runningGang(g, a, 1) }).Should(gomega.Succeed())
+	b := onPool(gangJob("train", nsB, "notebook-b", 1, 8, 10*time.Second), labels)
+	create(t, b)
+
+	g.Eventually(func(g gomega.Gomega) {
+		g.Expect(vcjob(g, a).Status.State.Phase).To(gomega.Equal(batch.Aborted))
+	}).WithTimeout(2*time.Minute).Should(gomega.Succeed(), "the notebook is paused within its team's hour of grace")
+	g.Eventually(func(g gomega.Gomega) {
+		g.Expect(vcjob(g, b).Status.State.Phase).To(gomega.Equal(batch.Completed))
+	}).WithTimeout(2 * time.Minute).Should(gomega.Succeed())
+	var events eventsv1.EventList
+	g.Expect(k8s.List(ctx, &events, client.InNamespace(nsA))).To(gomega.Succeed())
+	var notes []string
+	for _, e := range events.Items {
+		if e.Regarding.Name == a.Name && e.Reason == idlereclaim.ReasonIdleReclaim {
+			notes = append(notes, e.Note)
+		}
+	}
+	g.Expect(notes).To(gomega.ContainElement(gomega.HaveSuffix("(grace period 0s)")))
+}
+
+// twoTeams makes a pool of one 8-GPU node (its agent on go-nvml's fakes, GPUs idle)
+// and its teams name-a, whose idle reclaim window is 5 s and eviction grace grace, and
+// name-b, each with the whole node as quota and a Volcano queue; it returns their
+// namespaces and the pool's node labels.
+func twoTeams(t *testing.T, name string, grace time.Duration) (nsA, nsB string, labels map[string]string) {
+	ctx := context.Background()
+	nsA, nsB = namespace(t, name+"-a"), namespace(t, name+"-b")
+	labels = map[string]string{"chamber.dev/test-pool": name}
+	create(t, &chamber.GPUPool{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: chamber.GPUPoolSpec{NodeLabels: labels}})
+	quota := []chamber.TeamQuota{{Model: "NVIDIA-H100-80GB-HBM3", GPUs: 8}}
+	create(t, &chamber.Team{ObjectMeta: metav1.ObjectMeta{Name: name + "-a"}, Spec: chamber.TeamSpec{Pool: name, Namespaces: []string{nsA}, Quotas: quota,
+		IdleReclaim: &chamber.IdleReclaimPolicy{Enabled: ptr.To(true), Window: &metav1.Duration{Duration: 5 * time.Second}},
+		Eviction:    &chamber.EvictionPolicy{GracePeriod: &metav1.Duration{Duration: grace}}}})
+	create(t, &chamber.Team{ObjectMeta: metav1.ObjectMeta{Name: name + "-b"}, Spec: chamber.TeamSpec{Pool: name, Namespaces: []string{nsB}, Quotas: quota}})
+	if err := controlplane.CreateGPUNodes(ctx, k8s, controlplane.GPUNode{Name: name + "-1", GPUs: 8, Labels: labels}); err != nil {
+		t.Fatal(err)
+	}
+	fake, err := healthcheck.NewFake("dgxh100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	controllertest.RunAgent(t, name+"-1", fake, nil, nil)
+	queue(t, name+"-a", 8)
+	queue(t, name+"-b", 8)
+	return nsA, nsB, labels
 }
 
 // onPool keeps the job's pods on the pool's nodes, and makes them go quickly when
