@@ -286,7 +286,8 @@ const methodText = `## Method
   Training jobs need their trace duration of progress and checkpoint every 15-60 minutes of
   it; a checkpoint takes 30 s to 3 minutes to write. A pod killed by a GPU fault (no notice)
   throws away the progress since the last checkpoint. An eviction gives notice: Chamber's
-  (its eviction request on the Workload, then the grace period) or, for Kueue's preemption,
+  (its eviction request on the Workload, then the grace period; none for a notebook
+  reclaimed for idleness, which Chamber evicts at once) or, for Kueue's preemption,
   the pod's SIGTERM grace: Kubernetes' default 30 s, or under Chamber the team's eviction
   grace, which Chamber gives the team's pods. A job whose checkpoint write fits in its
   notice keeps its progress (on SIGTERM it writes it and exits, holding its GPUs
