@@ -10,7 +10,6 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
@@ -51,30 +50,28 @@ func describeUnfinished(ctx context.Context, c client.Client, rec *Recording) []
 			parts = append(parts, fmt.Sprintf("pods [%s]", strings.Join(phases, ", ")))
 		}
 		if err == nil && !rec.Policy.OnVolcano() && rec.Policy != PolicyKubernetes {
-			parts = append(parts, describeWorkload(ctx, c, ns, job.UID))
+			parts = append(parts, describeWorkload(ctx, c, &job))
 		}
 		lines = append(lines, fmt.Sprintf("%s/%s: %s", ns, name, strings.Join(parts, "; ")))
 	}
 	return lines
 }
 
-func describeWorkload(ctx context.Context, c client.Client, ns string, jobUID types.UID) string {
+func describeWorkload(ctx context.Context, c client.Client, job *batchv1.Job) string {
 	var wls kueue.WorkloadList
-	if err := c.List(ctx, &wls, client.InNamespace(ns)); err != nil {
+	if err := c.List(ctx, &wls, client.InNamespace(job.Namespace)); err != nil {
 		return fmt.Sprintf("Workloads: %v", err)
 	}
 	for _, wl := range wls.Items {
-		for _, o := range wl.OwnerReferences {
-			if o.UID != jobUID {
-				continue
-			}
-			var annotations []string
-			for _, k := range slices.Sorted(maps.Keys(wl.Annotations)) {
-				annotations = append(annotations, k+"="+wl.Annotations[k])
-			}
-			return fmt.Sprintf("Workload %s active=%t conditions %s annotations [%s]",
-				wl.Name, ptr.Deref(wl.Spec.Active, true), conditions(wl.Status.Conditions), strings.Join(annotations, " "))
+		if !metav1.IsControlledBy(&wl, job) {
+			continue
 		}
+		var annotations []string
+		for _, k := range slices.Sorted(maps.Keys(wl.Annotations)) {
+			annotations = append(annotations, k+"="+wl.Annotations[k])
+		}
+		return fmt.Sprintf("Workload %s active=%t conditions %s annotations [%s]",
+			wl.Name, ptr.Deref(wl.Spec.Active, true), conditions(wl.Status.Conditions), strings.Join(annotations, " "))
 	}
 	return "no Workload"
 }

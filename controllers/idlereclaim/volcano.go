@@ -167,7 +167,7 @@ func (r *VolcanoJobs) Reconcile(ctx context.Context, job *batch.Job) (reconcile.
 		GracePeriod: chamber.ResolveGracePeriod(job.Spec.PriorityClassName, r.opts.GracePeriod, policies...),
 		Message: fmt.Sprintf("idle reclaim: its %d GPUs stayed below %d%% utilization for %s, and %s/%s waits for them; the job is paused (Volcano AbortJob) and resumed when GPUs free",
 			use.gpus, policy.UtilizationPercent, idleFor.Round(time.Second), waiting.Namespace, waiting.Name)}
-	if volcanoInteractive(job, pods) {
+	if chamberkueue.MarkedInteractive(job, volcano.Templates(job), pods) {
 		req.GracePeriod = noNotice
 	}
 	gpuHours := float64(use.gpus) * idleFor.Hours()
@@ -402,24 +402,4 @@ func (r *VolcanoJobs) forget(uid types.UID) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.idle, uid)
-}
-
-// volcanoInteractive: the job, one of its tasks' pod templates or one of its pods is
-// marked interactive (chamber.LabelInteractive), as chamberkueue.Interactive reads a
-// Workload.
-func volcanoInteractive(job *batch.Job, pods []corev1.Pod) bool {
-	if chamberkueue.MarkedInteractive(job) {
-		return true
-	}
-	for i := range job.Spec.Tasks {
-		if chamberkueue.MarkedInteractive(&job.Spec.Tasks[i].Template) {
-			return true
-		}
-	}
-	for i := range pods {
-		if chamberkueue.MarkedInteractive(&pods[i]) {
-			return true
-		}
-	}
-	return false
 }

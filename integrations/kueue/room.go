@@ -160,27 +160,30 @@ func WorkloadGPUs(wl *kueue.Workload) int64 {
 // (chamber.LabelInteractive as a label or an annotation). The template speaks for a
 // workload without pods.
 func Interactive(wl *kueue.Workload, pods []corev1.Pod) bool {
-	if MarkedInteractive(wl) {
-		return true
-	}
+	templates := make([]*corev1.PodTemplateSpec, len(wl.Spec.PodSets))
 	for i := range wl.Spec.PodSets {
-		if MarkedInteractive(&wl.Spec.PodSets[i].Template) {
-			return true
-		}
+		templates[i] = &wl.Spec.PodSets[i].Template
 	}
-	for i := range pods {
-		if MarkedInteractive(&pods[i]) {
-			return true
-		}
-	}
-	return false
+	return MarkedInteractive(wl, templates, pods)
 }
 
-// MarkedInteractive: the object carries chamber.LabelInteractive "true" as a label or
-// an annotation.
-func MarkedInteractive(o metav1.Object) bool {
-	for _, m := range []map[string]string{o.GetLabels(), o.GetAnnotations()} {
-		if on, err := strconv.ParseBool(m[chamber.LabelInteractive]); err == nil && on {
+// MarkedInteractive: a workload's owning object (a Workload, a Volcano Job), one of its
+// pod templates or one of its pods carries chamber.LabelInteractive "true" as a label
+// or an annotation.
+func MarkedInteractive(owner metav1.Object, templates []*corev1.PodTemplateSpec, pods []corev1.Pod) bool {
+	marked := func(o metav1.Object) bool {
+		for _, m := range []map[string]string{o.GetLabels(), o.GetAnnotations()} {
+			if on, err := strconv.ParseBool(m[chamber.LabelInteractive]); err == nil && on {
+				return true
+			}
+		}
+		return false
+	}
+	if marked(owner) || slices.ContainsFunc(templates, func(t *corev1.PodTemplateSpec) bool { return marked(t) }) {
+		return true
+	}
+	for i := range pods {
+		if marked(&pods[i]) {
 			return true
 		}
 	}

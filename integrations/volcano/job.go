@@ -229,3 +229,12 @@ func Restarting(job *batch.Job) bool {
 	r, ok := RestartOf(job)
 	return ok && job.Status.RetryCount <= r.From
 }
+
+// Templates are the pod templates of the job's tasks.
+func Templates(job *batch.Job) []*corev1.PodTemplateSpec {
+	templates := make([]*corev1.PodTemplateSpec, len(job.Spec.Tasks))
+	for i := range job.Spec.Tasks {
+		templates[i] = &job.Spec.Tasks[i].Template
+	}
+	return templates
+}
