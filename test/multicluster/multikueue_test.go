@@ -437,19 +437,32 @@ func runsOn(t *testing.T, job *batchv1.Job) string {
 	return on
 }
 
-// setWorkerPrices gives the pool's workers these prices of an H100-hour and waits
-// until Chamber's controllers have seen them (the pool controller has written the
-// pool's status for its new generation, from the cache the dispatcher reads too).
+// setWorkerPrices gives the pool's workers these prices of an H100-hour until the
+// test ends, when the pool's own prices are back; each time it waits until Chamber's
+// controllers have seen them.
 func setWorkerPrices(t *testing.T, prices ...string) {
 	t.Helper()
+	writeWorkerPrices(t, func(i int) []chamber.GPUPrice { return []chamber.GPUPrice{{Model: h100, PerGPUHour: prices[i]}} })
+	// Restored as they were set, again on a conflict: a later test that counts on
+	// worker 2 being the cheaper would otherwise find equal prices.
+	t.Cleanup(func() {
+		writeWorkerPrices(t, func(i int) []chamber.GPUPrice { return pool.Spec.WorkerClusters[i].Prices })
+	})
+}
+
+// writeWorkerPrices writes prices(i) as the prices of the pool's worker i and waits
+// until the pool controller has written the pool's status for its new generation,
+// from the cache the dispatcher reads too.
+func writeWorkerPrices(t *testing.T, prices func(i int) []chamber.GPUPrice) {
+	t.Helper()
 	g := gomega.NewWithT(t)
-	ctx := t.Context()
+	ctx := context.Background() // a cleanup's too
 	var generation int64
 	g.Eventually(func(g gomega.Gomega) { // again on a conflict with Chamber's status writes
 		var p chamber.GPUPool
 		g.Expect(manager.c.Get(ctx, client.ObjectKeyFromObject(pool), &p)).To(gomega.Succeed())
 		for i := range p.Spec.WorkerClusters {
-			p.Spec.WorkerClusters[i].Prices = []chamber.GPUPrice{{Model: h100, PerGPUHour: prices[i]}}
+			p.Spec.WorkerClusters[i].Prices = prices(i)
 		}
 		g.Expect(manager.c.Update(ctx, &p)).To(gomega.Succeed())
 		generation = p.Generation
@@ -462,14 +475,7 @@ func setWorkerPrices(t *testing.T, prices ...string) {
 			return 0
 		}
 		return c.ObservedGeneration
-	}, 30*time.Second, 50*time.Millisecond).Should(gomega.Equal(generation), "the pool controller sees the new prices")
-	t.Cleanup(func() {
-		var p chamber.GPUPool
-		if manager.c.Get(context.Background(), client.ObjectKeyFromObject(pool), &p) == nil {
-			p.Spec.WorkerClusters = pool.Spec.WorkerClusters
-			_ = manager.c.Update(context.Background(), &p)
-		}
-	})
+	}, 30*time.Second, 50*time.Millisecond).Should(gomega.BeNumerically(">=", generation), "the pool controller sees the new prices")
 }
 
 // TestCheaperWorkerWins: with both workers free, a job goes to the one whose GPUs cost
