@@ -181,6 +181,9 @@ var controllerList = []struct {
 		opts.Check, opts.Clock, opts.Heartbeats = cfg.AdmissionCheck, cfg.Clock, cfg.heartbeats
 		return admission.Register(mgr, opts)
 	}},
+	{"eviction-notice", queueAPI, func(mgr ctrl.Manager, cfg Config) error {
+		return admission.RegisterNotice(mgr, cfg.Admission.AfterNotice)
+	}},
 	{"inventory", monitoring, func(mgr ctrl.Manager, cfg Config) error {
 		inv := cfg.Inventory
 		inv.Clock, inv.Fleet.Heartbeats, inv.WithoutKueue = cfg.Clock, cfg.heartbeats, cfg.MonitoringOnly || cfg.WithoutKueue

@@ -445,6 +445,9 @@ func startChamber(ctx context.Context, cp *controlplane.ControlPlane, sc *Scenar
 	// placement timeout, floored at what the control plane itself takes to act.
 	cfg.Admission.Recheck = max(simToWall(admission.DefaultRecheck, sc.Speedup), 200*time.Millisecond)
 	cfg.Admission.PlacementTimeout = max(simToWall(admission.DefaultPlacementTimeout, sc.Speedup), 3*time.Second)
+	// The SIGTERM grace of a pod whose notice ran out: Kubernetes counts it in whole
+	// seconds, so at 120x it is 2 simulated minutes, not 30 s.
+	cfg.Admission.AfterNotice = simToWall(admission.DefaultAfterNotice, sc.Speedup)
 	cfg.Room = roomOptions(sc.Speedup)
 	cfg.AdmissionCheck = sc.AdmissionCheck
 	// Fault isolation's drain of a node that needs a reboot, in simulated time.
@@ -593,6 +596,9 @@ func podTemplate(j *Job, sc *Scenario) corev1.PodTemplateSpec {
 			"pod-delete.stage.kwok.x-k8s.io/delay": run.String(),
 			annotationUtilization:                  strconv.Itoa(int(j.Util.GPUPercent)),
 			annotationGPUs:                         strconv.Itoa(perPod),
+			// Every job of the work model checkpoints on Chamber's notice (only
+			// Chamber reads this): one that lets it run out is hung.
+			chamber.AnnotationCheckpointOnNotice: "true",
 		}},
 		Spec: corev1.PodSpec{
 			RestartPolicy: corev1.RestartPolicyNever,

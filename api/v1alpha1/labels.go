@@ -161,6 +161,15 @@ const (
 	// On a pod or its Job, set by the job: "true" once it has saved a checkpoint, so
 	// the eviction need not wait out the grace period.
 	AnnotationCheckpointReady = "chamber.dev/checkpoint-ready"
+	// On a pod (its template), set by whoever writes the job: "true" says the job
+	// checkpoints on the notice (it reads AnnotationEvictionDeadline and answers with
+	// AnnotationCheckpointReady). Such a pod, deleted once its notice ran out
+	// unanswered, has had its grace: it is hung, or cannot save, and gets Kubernetes'
+	// default SIGTERM grace (30 s) instead of the eviction grace that Chamber's
+	// MutatingAdmissionPolicy raised its terminationGracePeriodSeconds to for Kueue's
+	// preemptions, which give no notice. Without it a pod gets both, the notice and
+	// then that SIGTERM grace, since a job that only handles SIGTERM needs the second.
+	AnnotationCheckpointOnNotice = "chamber.dev/checkpoint-on-notice"
 )
 
 // Annotations room for big jobs writes on a waiting Workload it moved others for.

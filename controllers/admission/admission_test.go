@@ -36,12 +36,17 @@ var k8s client.Client
 // back within the test.
 const placementTimeout = 8 * time.Second
 
+// afterNotice is the SIGTERM grace a pod that checkpoints on the notice gets once its
+// notice ran out: short, so that the test sees the pod go.
+const afterNotice = 3 * time.Second
+
 func TestMain(m *testing.M) {
 	cfg := controllers.DefaultConfig()
 	// kwok's pods ignore SIGTERM and linger for a random part of their grace period:
 	// these tests keep Kubernetes' default grace (the team package tests the raise).
 	cfg.PodGracePeriods = false
 	cfg.Admission.PlacementTimeout = placementTimeout
+	cfg.Admission.AfterNotice = afterNotice
 	// The check is off by default; these tests are its tests.
 	cfg.AdmissionCheck = true
 	os.Exit(controllertest.Main(m, cfg, &k8s))

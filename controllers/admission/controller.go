@@ -45,6 +45,9 @@ type Options struct {
 	// GracePeriod is how long an evicted workload's pods have to checkpoint, unless
 	// the pool, the team or the tier says otherwise.
 	GracePeriod time.Duration
+	// AfterNotice is the SIGTERM grace of a pod marked chamber.dev/checkpoint-on-notice
+	// that is deleted once its notice ran out unanswered (RegisterNotice).
+	AfterNotice time.Duration
 	// Recheck is how often a workload waiting for healthy GPUs, or a notified one
 	// whose job may answer on its Job object, is looked at again (GPUs free up and
 	// recover without an event on the workload). 0 means DefaultRecheck.
@@ -71,7 +74,7 @@ const (
 
 // DefaultOptions are the check's options unless flags say otherwise.
 func DefaultOptions() Options {
-	return Options{Check: true, PlacementTimeout: DefaultPlacementTimeout, GracePeriod: DefaultGracePeriod, Recheck: DefaultRecheck}
+	return Options{Check: true, PlacementTimeout: DefaultPlacementTimeout, GracePeriod: DefaultGracePeriod, AfterNotice: DefaultAfterNotice, Recheck: DefaultRecheck}
 }
 
 const eventsComponent = "chamber-admission"

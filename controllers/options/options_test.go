@@ -47,7 +47,7 @@ func TestDefaults(t *testing.T) {
 
 // TestFlagsSetTheConfig: a flag lands in the field the controller reads.
 func TestFlagsSetTheConfig(t *testing.T) {
-	o, err := parse("--eviction-grace-period=10m", "--isolation-rate-limit=2.5", "--priority-tiers=gold=10,tin=1",
+	o, err := parse("--eviction-grace-period=10m", "--after-notice-grace=45s", "--isolation-rate-limit=2.5", "--priority-tiers=gold=10,tin=1",
 		"--admission-check=true", "--idle-window=90s", "--silent-after-heartbeats=5", "--kube-api-qps=50",
 		"--isolation-node-conditions=GPUProblem, KernelDeadlock",
 		"--dcgm-prometheus-url=http://prometheus.monitoring:9090", `--dcgm-matchers=job="dcgm-exporter"`, "--dcgm-interval=15s")
@@ -55,7 +55,7 @@ func TestFlagsSetTheConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := o.Controllers
-	if c.Admission.GracePeriod != 10*time.Minute || c.Isolation.RateLimit != 2.5 || !c.AdmissionCheck ||
+	if c.Admission.GracePeriod != 10*time.Minute || c.Admission.AfterNotice != 45*time.Second || c.Isolation.RateLimit != 2.5 || !c.AdmissionCheck ||
 		c.Inventory.Fleet.IdleWindow != 90*time.Second || c.SilentAfterHeartbeats != 5 || o.APIQPS != 50 {
 		t.Errorf("flags not applied: %+v (qps %v)", c, o.APIQPS)
 	}
@@ -74,7 +74,7 @@ func TestFlagsSetTheConfig(t *testing.T) {
 // TestBadFlags: every bad value is named at once, with what it must be.
 func TestBadFlags(t *testing.T) {
 	_, err := parse("--idle-utilization-threshold=150", "--eviction-grace-period=-1s", "--placement-timeout=10ms",
-		"--isolation-rate-burst=0", "--priority-tiers=production", "--kube-api-burst=0", "--isolation-hold-namespace=",
+		"--after-notice-grace=0s", "--isolation-rate-burst=0", "--priority-tiers=production", "--kube-api-burst=0", "--isolation-hold-namespace=",
 		"--isolation-node-conditions=GPUProblem,ChamberIsolated",
 		"--dcgm-prometheus-url=prometheus:9090", `--dcgm-matchers={job="dcgm"}`, "--dcgm-health-config=/nonexistent/health.yaml",
 		"--healthz-stuck-after=0s", "--fleet-page", "--metrics-bind-address=0")
@@ -85,6 +85,7 @@ func TestBadFlags(t *testing.T) {
 		"--idle-utilization-threshold must be above 0 and at most 100 (percent), got 150",
 		"--eviction-grace-period must not be negative, got -1s",
 		"--placement-timeout must be at least 1s, got 10ms",
+		"--after-notice-grace must be at least 1s, got 0s",
 		"--isolation-rate-burst must be at least 1, got 0",
 		"--priority-tiers:",
 		"--kube-api-burst must be at least 1, got 0",
@@ -100,8 +101,8 @@ func TestBadFlags(t *testing.T) {
 			t.Errorf("error %q does not say %q", err, want)
 		}
 	}
-	if n := strings.Count(err.Error(), "\n") + 1; n != 13 {
-		t.Errorf("%d problems reported, want 13:\n%s", n, err)
+	if n := strings.Count(err.Error(), "\n") + 1; n != 14 {
+		t.Errorf("%d problems reported, want 14:\n%s", n, err)
 	}
 }
 

@@ -23,13 +23,23 @@ import (
 // GPUs idle (its agent's fake GPUs report 0%). Team B's Job waits for them. After A's
 // idle window (5 s) and its grace period (2 s), Chamber pauses A (Volcano AbortJob:
 // its pod goes, the Job stays), B runs to completion, and once nobody waits Chamber
-// resumes A (ResumeJob), which runs to completion: one Job each, nothing lost.
+// resumes A (ResumeJob), which runs to completion: one Job each, nothing lost. A's pod
+// has 5 minutes of SIGTERM grace, but reads Chamber's notice
+// (chamber.dev/checkpoint-on-notice) and let it run out: it is stopped with the short
+// grace after it, and B does not wait the 5 minutes.
 func TestIdleJobPausedWhileAnotherTeamWaits(t *testing.T) {
 	ctx := context.Background()
 	nsA, nsB, labels := twoTeams(t, "idle", 2*time.Second)
 	g := newG(t)
 
 	a := onPool(gangJob("notebook", nsA, "idle-a", 1, 8, 20*time.Second), labels)
+	tmpl := &a.Spec.Tasks[0].Template
+	tmpl.Spec.TerminationGracePeriodSeconds = ptr.To[int64](300)
+	// kwok removes a terminating pod at its deletionTimestamp, as the kubelet kills a
+	// process still running at the end of its grace.
+	tmpl.Annotations["pod-delete.stage.kwok.x-k8s.io/delay"] = "1h"
+	tmpl.Annotations["pod-delete.stage.kwok.x-k8s.io/jitter-delay"] = "1h"
+	tmpl.Annotations[chamber.AnnotationCheckpointOnNotice] = "true"
 	create(t, a)
 	g.Eventually(func(g gomega.Gomega) { runningGang(g, a, 1) }).Should(gomega.Succeed())
 	b := onPool(gangJob("train", nsB, "idle-b", 1, 8, 10*time.Second), labels)
@@ -43,10 +53,14 @@ func TestIdleJobPausedWhileAnotherTeamWaits(t *testing.T) {
 		g.Expect(got.Annotations).To(gomega.HaveKeyWithValue(idlereclaim.AnnotationReclaimedFor, nsB+"/"+podGroupName(g, b)))
 	}).Should(gomega.Succeed())
 	t.Logf("team B's job waiting to team A's idle job paused: %s", time.Since(waits).Round(10*time.Millisecond))
-	// B runs while A is paused, to completion.
+	// B runs while A is paused, to completion: A's pod went after its notice and a
+	// second, not its 5 minutes.
 	g.Eventually(func(g gomega.Gomega) {
 		g.Expect(vcjob(g, b).Status.State.Phase).To(gomega.Equal(batch.Completed))
 	}).Should(gomega.Succeed())
+	var events eventsv1.EventList
+	g.Expect(k8s.List(ctx, &events, client.InNamespace(nsA))).To(gomega.Succeed())
+	g.Expect(events.Items).To(gomega.ContainElement(gomega.HaveField("Reason", "EvictionNoticeRanOut")))
 	// Nobody waits any more: A is resumed and runs to completion.
 	g.Eventually(func(g gomega.Gomega) {
 		got := vcjob(g, a)

@@ -74,6 +74,8 @@ func run(m *testing.M) int {
 	cfg.WithoutKueue, cfg.Volcano = true, true
 	// Idle reclaim looks every second and counts a PodGroup waiting for 2 s.
 	cfg.IdleReclaim.Interval, cfg.IdleReclaim.MinWait = time.Second, 2*time.Second
+	// A pod that lets its notice run out is stopped within a second or two.
+	cfg.Admission.AfterNotice = time.Second
 	if name, err := controllers.Setup(mgr, cfg); err != nil {
 		fmt.Fprintf(os.Stderr, "set up controller %s: %v\n", name, err)
 		return 1
