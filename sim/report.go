@@ -294,7 +294,10 @@ const methodText = `## Method
   meanwhile), others go back to their last checkpoint (a hung job holds its GPUs to the
   grace's end). Under Chamber
   a job that has written its checkpoint after the notice says so on its pod
-  (` + "`chamber.dev/checkpoint-ready`" + `), and Chamber evicts it then. The report's "work lost"
+  (` + "`chamber.dev/checkpoint-ready`" + `), and Chamber evicts it then; every job's pods say
+  they read the notice (` + "`chamber.dev/checkpoint-on-notice`" + `), so a hung one that lets it run
+  out is stopped with Kubernetes' default SIGTERM grace (30 s; Kubernetes counts whole
+  seconds, so 2 simulated minutes at 120x), not the eviction grace again. The report's "work lost"
   is the progress thrown away, in GPU-hours.
 - **Job kinds** (the trace has none; shares and parameters are ours, after Jeon et al.
   (ATC'19), Hu et al., "Characterization and Prediction of Deep Learning Workloads in
