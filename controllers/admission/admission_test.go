@@ -37,8 +37,9 @@ var k8s client.Client
 const placementTimeout = 8 * time.Second
 
 // afterNotice is the SIGTERM grace a pod that checkpoints on the notice gets once its
-// notice ran out: short, so that the test sees the pod go.
-const afterNotice = 3 * time.Second
+// notice ran out: well short of the test pods' 300 s, long enough for a busy test to
+// see such a pod terminating.
+const afterNotice = 10 * time.Second
 
 func TestMain(m *testing.M) {
 	cfg := controllers.DefaultConfig()

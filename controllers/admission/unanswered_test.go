@@ -2,6 +2,7 @@ package admission_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -72,12 +73,9 @@ func TestUnansweredNoticeEndsWithAShortGrace(t *testing.T) {
 		return out[0]
 	}
 	var hung corev1.Pod
-	g.Eventually(func(g gomega.Gomega) {
-		hung = deleting(g, "hung")
-		g.Expect(hung.DeletionGracePeriodSeconds).To(gomega.HaveValue(gomega.Equal(int64(afterNotice.Seconds()))))
-	}).Should(gomega.Succeed())
+	g.Eventually(func(g gomega.Gomega) { hung = deleting(g, "hung") }).Should(gomega.Succeed())
 	g.Eventually(func() error { return k8s.Get(ctx, client.ObjectKeyFromObject(&hung), &corev1.Pod{}) }).
-		WithTimeout(30*time.Second).Should(gomega.Satisfy(apierrors.IsNotFound), "the hung job's pod is gone, its GPUs free")
+		WithTimeout(time.Minute).Should(gomega.Satisfy(apierrors.IsNotFound), "the hung job's pod is gone, its GPUs free, well before its 300 s")
 	p := deleting(g, "sigterm-only")
 	g.Expect(p.DeletionGracePeriodSeconds).To(gomega.HaveValue(gomega.Equal(sigterm)), "a pod not marked keeps its SIGTERM grace")
 
@@ -91,6 +89,6 @@ func TestUnansweredNoticeEndsWithAShortGrace(t *testing.T) {
 			}
 		}
 		g.Expect(ranOut).To(gomega.HaveExactElements(gomega.And(gomega.HavePrefix("hung-"),
-			gomega.ContainSubstring("it gets 3s of SIGTERM grace, not 300s"))))
+			gomega.ContainSubstring(fmt.Sprintf("it gets %ds of SIGTERM grace, not 300s", int(afterNotice.Seconds()))))))
 	}).Should(gomega.Succeed())
 }
