@@ -10,6 +10,8 @@ import (
 type metrics struct {
 	verdicts  *prometheus.CounterVec
 	evictions *prometheus.CounterVec
+	// noticesRanOut are the pods stopped with the short grace after their notice.
+	noticesRanOut *prometheus.CounterVec
 	// verdictSeconds is how long a verdict takes to decide from the cache, without
 	// the write that records it.
 	verdictSeconds prometheus.Histogram
@@ -27,8 +29,12 @@ func newMetrics() (*metrics, error) {
 			Name: "chamber_evictions_total",
 			Help: "Workloads Chamber evicted (Kueue's Evicted condition, reason Preempted), by Chamber's reason (IdleReclaim, GPUFault, RoomForBigJob, HalfStoppedJob, ...); Kueue requeues them.",
 		}, []string{"reason"}),
+		noticesRanOut: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "chamber_eviction_notices_ran_out_total",
+			Help: "Pods marked chamber.dev/checkpoint-on-notice that let Chamber's eviction notice run out unanswered and were stopped with --after-notice-grace, by the eviction's reason: jobs that say they checkpoint on the notice and did not (hung, or could not save).",
+		}, []string{"reason"}),
 	}
-	for _, c := range []**prometheus.CounterVec{&m.verdicts, &m.evictions} {
+	for _, c := range []**prometheus.CounterVec{&m.verdicts, &m.evictions, &m.noticesRanOut} {
 		if err := ctrlmetrics.Registry.Register(*c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {

@@ -6,6 +6,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/events"
@@ -41,6 +42,7 @@ type notice struct {
 	client   client.Client
 	recorder events.EventRecorder
 	grace    int64
+	ranOut   *prometheus.CounterVec
 }
 
 // RegisterNotice adds the pod controller that ends a notice's second grace: such a
@@ -50,7 +52,11 @@ func RegisterNotice(mgr ctrl.Manager, afterNotice time.Duration) error {
 	if afterNotice <= 0 {
 		afterNotice = DefaultAfterNotice
 	}
-	n := &notice{client: mgr.GetClient(), recorder: mgr.GetEventRecorder(eventsComponent), grace: wholeSeconds(afterNotice)}
+	m, err := newMetrics()
+	if err != nil {
+		return err
+	}
+	n := &notice{client: mgr.GetClient(), recorder: mgr.GetEventRecorder(eventsComponent), grace: wholeSeconds(afterNotice), ranOut: m.noticesRanOut}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("eviction-notice").
 		For(&corev1.Pod{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
@@ -75,6 +81,7 @@ func (n *notice) Reconcile(ctx context.Context, p *corev1.Pod) (reconcile.Result
 	if err != nil {
 		return reconcile.Result{}, fmt.Errorf("stop pod %s/%s, whose eviction notice ran out: %w", p.Namespace, p.Name, err)
 	}
+	n.ranOut.WithLabelValues(p.Annotations[chamber.AnnotationEvictionReason]).Inc()
 	n.recorder.Eventf(p, nil, corev1.EventTypeNormal, "EvictionNoticeRanOut", "Stop",
 		"its eviction notice ran out at %s without %s=true: it gets %ds of SIGTERM grace, not %ds (it is marked %s=true)",
 		p.Annotations[chamber.AnnotationEvictionDeadline], chamber.AnnotationCheckpointReady, grace, had, chamber.AnnotationCheckpointOnNotice)

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
+	"chamber.dev/chamber/controllers/controllertest"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
@@ -72,10 +73,15 @@ func TestUnansweredNoticeEndsWithAShortGrace(t *testing.T) {
 		g.Expect(out).To(gomega.HaveLen(1), "%s's pod is being deleted", j)
 		return out[0]
 	}
+	stopped := func(g gomega.Gomega) float64 {
+		return controllertest.MetricValue(g, "chamber_eviction_notices_ran_out_total", "reason", "TestEviction")
+	}
+	before := stopped(g)
 	var hung corev1.Pod
 	g.Eventually(func(g gomega.Gomega) { hung = deleting(g, "hung") }).Should(gomega.Succeed())
 	g.Eventually(func() error { return k8s.Get(ctx, client.ObjectKeyFromObject(&hung), &corev1.Pod{}) }).
 		WithTimeout(time.Minute).Should(gomega.Satisfy(apierrors.IsNotFound), "the hung job's pod is gone, its GPUs free, well before its 300 s")
+	g.Expect(stopped(g)-before).To(gomega.Equal(1.0), "the hung pod is counted, once")
 	p := deleting(g, "sigterm-only")
 	g.Expect(p.DeletionGracePeriodSeconds).To(gomega.HaveValue(gomega.Equal(sigterm)), "a pod not marked keeps its SIGTERM grace")
 
