@@ -12,6 +12,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -500,9 +501,19 @@ func TestInvalidSpecs(t *testing.T) {
 		wantReason: chamber.ReasonBackendNotServed,
 		wantMsg:    "install Volcano and restart chamber-controller",
 	}
-	// A pool's backend cannot change.
-	volcanoPool.Spec.Backend = chamber.BackendKueue
-	if err := k8s.Update(context.Background(), volcanoPool); err == nil || !strings.Contains(err.Error(), "backend cannot change") {
+	// A pool's backend cannot change. (Read again on a conflict with the pool
+	// controller's status writes, which a stale copy runs into before validation.)
+	var err error
+	g.Eventually(func() bool {
+		var p chamber.GPUPool
+		if err = k8s.Get(context.Background(), client.ObjectKeyFromObject(volcanoPool), &p); err != nil {
+			return false
+		}
+		p.Spec.Backend = chamber.BackendKueue
+		err = k8s.Update(context.Background(), &p)
+		return !apierrors.IsConflict(err)
+	}).Should(gomega.BeTrue(), "update of the pool's backend, again on conflicts: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "backend cannot change") {
 		t.Errorf("update a pool's backend: got error %v, want one saying it cannot change", err)
 	}
 	create(t, newTeam("first-owner", "invalid", []string{"invalid-shared"}, chamber.TeamQuota{Model: h100, GPUs: 4}))
