@@ -52,6 +52,10 @@ func TestUnansweredNoticeEndsWithAShortGrace(t *testing.T) {
 			}
 		})
 	}
+	stopped := func(g gomega.Gomega) float64 {
+		return controllertest.MetricValue(g, "chamber_eviction_notices_ran_out_total", "reason", "TestEviction")
+	}
+	before := stopped(g)
 	for _, j := range []string{"hung", "sigterm-only"} {
 		g.Eventually(func(g gomega.Gomega) { runningOn(g, "unanswered", j) }).Should(gomega.Succeed())
 		if err := chamberkueue.RequestEviction(ctx, k8s, workload(g, "unanswered", j), chamberkueue.Eviction{
@@ -73,10 +77,6 @@ func TestUnansweredNoticeEndsWithAShortGrace(t *testing.T) {
 		g.Expect(out).To(gomega.HaveLen(1), "%s's pod is being deleted", j)
 		return out[0]
 	}
-	stopped := func(g gomega.Gomega) float64 {
-		return controllertest.MetricValue(g, "chamber_eviction_notices_ran_out_total", "reason", "TestEviction")
-	}
-	before := stopped(g)
 	var hung corev1.Pod
 	g.Eventually(func(g gomega.Gomega) { hung = deleting(g, "hung") }).Should(gomega.Succeed())
 	g.Eventually(func() error { return k8s.Get(ctx, client.ObjectKeyFromObject(&hung), &corev1.Pod{}) }).

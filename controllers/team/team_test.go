@@ -512,7 +512,7 @@ func TestInvalidSpecs(t *testing.T) {
 		p.Spec.Backend = chamber.BackendKueue
 		err = k8s.Update(context.Background(), &p)
 		return !apierrors.IsConflict(err)
-	}).Should(gomega.BeTrue(), "update of the pool's backend, again on conflicts: %v", err)
+	}).Should(gomega.BeTrue(), func() string { return fmt.Sprintf("update of the pool's backend, again on conflicts: %v", err) })
 	if err == nil || !strings.Contains(err.Error(), "backend cannot change") {
 		t.Errorf("update a pool's backend: got error %v, want one saying it cannot change", err)
 	}

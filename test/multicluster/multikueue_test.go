@@ -475,7 +475,7 @@ func writeWorkerPrices(t *testing.T, prices func(i int) []chamber.GPUPrice) {
 			return 0
 		}
 		return c.ObservedGeneration
-	}, 30*time.Second, 50*time.Millisecond).Should(gomega.BeNumerically(">=", generation), "the pool controller sees the new prices")
+	}, 30*time.Second, 50*time.Millisecond).Should(gomega.Equal(generation), "the pool controller sees the new prices")
 }
 
 // TestCheaperWorkerWins: with both workers free, a job goes to the one whose GPUs cost
