@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -37,6 +38,7 @@ import (
 	"chamber.dev/chamber/controllers/admission"
 	"chamber.dev/chamber/controllers/idlereclaim"
 	"chamber.dev/chamber/controllers/isolation"
+	"chamber.dev/chamber/controllers/options"
 	"chamber.dev/chamber/controllers/room"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 	"chamber.dev/chamber/test/controlplane"
@@ -164,6 +166,12 @@ func runPolicy(ctx context.Context, sc *Scenario, p Policy, label string) (*Reco
 	// finished job freed waits 2 simulated minutes at 120x for Kueue to look at it
 	// again, and an admitted job's pods 2 more for their topology gate to be lifted.
 	opts.KueueBatchPeriod = controlPlaneTimer(KueueBatchPeriod, sc.Speedup)
+	// And every component's client rate limit, Chamber's too (startChamber): at 120x
+	// a real cluster's load comes 120 times as fast, and kube-controller-manager's
+	// default 20 requests a second held each finished Job's quota a second of clock
+	// (2 simulated minutes) while the Job controller waited its turn, longer under
+	// the policy with more pod churn.
+	opts.ClientRateScale = sc.Speedup
 	if sc.KeepLogs {
 		opts.LogDir = filepath.Join(sc.OutDir, "logs", string(p))
 	}
@@ -421,7 +429,10 @@ func startChamber(ctx context.Context, cp *controlplane.ControlPlane, sc *Scenar
 	context.AfterFunc(ctx, closeLog)
 	// A second Chamber run in one process (Kueue + Chamber, then Volcano + Chamber)
 	// names its controllers again.
-	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{Scheme: controlplane.Scheme, Logger: logger, Cache: controllers.CacheOptions(),
+	kube := rest.CopyConfig(cp.Config)
+	defaults := options.New()
+	kube.QPS, kube.Burst = float32(defaults.APIQPS*sc.Speedup), int(math.Ceil(float64(defaults.APIBurst)*sc.Speedup))
+	mgr, err := ctrl.NewManager(kube, ctrl.Options{Scheme: controlplane.Scheme, Logger: logger, Cache: controllers.CacheOptions(),
 		Metrics:    metricsserver.Options{BindAddress: sc.MetricsAddr},
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)}})
 	if err != nil {

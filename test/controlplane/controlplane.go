@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -76,6 +77,13 @@ type Options struct {
 	// did not fit once quota frees, and before topology-aware scheduling ungates a
 	// workload's new pods.
 	KueueBatchPeriod time.Duration
+	// ClientRateScale, when above 1, multiplies every component's client rate limit
+	// to the API server (each one's own default queries per second and burst:
+	// kube-controller-manager's, kube-scheduler's, Kueue's, Volcano's). A control plane
+	// that replays simulated time at a speed-up gets that many times a real cluster's
+	// requests per second of clock; unscaled, the limits of a real cluster would bind
+	// where its own never do. The simulator passes its speed-up.
+	ClientRateScale float64
 	// LogDir keeps the components' logs after Stop. Default: a folder inside the
 	// control plane's temporary directory, removed by Stop.
 	LogDir string
@@ -411,6 +419,42 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, etcdURL string) erro
 // their pods, service accounts and their tokens (pods are rejected without them),
 // namespace and garbage collection, and node lifecycle, which removes the not-ready
 // taint new nodes are born with (without it nothing schedules).
+// clientRate is a component's default client rate limit to the API server.
+type clientRate struct {
+	qps   float64
+	burst int
+}
+
+// The components' defaults (their --kube-api-qps and --kube-api-burst; Kueue's
+// Configuration clientConnection).
+var (
+	controllerManagerRate  = clientRate{qps: 20, burst: 30}
+	schedulerRate          = clientRate{qps: 50, burst: 100}
+	kueueRate              = clientRate{qps: 300, burst: 500}
+	volcanoControllersRate = clientRate{qps: 50, burst: 100}
+	volcanoSchedulerRate   = clientRate{qps: 2000, burst: 2000}
+)
+
+// scaled is the rate limit times Options.ClientRateScale; ok is false when it is not
+// above 1 (the component keeps its default).
+func (cp *ControlPlane) scaled(r clientRate) (qps float64, burst int, ok bool) {
+	s := cp.opts.ClientRateScale
+	if s <= 1 {
+		return 0, 0, false
+	}
+	return r.qps * s, int(math.Ceil(float64(r.burst) * s)), true
+}
+
+// rateFlags are a component's flags for its rate limit times ClientRateScale; none
+// when it keeps its default.
+func (cp *ControlPlane) rateFlags(r clientRate) []string {
+	qps, burst, ok := cp.scaled(r)
+	if !ok {
+		return nil
+	}
+	return []string{"--kube-api-qps=" + strconv.FormatFloat(qps, 'f', -1, 64), "--kube-api-burst=" + strconv.Itoa(burst)}
+}
+
 var controllerManagerControllers = []string{
 	"job-controller", "cronjob-controller", "ttl-after-finished-controller",
 	"deployment-controller", "replicaset-controller", "statefulset-controller", "daemonset-controller",
@@ -451,6 +495,7 @@ func (cp *ControlPlane) startControllerManager(ctx context.Context) (func() erro
 	if b := cp.opts.JobSyncBatchPeriod; b > 0 {
 		args = append(args, "--job-sync-batch-period="+b.String())
 	}
+	args = append(args, cp.rateFlags(controllerManagerRate)...)
 	p, err := cp.run("kube-controller-manager", args...)
 	if err != nil {
 		return nil, err
@@ -470,15 +515,15 @@ func (cp *ControlPlane) startScheduler(ctx context.Context) (func() error, error
 	if err != nil {
 		return nil, err
 	}
-	p, err := cp.run("kube-scheduler",
-		"--kubeconfig="+cp.Kubeconfig,
-		"--authentication-kubeconfig="+cp.Kubeconfig,
-		"--authorization-kubeconfig="+cp.Kubeconfig,
+	p, err := cp.run("kube-scheduler", append([]string{
+		"--kubeconfig=" + cp.Kubeconfig,
+		"--authentication-kubeconfig=" + cp.Kubeconfig,
+		"--authorization-kubeconfig=" + cp.Kubeconfig,
 		"--leader-elect=false",
 		"--bind-address=127.0.0.1",
-		"--secure-port="+strconv.Itoa(port),
+		"--secure-port=" + strconv.Itoa(port),
 		"--profiling=false",
-	)
+	}, cp.rateFlags(schedulerRate)...)...)
 	if err != nil {
 		return nil, err
 	}

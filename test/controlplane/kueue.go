@@ -89,6 +89,9 @@ func (cp *ControlPlane) startKueue(ctx context.Context) error {
 	cfg.Metrics.BindAddress = "0"
 	cfg.LeaderElection = leaderElectionOff()
 	cfg.InternalCertManagement = &configInternalCertManagementOff
+	if qps, burst, ok := cp.scaled(kueueRate); ok {
+		cfg.ClientConnection = &configapi.ClientConnection{QPS: ptr.To(float32(qps)), Burst: ptr.To(int32(burst))}
+	}
 	if cp.opts.KueueMultiKueueDispatcher != "" {
 		cfg.MultiKueue = &configapi.MultiKueue{DispatcherName: ptr.To(cp.opts.KueueMultiKueueDispatcher)}
 	}

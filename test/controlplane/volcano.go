@@ -53,11 +53,12 @@ func (cp *ControlPlane) startVolcano(ctx context.Context) error {
 	if p := cp.opts.VolcanoSchedulePeriod; p > 0 {
 		args = append(args, "--schedule-period="+p.String())
 	}
+	args = append(args, cp.rateFlags(volcanoSchedulerRate)...)
 	scheduler, err := cp.runVolcano("vc-scheduler", args...)
 	if err != nil {
 		return err
 	}
-	controllers, err := cp.runVolcano("vc-controller-manager")
+	controllers, err := cp.runVolcano("vc-controller-manager", cp.rateFlags(volcanoControllersRate)...)
 	if err != nil {
 		return err
 	}
