@@ -367,7 +367,10 @@ const methodText = `## Method
   summary's pod start latency shows how much); Chamber's timers are scaled to simulated
   time, floored at what the control plane itself takes, and so is the Job controller's
   retry back-off (10 s doubling, which counts every pod that ended other than by
-  succeeding, a preempted or reclaimed one too).
+  succeeding, a preempted or reclaimed one too). Every component's client rate limit to
+  the API server (kube-controller-manager's, kube-scheduler's, Kueue's, Chamber's) is
+  multiplied by the speed-up: the cluster makes that many times a real one's requests per
+  second of clock.
 `
 
 func timedOut(rec *Recording) string {
