@@ -171,7 +171,13 @@ func startNodes(ctx context.Context, c client.Client, sc *Scenario) (map[string]
 		cfg.NodeName = s.Name
 		cfg.NVML = "fake:" + fakes[s.Name]
 		// Short intervals: simulated time runs sc.Speedup times faster than the clock.
-		cfg.PollInterval, cfg.HeartbeatInterval, cfg.UtilizationWindow = 500*time.Millisecond, 2*time.Second, 2*time.Second
+		// The NVML poll is the agent's default (10 s) in simulated time, floored at
+		// 100 ms of clock: at 500 ms (a simulated minute) a fault's node was tainted
+		// only after the Job controller (10 s back-off) had replaced the pod it killed,
+		// and Kueue failed the replacement on the tainted node against the Job's
+		// backoffLimit (a job lost in start 102h, seed 1).
+		cfg.PollInterval = max(simToWall(agent.DefaultConfig().PollInterval, sc.Speedup), 100*time.Millisecond)
+		cfg.HeartbeatInterval, cfg.UtilizationWindow = 2*time.Second, 2*time.Second
 		cfg.MetricsBindAddress = "0"
 		a, err := agent.New(agent.Options{Config: cfg, NVML: fake, Client: c, Clock: utilclock.RealClock{}, Pods: n})
 		if err != nil {
