@@ -176,7 +176,7 @@ func startNodes(ctx context.Context, c client.Client, sc *Scenario) (map[string]
 		// only after the Job controller (10 s back-off) had replaced the pod it killed,
 		// and Kueue failed the replacement on the tainted node against the Job's
 		// backoffLimit (a job lost in start 102h, seed 1).
-		cfg.PollInterval = max(simToWall(agent.DefaultConfig().PollInterval, sc.Speedup), 100*time.Millisecond)
+		cfg.PollInterval = max(simToWall(cfg.PollInterval, sc.Speedup), 100*time.Millisecond)
 		cfg.HeartbeatInterval, cfg.UtilizationWindow = 2*time.Second, 2*time.Second
 		cfg.MetricsBindAddress = "0"
 		a, err := agent.New(agent.Options{Config: cfg, NVML: fake, Client: c, Clock: utilclock.RealClock{}, Pods: n})

@@ -431,7 +431,7 @@ func startChamber(ctx context.Context, cp *controlplane.ControlPlane, sc *Scenar
 	// names its controllers again.
 	kube := rest.CopyConfig(cp.Config)
 	defaults := options.New()
-	kube.QPS, kube.Burst = float32(defaults.APIQPS*sc.Speedup), int(math.Ceil(float64(defaults.APIBurst)*sc.Speedup))
+	kube.QPS, kube.Burst = cp.ClientRate(defaults.APIQPS, defaults.APIBurst)
 	mgr, err := ctrl.NewManager(kube, ctrl.Options{Scheme: controlplane.Scheme, Logger: logger, Cache: controllers.CacheOptions(),
 		Metrics:    metricsserver.Options{BindAddress: sc.MetricsAddr},
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)}})

@@ -415,10 +415,6 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, etcdURL string) erro
 	return nil
 }
 
-// controllerManagerControllers are the controllers a GPU batch cluster needs: Jobs and
-// their pods, service accounts and their tokens (pods are rejected without them),
-// namespace and garbage collection, and node lifecycle, which removes the not-ready
-// taint new nodes are born with (without it nothing schedules).
 // clientRate is a component's default client rate limit to the API server.
 type clientRate struct {
 	qps   float64
@@ -445,6 +441,16 @@ func (cp *ControlPlane) scaled(r clientRate) (qps float64, burst int, ok bool) {
 	return r.qps * s, int(math.Ceil(float64(r.burst) * s)), true
 }
 
+// ClientRate is a client's rate limit to the API server (qps, burst: its defaults)
+// times Options.ClientRateScale, or as given when that is not above 1: for clients the
+// caller runs against the control plane, such as the simulator's Chamber.
+func (cp *ControlPlane) ClientRate(qps float64, burst int) (float32, int) {
+	if q, b, ok := cp.scaled(clientRate{qps: qps, burst: burst}); ok {
+		return float32(q), b
+	}
+	return float32(qps), burst
+}
+
 // rateFlags are a component's flags for its rate limit times ClientRateScale; none
 // when it keeps its default.
 func (cp *ControlPlane) rateFlags(r clientRate) []string {
@@ -455,6 +461,10 @@ func (cp *ControlPlane) rateFlags(r clientRate) []string {
 	return []string{"--kube-api-qps=" + strconv.FormatFloat(qps, 'f', -1, 64), "--kube-api-burst=" + strconv.Itoa(burst)}
 }
 
+// controllerManagerControllers are the controllers a GPU batch cluster needs: Jobs and
+// their pods, service accounts and their tokens (pods are rejected without them),
+// namespace and garbage collection, and node lifecycle, which removes the not-ready
+// taint new nodes are born with (without it nothing schedules).
 var controllerManagerControllers = []string{
 	"job-controller", "cronjob-controller", "ttl-after-finished-controller",
 	"deployment-controller", "replicaset-controller", "statefulset-controller", "daemonset-controller",

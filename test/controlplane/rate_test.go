@@ -24,3 +24,21 @@ func TestRateFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestClientRate: a client the caller runs (the simulator's Chamber) is scaled as the
+// components are, and keeps its own limit without a speed-up.
+func TestClientRate(t *testing.T) {
+	for _, tc := range []struct {
+		scale     float64
+		wantQPS   float32
+		wantBurst int
+	}{
+		{scale: 0, wantQPS: 300, wantBurst: 500},
+		{scale: 120, wantQPS: 36000, wantBurst: 60000},
+	} {
+		cp := &ControlPlane{opts: Options{ClientRateScale: tc.scale}}
+		if qps, burst := cp.ClientRate(300, 500); qps != tc.wantQPS || burst != tc.wantBurst {
+			t.Errorf("scale %g: %v/%d, want %v/%d", tc.scale, qps, burst, tc.wantQPS, tc.wantBurst)
+		}
+	}
+}
