@@ -22,6 +22,7 @@ import (
 	"chamber.dev/chamber/controllers/inventory"
 	"chamber.dev/chamber/controllers/isolation"
 	"chamber.dev/chamber/controllers/pool"
+	"chamber.dev/chamber/controllers/resync"
 	"chamber.dev/chamber/controllers/room"
 	"chamber.dev/chamber/controllers/team"
 	"chamber.dev/chamber/exporter/page"
@@ -63,6 +64,9 @@ type Config struct {
 	// Clock.
 	Room           room.Options
 	RoomForBigJobs bool
+	// Resync configures the resumption of Volcano Jobs that vc-controller-manager
+	// left stalled; its clock is Clock.
+	Resync resync.Options
 	// PodGracePeriods: Kueue's preemptions (and Volcano's reclaim and preempt) give a
 	// team's pods its eviction grace
 	// period (Admission.GracePeriod where neither the team nor its pool sets one), as
@@ -214,6 +218,11 @@ var controllerList = []struct {
 		opts := idlereclaim.VolcanoOptions{Options: cfg.IdleReclaim, GracePeriod: cfg.Admission.GracePeriod}
 		opts.Clock, opts.Heartbeats = cfg.Clock, cfg.heartbeats
 		return idlereclaim.RegisterVolcano(mgr, opts)
+	}},
+	{"resync-volcano", volcanoAPI, func(mgr ctrl.Manager, cfg Config) error {
+		opts := cfg.Resync
+		opts.Clock = cfg.Clock
+		return resync.Register(mgr, opts)
 	}},
 	{"room", kueueAPI, func(mgr ctrl.Manager, cfg Config) error {
 		if !cfg.RoomForBigJobs {

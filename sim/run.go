@@ -39,6 +39,7 @@ import (
 	"chamber.dev/chamber/controllers/idlereclaim"
 	"chamber.dev/chamber/controllers/isolation"
 	"chamber.dev/chamber/controllers/options"
+	"chamber.dev/chamber/controllers/resync"
 	"chamber.dev/chamber/controllers/room"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 	"chamber.dev/chamber/test/controlplane"
@@ -469,6 +470,10 @@ func startChamber(ctx context.Context, cp *controlplane.ControlPlane, sc *Scenar
 	// it is failed, spending the Job's backoffLimit. A floor of its own (it was 1 s of
 	// clock, 12 back-offs) lost jobs Kueue alone would not.
 	cfg.Isolation.KueueReplaces = controlPlaneTimer(isolation.DefaultKueueReplaces, sc.Speedup)
+	// How long a Volcano Job vc-controller-manager left stalled waits before Chamber
+	// resumes it, in simulated time, floored at half a second of clock: Volcano makes
+	// a PodGroup or sees a pod gone in milliseconds, but seconds on a busy machine.
+	cfg.Resync.After = max(simToWall(resync.DefaultAfter, sc.Speedup), 500*time.Millisecond)
 	if name, err := controllers.Setup(mgr, cfg); err != nil {
 		return fmt.Errorf("set up Chamber's controller %s: %w (a second Chamber run in one process registers its metrics twice)", name, err)
 	}

@@ -28,6 +28,9 @@ var (
 	k8s client.Client
 )
 
+// resyncAfter is how long Chamber leaves a stalled Volcano Job to Volcano.
+const resyncAfter = 2 * time.Second
+
 func TestMain(m *testing.M) {
 	flag.Parse()
 	if testing.Short() {
@@ -76,6 +79,8 @@ func run(m *testing.M) int {
 	cfg.IdleReclaim.Interval, cfg.IdleReclaim.MinWait = time.Second, 2*time.Second
 	// A pod that lets its notice run out is stopped within a second or two.
 	cfg.Admission.AfterNotice = time.Second
+	// A Job stalled for 2 s is resumed.
+	cfg.Resync.After = resyncAfter
 	if name, err := controllers.Setup(mgr, cfg); err != nil {
 		fmt.Fprintf(os.Stderr, "set up controller %s: %v\n", name, err)
 		return 1
