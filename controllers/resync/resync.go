@@ -74,22 +74,19 @@ func Register(mgr ctrl.Manager, opts Options) error {
 		opts.Clock = clock.RealClock{}
 	}
 	r := &Resync{client: mgr.GetClient(), recorder: mgr.GetEventRecorder("chamber-resync"), opts: opts, since: map[types.UID]time.Time{}}
-	// The events that can leave a Job stalled: its PodGroup's deletion, its last
-	// pod's, and its own phase's change.
-	deleted := builder.WithPredicates(predicate.Funcs{
-		CreateFunc: func(event.CreateEvent) bool { return false },
-		UpdateFunc: func(event.UpdateEvent) bool { return false },
-		DeleteFunc: func(event.DeleteEvent) bool { return true },
-	})
+	// The events that can leave a Job stalled (its own phase's change, its PodGroup's
+	// deletion, its last pod's) and end a stall (its PodGroup made).
 	owner := handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &batch.Job{}, handler.OnlyControllerOwner())
+	noUpdates := predicate.Funcs{UpdateFunc: func(event.UpdateEvent) bool { return false }}
+	deletes := predicate.And(noUpdates, predicate.Funcs{CreateFunc: func(event.CreateEvent) bool { return false }})
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("resync-volcano").
 		For(&batch.Job{}, builder.WithPredicates(predicate.Funcs{DeleteFunc: func(e event.DeleteEvent) bool {
 			r.forget(e.Object.GetUID())
 			return false
 		}})).
-		Watches(&scheduling.PodGroup{}, owner, deleted).
-		Watches(&corev1.Pod{}, owner, deleted).
+		Watches(&scheduling.PodGroup{}, owner, builder.WithPredicates(noUpdates)).
+		Watches(&corev1.Pod{}, owner, builder.WithPredicates(deletes)).
 		Complete(reconcile.AsReconciler(mgr.GetClient(), r))
 }
 
