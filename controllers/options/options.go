@@ -20,6 +20,7 @@ import (
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers"
 	"chamber.dev/chamber/controllers/isolation"
+	"chamber.dev/chamber/controllers/resync"
 	"chamber.dev/chamber/exporter/page"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
@@ -58,6 +59,7 @@ func New() *Options {
 	cfg.Isolation = isolation.DefaultOptions()
 	cfg.Isolation.HoldNamespace = isolation.DefaultHoldNamespace
 	cfg.SilentAfterHeartbeats = chamber.SilentAfterHeartbeats
+	cfg.Resync.After = resync.DefaultAfter
 	return &Options{
 		MetricsAddr: ":8080", ProbeAddr: ":8081", StuckAfter: controllers.DefaultStuckAfter,
 		// Kueue's own default: the check's round trips are on Kueue's admission path.
@@ -102,6 +104,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Isolation.DrainTimeout, "isolation-drain-timeout", c.Isolation.DrainTimeout, "how long workloads on the healthy GPUs of a node isolated at node level run on (the node drains) before they are evicted with their team's grace, so the node can be rebooted for its repair; negative: never")
 	fs.StringVar(&c.Isolation.HoldNamespace, "isolation-hold-namespace", c.Isolation.HoldNamespace, "namespace of the pods that hold failing GPUs under GPU-level isolation")
 	fs.BoolVar(&c.MultiKueueDispatcher, "multikueue-dispatcher", c.MultiKueueDispatcher, "choose the worker cluster of each MultiKueue workload by free healthy GPUs of its model and price per GPU-hour (docs/multicluster.md); Kueue's Configuration must name the dispatcher: multiKueue.dispatcherName: chamber.dev/multikueue-dispatcher")
+	fs.DurationVar(&c.Resync.After, "volcano-resync-after", c.Resync.After, "how long a Volcano Job vc-controller-manager left stalled (Pending with no PodGroup, Restarting with no pod) waits before Chamber resumes it with a ResumeJob Command (docs/volcano.md)")
 	fs.BoolVar(&c.VolcanoQueueHierarchy, "volcano-queue-hierarchy", c.VolcanoQueueHierarchy, "compile Volcano pools into Volcano's queue hierarchy: a Queue per pool, the parent of its teams' Queues and the child of its parent pool's (spec.parent); vc-scheduler's capacity plugin must have enableHierarchy: true (docs/volcano.md)")
 	fs.StringVar(&c.KueueNamespace, "kueue-namespace", c.KueueNamespace, "the namespace Kueue runs in, where GPUPools' worker clusters' kubeconfig Secrets are (empty: kueue-system)")
 	fs.BoolVar(&c.MonitoringOnly, "monitoring-only", c.MonitoringOnly, "run as GPU monitoring alone (the fleet inventory, its metrics and the DCGM source): nothing compiled into Kueue, nothing evicted or tainted; also what runs when the cluster does not serve Kueue's API")
@@ -157,6 +160,7 @@ func (o *Options) validate() error {
 	atLeastSecond("placement-timeout", c.Admission.PlacementTimeout)
 	notNegative("eviction-grace-period", c.Admission.GracePeriod)
 	atLeastSecond("after-notice-grace", c.Admission.AfterNotice)
+	atLeastSecond("volcano-resync-after", c.Resync.After)
 	must(c.Isolation.RateLimit > 0, "--isolation-rate-limit must be positive, got %v", c.Isolation.RateLimit)
 	must(c.Isolation.RateBurst >= 1, "--isolation-rate-burst must be at least 1, got %d", c.Isolation.RateBurst)
 	must(c.SilentAfterHeartbeats >= 1, "--silent-after-heartbeats must be at least 1, got %d", c.SilentAfterHeartbeats)

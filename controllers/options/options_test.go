@@ -77,7 +77,7 @@ func TestBadFlags(t *testing.T) {
 		"--after-notice-grace=0s", "--isolation-rate-burst=0", "--priority-tiers=production", "--kube-api-burst=0", "--isolation-hold-namespace=",
 		"--isolation-node-conditions=GPUProblem,ChamberIsolated",
 		"--dcgm-prometheus-url=prometheus:9090", `--dcgm-matchers={job="dcgm"}`, "--dcgm-health-config=/nonexistent/health.yaml",
-		"--healthz-stuck-after=0s", "--fleet-page", "--metrics-bind-address=0")
+		"--healthz-stuck-after=0s", "--fleet-page", "--metrics-bind-address=0", "--volcano-resync-after=100ms")
 	if err == nil {
 		t.Fatal("bad flags accepted")
 	}
@@ -95,14 +95,15 @@ func TestBadFlags(t *testing.T) {
 		"--dcgm-matchers:",
 		"--dcgm-health-config /nonexistent/health.yaml:",
 		"--healthz-stuck-after must be at least 1s, got 0s",
+		"--volcano-resync-after must be at least 1s, got 100ms",
 		"--fleet-page needs the metrics endpoint, which --metrics-bind-address=0 turns off",
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not say %q", err, want)
 		}
 	}
-	if n := strings.Count(err.Error(), "\n") + 1; n != 14 {
-		t.Errorf("%d problems reported, want 14:\n%s", n, err)
+	if n := strings.Count(err.Error(), "\n") + 1; n != 15 {
+		t.Errorf("%d problems reported, want 15:\n%s", n, err)
 	}
 }
 
