@@ -150,13 +150,16 @@ func (r *Resync) stalled(ctx context.Context, job *batch.Job) (string, error) {
 		if job.Status.State.LastTransitionTime.IsZero() {
 			return "", nil // not initiated yet: Volcano has yet to write its first status
 		}
-		var pgs scheduling.PodGroupList
-		if err := r.client.List(ctx, &pgs, client.InNamespace(job.Namespace)); err != nil {
-			return "", fmt.Errorf("list PodGroups in %s: %w", job.Namespace, err)
-		}
-		for i := range pgs.Items {
-			if metav1.IsControlledBy(&pgs.Items[i], job) {
+		// Looked up as Volcano does: by the Job's name and UID, then by its name alone
+		// (older releases' name), from the cache.
+		for _, name := range []string{job.Name + "-" + string(job.UID), job.Name} {
+			var pg scheduling.PodGroup
+			err := r.client.Get(ctx, client.ObjectKey{Namespace: job.Namespace, Name: name}, &pg)
+			if err == nil && metav1.IsControlledBy(&pg, job) {
 				return "", nil
+			}
+			if err != nil && !apierrors.IsNotFound(err) {
+				return "", fmt.Errorf("get PodGroup %s/%s: %w", job.Namespace, name, err)
 			}
 		}
 		return "no PodGroup: vc-scheduler has nothing to place", nil
