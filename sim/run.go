@@ -303,7 +303,16 @@ loop:
 		return nil, err
 	}
 	if rec.TimedOut {
-		rec.Unfinished = describeUnfinished(ctx, c, rec)
+		// While the control plane still runs; rec.Jobs is filled once it has stopped.
+		r.mu.Lock()
+		var unfinished []*JobRecord
+		for _, j := range sc.Jobs {
+			if jr := r.jobs[j.Team+"/"+j.Name]; jr != nil && jr.Finished.IsZero() {
+				unfinished = append(unfinished, jr)
+			}
+		}
+		r.mu.Unlock()
+		rec.Unfinished = describeUnfinished(ctx, c, p, unfinished)
 		for _, l := range rec.Unfinished {
 			fmt.Fprintf(sc.Progress, "sim: %s: unfinished: %s\n", label, l)
 		}

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -13,19 +14,23 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+	vcbatch "volcano.sh/apis/pkg/apis/batch/v1alpha1"
+	scheduling "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 )
 
 // describeUnfinished says, for each job a replay left unfinished at its timeout, what
-// its Job, its pods and (under Kueue) its Workload looked like in the API server: the
-// state a stuck job was left in is what tells why.
-func describeUnfinished(ctx context.Context, c client.Client, rec *Recording) []string {
+// its Job, its pods and (under Kueue) its Workload or (under Volcano) its PodGroup
+// looked like in the API server: the state a stuck job was left in is what tells why.
+func describeUnfinished(ctx context.Context, c client.Client, p Policy, jobs []*JobRecord) []string {
 	var lines []string
-	for _, j := range rec.Jobs {
-		if !j.Finished.IsZero() {
-			continue
-		}
+	for _, j := range jobs {
 		ns, name := j.Job.Team, j.Job.Name
 		var parts []string
+		if p.OnVolcano() {
+			parts = describeVolcanoJob(ctx, c, ns, name)
+			lines = append(lines, fmt.Sprintf("%s/%s: %s", ns, name, strings.Join(parts, "; ")))
+			continue
+		}
 		var job batchv1.Job
 		err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &job)
 		if err != nil {
@@ -34,27 +39,53 @@ func describeUnfinished(ctx context.Context, c client.Client, rec *Recording) []
 			parts = append(parts, fmt.Sprintf("Job suspended=%t active=%d ready=%d failed=%d conditions %s",
 				ptr.Deref(job.Spec.Suspend, false), job.Status.Active, ptr.Deref(job.Status.Ready, 0), job.Status.Failed, jobConditions(job.Status.Conditions)))
 		}
-		var pods corev1.PodList
-		if err := c.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{batchv1.JobNameLabel: name}); err == nil {
-			var phases []string
-			for _, p := range pods.Items {
-				phase := string(p.Status.Phase)
-				if p.DeletionTimestamp != nil {
-					phase += " (terminating)"
-				}
-				if p.Spec.NodeName == "" {
-					phase += " (unscheduled)"
-				}
-				phases = append(phases, p.Name+" "+phase)
-			}
-			parts = append(parts, fmt.Sprintf("pods [%s]", strings.Join(phases, ", ")))
-		}
-		if err == nil && !rec.Policy.OnVolcano() && rec.Policy != PolicyKubernetes {
+		parts = append(parts, describePods(ctx, c, ns, batchv1.JobNameLabel, name))
+		if err == nil && p != PolicyKubernetes {
 			parts = append(parts, describeWorkload(ctx, c, &job))
 		}
 		lines = append(lines, fmt.Sprintf("%s/%s: %s", ns, name, strings.Join(parts, "; ")))
 	}
 	return lines
+}
+
+// describeVolcanoJob is a Volcano Job's phase and counts, its PodGroup and its pods.
+func describeVolcanoJob(ctx context.Context, c client.Client, ns, name string) []string {
+	var job vcbatch.Job
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &job); err != nil {
+		return []string{fmt.Sprintf("Volcano Job: %v", err)}
+	}
+	st := job.Status
+	parts := []string{fmt.Sprintf("Volcano Job phase %s since %s, retryCount=%d version=%d pending=%d running=%d terminating=%d",
+		st.State.Phase, st.State.LastTransitionTime.Format(time.RFC3339), st.RetryCount, st.Version, st.Pending, st.Running, st.Terminating)}
+	pg := "no PodGroup"
+	for _, pgName := range []string{name + "-" + string(job.UID), name} {
+		var got scheduling.PodGroup
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: pgName}, &got); err == nil && metav1.IsControlledBy(&got, &job) {
+			pg = fmt.Sprintf("PodGroup %s phase %s", got.Name, got.Status.Phase)
+			break
+		}
+	}
+	return append(parts, pg, describePods(ctx, c, ns, vcbatch.JobNameKey, name))
+}
+
+// describePods is the phases of the pods labelled label=name.
+func describePods(ctx context.Context, c client.Client, ns, label, name string) string {
+	var pods corev1.PodList
+	if err := c.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{label: name}); err != nil {
+		return fmt.Sprintf("pods: %v", err)
+	}
+	var phases []string
+	for _, p := range pods.Items {
+		phase := string(p.Status.Phase)
+		if p.DeletionTimestamp != nil {
+			phase += " (terminating)"
+		}
+		if p.Spec.NodeName == "" {
+			phase += " (unscheduled)"
+		}
+		phases = append(phases, p.Name+" "+phase)
+	}
+	return fmt.Sprintf("pods [%s]", strings.Join(phases, ", "))
 }
 
 func describeWorkload(ctx context.Context, c client.Client, job *batchv1.Job) string {
