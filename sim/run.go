@@ -302,16 +302,19 @@ loop:
 	if err := count(ctx, c, rec); err != nil {
 		return nil, err
 	}
-	if rec.TimedOut {
-		// While the control plane still runs; rec.Jobs is filled once it has stopped.
-		r.mu.Lock()
-		var unfinished []*JobRecord
-		for _, j := range sc.Jobs {
-			if jr := r.jobs[j.Team+"/"+j.Name]; jr != nil && jr.Finished.IsZero() {
-				unfinished = append(unfinished, jr)
-			}
+	// The jobs' records (made as the recorder started), and those left unfinished, read
+	// while the recorder still runs and the control plane can say why.
+	var unfinished []*JobRecord
+	r.mu.Lock()
+	for _, j := range sc.Jobs {
+		jr := r.jobs[j.Team+"/"+j.Name]
+		rec.Jobs = append(rec.Jobs, jr)
+		if jr.Finished.IsZero() {
+			unfinished = append(unfinished, jr)
 		}
-		r.mu.Unlock()
+	}
+	r.mu.Unlock()
+	if rec.TimedOut {
 		rec.Unfinished = describeUnfinished(ctx, c, p, unfinished)
 		for _, l := range rec.Unfinished {
 			fmt.Fprintf(sc.Progress, "sim: %s: unfinished: %s\n", label, l)
@@ -324,9 +327,6 @@ loop:
 		rec.Faults = append(rec.Faults, f)
 	}
 	r.mu.Lock()
-	for _, j := range sc.Jobs {
-		rec.Jobs = append(rec.Jobs, r.jobs[j.Team+"/"+j.Name])
-	}
 	rec.Runs = r.runs
 	r.mu.Unlock()
 	return rec, nil

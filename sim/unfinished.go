@@ -15,7 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 	vcbatch "volcano.sh/apis/pkg/apis/batch/v1alpha1"
-	scheduling "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
+
+	"chamber.dev/chamber/integrations/volcano"
 )
 
 // describeUnfinished says, for each job a replay left unfinished at its timeout, what
@@ -58,12 +59,10 @@ func describeVolcanoJob(ctx context.Context, c client.Client, ns, name string) [
 	parts := []string{fmt.Sprintf("Volcano Job phase %s since %s, retryCount=%d version=%d pending=%d running=%d terminating=%d",
 		st.State.Phase, st.State.LastTransitionTime.Format(time.RFC3339), st.RetryCount, st.Version, st.Pending, st.Running, st.Terminating)}
 	pg := "no PodGroup"
-	for _, pgName := range []string{name + "-" + string(job.UID), name} {
-		var got scheduling.PodGroup
-		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: pgName}, &got); err == nil && metav1.IsControlledBy(&got, &job) {
-			pg = fmt.Sprintf("PodGroup %s phase %s", got.Name, got.Status.Phase)
-			break
-		}
+	if got, err := volcano.PodGroupOf(ctx, c, &job); err != nil {
+		pg = err.Error()
+	} else if got != nil {
+		pg = fmt.Sprintf("PodGroup %s phase %s", got.Name, got.Status.Phase)
 	}
 	return append(parts, pg, describePods(ctx, c, ns, vcbatch.JobNameKey, name))
 }

@@ -28,7 +28,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
@@ -105,9 +104,12 @@ type Resync struct {
 // Reconcile looks at one Volcano Job.
 func (r *Resync) Reconcile(ctx context.Context, job *batch.Job) (reconcile.Result, error) {
 	why, err := r.stalled(ctx, job)
-	if err != nil || why == "" {
-		r.forget(job.UID)
+	if err != nil {
 		return reconcile.Result{}, err
+	}
+	if why == "" {
+		r.forget(job.UID)
+		return reconcile.Result{}, nil
 	}
 	now := r.opts.Clock.Now()
 	// Stalled since the later of its phase's start and when it was first seen so:
@@ -150,17 +152,8 @@ func (r *Resync) stalled(ctx context.Context, job *batch.Job) (string, error) {
 		if job.Status.State.LastTransitionTime.IsZero() {
 			return "", nil // not initiated yet: Volcano has yet to write its first status
 		}
-		// Looked up as Volcano does: by the Job's name and UID, then by its name alone
-		// (older releases' name), from the cache.
-		for _, name := range []string{job.Name + "-" + string(job.UID), job.Name} {
-			var pg scheduling.PodGroup
-			err := r.client.Get(ctx, client.ObjectKey{Namespace: job.Namespace, Name: name}, &pg)
-			if err == nil && metav1.IsControlledBy(&pg, job) {
-				return "", nil
-			}
-			if err != nil && !apierrors.IsNotFound(err) {
-				return "", fmt.Errorf("get PodGroup %s/%s: %w", job.Namespace, name, err)
-			}
+		if pg, err := volcano.PodGroupOf(ctx, r.client, job); err != nil || pg != nil {
+			return "", err
 		}
 		return "no PodGroup: vc-scheduler has nothing to place", nil
 	case batch.Restarting:

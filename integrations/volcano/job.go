@@ -8,10 +8,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	batch "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 	bus "volcano.sh/apis/pkg/apis/bus/v1alpha1"
+	scheduling "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
 )
@@ -90,6 +92,23 @@ func PodsOf(ctx context.Context, c client.Reader, job *batch.Job) ([]corev1.Pod,
 		}
 	}
 	return out, nil
+}
+
+// PodGroupOf is the job's PodGroup, nil when it has none. It is looked up as
+// vc-controller-manager does: by the job's name and UID, then by its name alone (older
+// releases' name), and only one the job controls counts.
+func PodGroupOf(ctx context.Context, c client.Reader, job *batch.Job) (*scheduling.PodGroup, error) {
+	for _, name := range []string{job.Name + "-" + string(job.UID), job.Name} {
+		var pg scheduling.PodGroup
+		err := c.Get(ctx, client.ObjectKey{Namespace: job.Namespace, Name: name}, &pg)
+		if err == nil && metav1.IsControlledBy(&pg, job) {
+			return &pg, nil
+		}
+		if err != nil && !apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("get PodGroup %s/%s: %w", job.Namespace, name, err)
+		}
+	}
+	return nil, nil
 }
 
 // CurrentPod reports whether the pod is of the job's current generation: Volcano

@@ -143,15 +143,26 @@ func runningGang(g gomega.Gomega, job *batch.Job, n int) []corev1.Pod {
 
 // restartEvents counts Chamber's Events that it restarted the job.
 func restartEvents(g gomega.Gomega, job *batch.Job) int {
-	var list eventsv1.EventList
-	g.Expect(k8s.List(context.Background(), &list, client.InNamespace(job.Namespace))).To(gomega.Succeed())
 	n := 0
-	for _, e := range list.Items {
-		if e.Regarding.Kind == "Job" && e.Regarding.Name == job.Name && e.Reason == chamberkueue.ReasonGPUFault && e.ReportingController != "" {
+	for _, e := range jobEvents(g, job, chamberkueue.ReasonGPUFault) {
+		if e.ReportingController != "" {
 			n++
 		}
 	}
 	return n
+}
+
+// jobEvents are the Events (events.k8s.io) on the Volcano Job with the reason.
+func jobEvents(g gomega.Gomega, job *batch.Job, reason string) []eventsv1.Event {
+	var list eventsv1.EventList
+	g.Expect(k8s.List(context.Background(), &list, client.InNamespace(job.Namespace))).To(gomega.Succeed())
+	var out []eventsv1.Event
+	for _, e := range list.Items {
+		if e.Regarding.Kind == "Job" && e.Regarding.Name == job.Name && e.Reason == reason {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // newG is the test's gomega; when the test fails it logs the PodGroups and Events,

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/onsi/gomega"
-	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	batch "volcano.sh/apis/pkg/apis/batch/v1alpha1"
@@ -78,13 +77,9 @@ func TestStalledJobIsResumed(t *testing.T) {
 
 // resynced are the notes of the Events Chamber wrote on the job for resuming it.
 func resynced(g gomega.Gomega, job *batch.Job) []string {
-	var events eventsv1.EventList
-	g.Expect(k8s.List(context.Background(), &events, client.InNamespace(job.Namespace))).To(gomega.Succeed())
 	var notes []string
-	for _, e := range events.Items {
-		if e.Reason == resync.ReasonResynced && e.Regarding.Kind == "Job" && e.Regarding.Name == job.Name {
-			notes = append(notes, e.Note)
-		}
+	for _, e := range jobEvents(g, job, resync.ReasonResynced) {
+		notes = append(notes, e.Note)
 	}
 	return notes
 }
