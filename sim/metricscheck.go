@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"time"
@@ -16,6 +17,34 @@ type MetricCheck struct {
 	Chamber  float64
 	Measured float64
 	Agrees   bool
+}
+
+// metricsSettle bounds how long settledMetrics waits for Chamber's caches to see the
+// replay's last pod end: its informers and the recorder's watch get the same events, in
+// no fixed order between them.
+const metricsSettle = 10 * time.Second
+
+// settledMetrics runs checkMetrics until every check agrees or metricsSettle has
+// passed, and returns the last result: a gauge read the instant the last job ends can
+// still count that job's pod, and what the check asserts is that Chamber's view
+// converges on the API's, not that it is first to hear.
+func settledMetrics(ctx context.Context, r *recorder, sc *Scenario) []MetricCheck {
+	deadline := time.Now().Add(metricsSettle)
+	for {
+		checks := checkMetrics(r, sc)
+		agree := true
+		for _, c := range checks {
+			agree = agree && c.Agrees
+		}
+		if agree || time.Now().After(deadline) {
+			return checks
+		}
+		select {
+		case <-ctx.Done():
+			return checks
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // checkMetrics reads Chamber's metrics (controller-runtime's registry, where the

@@ -199,7 +199,7 @@ func renderReport(sc *Scenario, recs []*Recording, results []Result) string {
 		}
 		fmt.Fprintf(&b, "Chamber controllers in %s (`controllers.Names()`, each where the API it works through is served: "+
 			"Kueue's under Kueue, Volcano's under Volcano): %s.\n\n", rec.Policy.Title(), strings.Join(rec.Controllers, ", "))
-		b.WriteString("At the end of the replay, Chamber's metrics against the simulator's own measurement from the Pods and Jobs:\n\n")
+		fmt.Fprintf(&b, "At the end of the replay (once they agree, or after %v), Chamber's metrics against the simulator's own measurement from the Pods and Jobs:\n\n", metricsSettle)
 		t.header("metric", "Chamber", "measured", "agrees")
 		for _, c := range rec.MetricsCheck {
 			t.row(c.Metric, num(c.Chamber, 1), num(c.Measured, 1), map[bool]string{true: "yes", false: "**no**"}[c.Agrees])

@@ -293,7 +293,7 @@ loop:
 	rec.Wall = time.Since(rec.Start)
 	printProgress(sc, label, r.progress(), rec.Start)
 	if p.WithChamber() {
-		rec.MetricsCheck = checkMetrics(r, sc)
+		rec.MetricsCheck = settledMetrics(ctx, r, sc)
 	}
 	count := countAPIJobs
 	if p.OnVolcano() {
