@@ -54,32 +54,9 @@ func settledMetrics(ctx context.Context, r *recorder, sc *Scenario) []MetricChec
 // GPU-seconds may differ by the watch's lag at each pod's start and end, so they agree
 // within 10% or two seconds per GPU of each pod run.
 func checkMetrics(r *recorder, sc *Scenario) []MetricCheck {
-	families, err := metrics.Registry.Gather()
+	sum, err := chamberMetrics()
 	if err != nil {
 		return []MetricCheck{{Metric: "gather: " + err.Error()}}
-	}
-	byName := map[string]*dto.MetricFamily{}
-	for _, f := range families {
-		byName[f.GetName()] = f
-	}
-	sum := func(name string, match func(map[string]string) bool) float64 {
-		var v float64
-		for _, m := range byName[name].GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if match != nil && !match(labels) {
-				continue
-			}
-			switch {
-			case m.GetGauge() != nil:
-				v += m.GetGauge().GetValue()
-			case m.GetCounter() != nil:
-				v += m.GetCounter().GetValue()
-			}
-		}
-		return v
 	}
 	state := func(states ...string) func(map[string]string) bool {
 		return func(l map[string]string) bool {
@@ -122,4 +99,47 @@ func checkMetrics(r *recorder, sc *Scenario) []MetricCheck {
 		})
 	}
 	return checks
+}
+
+// chamberMetrics gathers Chamber's metrics (controller-runtime's registry) and returns
+// a function summing one metric's gauges or counters over the series match keeps
+// (every series when match is nil).
+func chamberMetrics() (func(name string, match func(labels map[string]string) bool) float64, error) {
+	families, err := metrics.Registry.Gather()
+	if err != nil {
+		return nil, err
+	}
+	byName := map[string]*dto.MetricFamily{}
+	for _, f := range families {
+		byName[f.GetName()] = f
+	}
+	return func(name string, match func(map[string]string) bool) float64 {
+		var v float64
+		for _, m := range byName[name].GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if match != nil && !match(labels) {
+				continue
+			}
+			switch {
+			case m.GetGauge() != nil:
+				v += m.GetGauge().GetValue()
+			case m.GetCounter() != nil:
+				v += m.GetCounter().GetValue()
+			}
+		}
+		return v
+	}, nil
+}
+
+// resyncedTotal is chamber_volcano_jobs_resynced_total over its phases, 0 where it
+// cannot be read.
+func resyncedTotal() float64 {
+	sum, err := chamberMetrics()
+	if err != nil {
+		return 0
+	}
+	return sum("chamber_volcano_jobs_resynced_total", nil)
 }

@@ -204,6 +204,10 @@ func renderReport(sc *Scenario, recs []*Recording, results []Result) string {
 		for _, c := range rec.MetricsCheck {
 			t.row(c.Metric, num(c.Chamber, 1), num(c.Measured, 1), map[bool]string{true: "yes", false: "**no**"}[c.Agrees])
 		}
+		if rec.Policy.OnVolcano() {
+			fmt.Fprintf(&b, "\nVolcano Jobs resumed after vc-controller-manager left them stalled (resync-volcano, "+
+				"`chamber_volcano_jobs_resynced_total`): %d.\n\n", rec.Resynced)
+		}
 	}
 	if !slices.ContainsFunc(recs, func(r *Recording) bool { return r.Policy.WithChamber() }) {
 		b.WriteString("No policy with Chamber ran.\n")

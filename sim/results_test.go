@@ -69,7 +69,11 @@ func TestWriteReport(t *testing.T) {
 	sc.OutDir = t.TempDir()
 	// A replay that timed out says what its unfinished jobs were.
 	rec.TimedOut, rec.Unfinished = true, []string{"a/nb: Job suspended=true active=0 ready=0 failed=0 conditions []; pods []; Workload job-nb active=false"}
-	path, err := WriteReport(sc, []*Recording{rec})
+	// The same run under Volcano + Chamber, which resumed two stalled Volcano Jobs.
+	vc := *rec
+	vc.Policy, vc.TimedOut, vc.Unfinished, vc.Resynced = PolicyVolcanoChamber, false, nil, 2
+	sc.Policies = append(sc.Policies, PolicyVolcanoChamber)
+	path, err := WriteReport(sc, []*Recording{rec, &vc})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +82,8 @@ func TestWriteReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range append(ReportTables, "| makespan / lower bound | 2h00m / 1h30m (x1.33) |", "| a | 2 | 4 | 2.00 |",
-		"left unfinished under "+rec.Policy.Title()+", as the API server had them at the timeout:\n\n- "+rec.Unfinished[0]+"\n") {
+		"left unfinished under "+rec.Policy.Title()+", as the API server had them at the timeout:\n\n- "+rec.Unfinished[0]+"\n",
+		"Volcano Jobs resumed after vc-controller-manager left them stalled (resync-volcano, `chamber_volcano_jobs_resynced_total`): 2.\n") {
 		if !strings.Contains(string(report), want) {
 			t.Errorf("the report has no %q", want)
 		}

@@ -98,6 +98,9 @@ type Recording struct {
 	// MetricsCheck compares Chamber's metrics with the API objects (PolicyChamber,
 	// PolicyVolcanoChamber).
 	MetricsCheck []MetricCheck
+	// Resynced counts the Volcano Jobs Chamber resumed after vc-controller-manager
+	// left them stalled (PolicyVolcanoChamber; chamber_volcano_jobs_resynced_total).
+	Resynced int
 	// APIJobs counts the Jobs in the API at the end, by outcome.
 	APIComplete, APIFailed, APIOther int
 	// TimedOut is set when jobs were left unfinished at the timeout; Unfinished
@@ -201,6 +204,9 @@ func runPolicy(ctx context.Context, sc *Scenario, p Policy, label string) (*Reco
 	}()
 
 	rec := &Recording{Policy: p}
+	// The process's registry keeps counting across policies: this run's resumes are
+	// the difference.
+	resyncedBefore := resyncedTotal()
 	teams, err := setUpTeams(ctx, c, sc, p)
 	if err != nil {
 		return nil, err
@@ -294,6 +300,9 @@ loop:
 	printProgress(sc, label, r.progress(), rec.Start)
 	if p.WithChamber() {
 		rec.MetricsCheck = settledMetrics(ctx, r, sc)
+	}
+	if p.WithChamber() && p.OnVolcano() {
+		rec.Resynced = int(resyncedTotal() - resyncedBefore)
 	}
 	count := countAPIJobs
 	if p.OnVolcano() {
