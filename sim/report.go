@@ -206,7 +206,10 @@ func renderReport(sc *Scenario, recs []*Recording, results []Result) string {
 		}
 		if rec.Policy.OnVolcano() {
 			fmt.Fprintf(&b, "\nVolcano Jobs resumed after vc-controller-manager left them stalled (resync-volcano, "+
-				"`chamber_volcano_jobs_resynced_total`): %d.\n\n", rec.Resynced)
+				"`chamber_volcano_jobs_resynced_total`): %d. A Job counts as stalled after %v of clock (%v simulated) Pending "+
+				"with no PodGroup or Restarting with no pod: on a busy machine some are Jobs Volcano would have synced a "+
+				"moment later, which the resume syncs the same way.\n\n",
+				rec.Resynced, resyncAfter(sc.Speedup), wallToSim(resyncAfter(sc.Speedup), sc.Speedup).Round(time.Second))
 		}
 	}
 	if !slices.ContainsFunc(recs, func(r *Recording) bool { return r.Policy.WithChamber() }) {

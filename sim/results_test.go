@@ -83,7 +83,7 @@ func TestWriteReport(t *testing.T) {
 	}
 	for _, want := range append(ReportTables, "| makespan / lower bound | 2h00m / 1h30m (x1.33) |", "| a | 2 | 4 | 2.00 |",
 		"left unfinished under "+rec.Policy.Title()+", as the API server had them at the timeout:\n\n- "+rec.Unfinished[0]+"\n",
-		"Volcano Jobs resumed after vc-controller-manager left them stalled (resync-volcano, `chamber_volcano_jobs_resynced_total`): 2.\n") {
+		"Volcano Jobs resumed after vc-controller-manager left them stalled (resync-volcano, `chamber_volcano_jobs_resynced_total`): 2. ") {
 		if !strings.Contains(string(report), want) {
 			t.Errorf("the report has no %q", want)
 		}

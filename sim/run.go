@@ -488,10 +488,7 @@ func startChamber(ctx context.Context, cp *controlplane.ControlPlane, sc *Scenar
 	// it is failed, spending the Job's backoffLimit. A floor of its own (it was 1 s of
 	// clock, 12 back-offs) lost jobs Kueue alone would not.
 	cfg.Isolation.KueueReplaces = controlPlaneTimer(isolation.DefaultKueueReplaces, sc.Speedup)
-	// How long a Volcano Job vc-controller-manager left stalled waits before Chamber
-	// resumes it, in simulated time, floored at half a second of clock: Volcano makes
-	// a PodGroup or sees a pod gone in milliseconds, but seconds on a busy machine.
-	cfg.Resync.After = max(simToWall(resync.DefaultAfter, sc.Speedup), 500*time.Millisecond)
+	cfg.Resync.After = resyncAfter(sc.Speedup)
 	if name, err := controllers.Setup(mgr, cfg); err != nil {
 		return fmt.Errorf("set up Chamber's controller %s: %w (a second Chamber run in one process registers its metrics twice)", name, err)
 	}
@@ -843,6 +840,15 @@ func printProgress(sc *Scenario, label string, pr progress, start time.Time) {
 }
 
 // simToWall and wallToSim convert between simulated and clock durations.
+// resyncAfter is how long a Volcano Job vc-controller-manager left stalled waits
+// before Chamber resumes it: its default in simulated time, floored at half a second
+// of clock. Volcano makes a PodGroup or sees a pod gone in milliseconds, but up to
+// seconds on a busy machine, so some of the simulator's resumes are of Jobs Volcano
+// would have synced a moment later; such a resume is the sync Volcano does itself.
+func resyncAfter(speedup float64) time.Duration {
+	return max(simToWall(resync.DefaultAfter, speedup), 500*time.Millisecond)
+}
+
 func simToWall(d time.Duration, speedup float64) time.Duration {
 	return time.Duration(float64(d) / speedup)
 }
