@@ -374,6 +374,18 @@ func TestJobRunsOnWorkerWithFreeGPUs(t *testing.T) {
 	t.Logf("submission on the manager to Complete there (kwok completes the pod after 10 s): %s", time.Since(submitted).Round(time.Millisecond))
 }
 
+// awaitAllFree waits until the manager's Chamber counts every GPU of cl free
+// (chamber_gpus{cluster}, from the fleet model its dispatcher reads): an earlier
+// test's pods, GPUNode or taint on cl are gone from the API when its cleanup returns,
+// but the manager's watch of the worker may still count them a moment later, and a
+// worker with no room by that count is not the one the dispatcher picks.
+func awaitAllFree(t *testing.T, cl *cluster) {
+	t.Helper()
+	g := gomega.NewWithT(t)
+	g.Eventually(func(g gomega.Gomega) map[string]float64 { return gpusByState(g, cl.name) }, time.Minute, 100*time.Millisecond).
+		Should(gomega.Equal(map[string]float64{"free": float64(cl.gpus)}), "the manager sees every GPU of %s free", cl.name)
+}
+
 // fill runs a job of gpus GPUs of cl's own on cl until the test ends, and waits
 // until its pod runs.
 func fill(t *testing.T, cl *cluster, gpus int) {
@@ -486,6 +498,7 @@ func TestCheaperWorkerWins(t *testing.T) {
 	}
 	t.Run("worker 2 cheaper", func(t *testing.T) {
 		job := managerJob("cheaper", 8, 5*time.Second)
+		awaitAllFree(t, worker2)
 		submit(t, job)
 		gomega.NewWithT(t).Expect(runsOn(t, job)).To(gomega.Equal(worker2.name), "worker 2's H100s cost 1.00 an hour, worker 1's 3.00")
 	})

@@ -50,6 +50,7 @@ func TestJobLeavesFailedWorker(t *testing.T) {
 	})
 
 	job := managerJob("moves", 4, 30*time.Second)
+	awaitAllFree(t, worker2)
 	submit(t, job)
 	g.Expect(runsOn(t, job)).To(gomega.Equal(worker2.name), "worker 2's H100s are the cheaper")
 
