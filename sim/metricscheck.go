@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
@@ -32,11 +33,8 @@ func settledMetrics(ctx context.Context, r *recorder, sc *Scenario) []MetricChec
 	deadline := time.Now().Add(metricsSettle)
 	for {
 		checks := checkMetrics(r, sc)
-		agree := true
-		for _, c := range checks {
-			agree = agree && c.Agrees
-		}
-		if agree || time.Now().After(deadline) {
+		disagree := slices.ContainsFunc(checks, func(c MetricCheck) bool { return !c.Agrees })
+		if !disagree || time.Now().After(deadline) {
 			return checks
 		}
 		select {
