@@ -12,6 +12,7 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 	batch "volcano.sh/apis/pkg/apis/batch/v1alpha1"
@@ -34,6 +35,14 @@ type JobRecord struct {
 	Submitted time.Time
 	// FirstRun is when a pod of the job was first seen running; zero if never.
 	FirstRun time.Time
+	// Waited is the clock time of the job's closed wait spells, WaitSpells how many
+	// began: every spell it wanted its GPUs without all its pods running (before its
+	// first run, after a preemption, an eviction, a fault, a pause), waitFrom when the
+	// open one began (zero when none is). An interactive session paused while its user
+	// is away is not waiting; from its user's resume, it is (waitingForGPUs).
+	Waited     time.Duration
+	WaitSpells int
+	waitFrom   time.Time
 	// Finished is when the Job was seen Complete or Failed; zero if not.
 	Finished time.Time
 	// Failed is true when the Job failed (its retries ran out): lost.
@@ -101,6 +110,38 @@ func (j *JobRecord) evicted(cause string, lost float64) {
 	j.LostBy[cause] += lost
 }
 
+// waitingForGPUs says whether the job wants GPUs it does not have: submitted, neither
+// finished nor done, not all its pods running, and not a session paused while its
+// user is away.
+func (j *JobRecord) waitingForGPUs() bool {
+	userAway := j.paused != "" && j.resumed.IsZero()
+	done := j.Progress != nil && j.Progress.Finished()
+	return !j.Submitted.IsZero() && j.Finished.IsZero() && !j.Ended && !done && j.Running < j.Pods && !userAway
+}
+
+// settleWait opens or closes the job's wait spell at now to match waitingForGPUs; the
+// recorder calls it after every change to the job.
+func (j *JobRecord) settleWait(now time.Time) {
+	switch waiting := j.waitingForGPUs(); {
+	case waiting && j.waitFrom.IsZero():
+		j.waitFrom = now
+		j.WaitSpells++
+	case !waiting && !j.waitFrom.IsZero():
+		j.Waited += max(now.Sub(j.waitFrom), 0)
+		j.waitFrom = time.Time{}
+	}
+}
+
+// TotalWait is the clock time the job waited for its GPUs up to end: its closed
+// spells and the open one.
+func (j *JobRecord) TotalWait(end time.Time) time.Duration {
+	w := j.Waited
+	if !j.waitFrom.IsZero() && end.After(j.waitFrom) {
+		w += end.Sub(j.waitFrom)
+	}
+	return w
+}
+
 // waitingSince is when the job last started waiting: its submission or its last pod's end.
 func (j *JobRecord) waitingSince() time.Time {
 	if j.lastEnd.After(j.Submitted) {
@@ -120,6 +161,8 @@ type PodRun struct {
 	Node       string
 	GPUs       []int
 	Start, End time.Time // End zero while it runs
+	// Grace is the pod's terminationGracePeriodSeconds.
+	Grace int64
 	// Latency is from the pod's creation to its running: the control plane's own
 	// start latency once the pod exists (kube-scheduler, kwok), plus any wait for
 	// room in plain Kubernetes, where pods are created at submission.
@@ -152,10 +195,14 @@ type recorder struct {
 	// namespace/name).
 	resume, end func(key string)
 	// start is simulated time 0 (set by begin); speedup converts the clock to it;
-	// sigterm is the notice of a pod deleted without Chamber's.
+	// sigterm is the notice of a pod deleted without a grace of its own: the pods'
+	// grace (Scenario.PodGrace), where the speed-up makes it less than the whole
+	// second Kubernetes counts.
 	start   time.Time
 	speedup float64
 	sigterm time.Duration
+	// clock is the time now (time.Now; a test's own clock).
+	clock func() time.Time
 	// scheduler is the cause of the evictions Chamber gave no notice of
 	// (EvictionByKueue, or EvictionByVolcano under the Volcano policies).
 	scheduler string
@@ -177,7 +224,7 @@ type recorder struct {
 
 func newRecorder(nodes map[string]*simNode, sc *Scenario, p Policy) *recorder {
 	r := &recorder{nodes: nodes, jobs: map[string]*JobRecord{}, pods: map[string]*PodRun{}, faulted: map[string]bool{}, outOfService: map[string]bool{},
-		created: map[string]time.Time{}, speedup: sc.Speedup, sigterm: sc.Work.SIGTERMGrace, scheduler: EvictionByKueue}
+		created: map[string]time.Time{}, speedup: sc.Speedup, sigterm: sc.PodGrace, scheduler: EvictionByKueue}
 	if p.OnVolcano() {
 		r.scheduler = EvictionByVolcano
 	}
@@ -186,6 +233,14 @@ func newRecorder(nodes map[string]*simNode, sc *Scenario, p Policy) *recorder {
 		r.jobs[j.Team+"/"+j.Name] = &JobRecord{Job: j, Progress: NewProgress(j.Work), Pods: podsOf(j, sc)}
 	}
 	return r
+}
+
+// now is the recorder's clock: when it sees a change.
+func (r *recorder) now() time.Time {
+	if r.clock != nil {
+		return r.clock()
+	}
+	return time.Now()
 }
 
 // begin sets simulated time 0.
@@ -293,7 +348,7 @@ func (r *recorder) workload(o any) {
 	}
 	e, requested := chamberkueue.RequestedEviction(wl)
 	paused := idlereclaim.Paused(wl)
-	now := time.Now()
+	now := r.now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	job := r.jobs[wl.Namespace+"/"+ref.Name]
@@ -321,6 +376,7 @@ func (r *recorder) workload(o any) {
 	case !paused && job.paused != "":
 		job.paused = "" // its user's resume landed, or Chamber resumed it first
 	}
+	job.settleWait(now)
 }
 
 // returnUsers is the users of interactive sessions Chamber paused (reclaimed for a
@@ -348,6 +404,7 @@ func (r *recorder) returnUsers(now time.Time) {
 			j.resumed = now
 			resume = append(resume, j.Job.Team+"/"+j.paused)
 		}
+		j.settleWait(now)
 	}
 	r.mu.Unlock()
 	for _, key := range resume {
@@ -364,6 +421,7 @@ func (r *recorder) submitted(key string, at time.Time) {
 	defer r.mu.Unlock()
 	if j := r.jobs[key]; j != nil {
 		j.Submitted = at
+		j.settleWait(at)
 	}
 }
 
@@ -372,7 +430,7 @@ func (r *recorder) job(o any) {
 	if !ok {
 		return
 	}
-	now := time.Now()
+	now := r.now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	rec := r.jobs[job.Namespace+"/"+job.Name]
@@ -389,6 +447,7 @@ func (r *recorder) job(o any) {
 			r.done++
 		}
 	}
+	rec.settleWait(now)
 }
 
 func (r *recorder) pod(o any, deleted bool) {
@@ -404,7 +463,7 @@ func (r *recorder) pod(o any, deleted bool) {
 	// A terminating pod keeps its GPUs until it is gone, for kube-scheduler and Kueue
 	// as on a real node: it ends when deleted or when it succeeds or fails.
 	ended := deleted || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
-	now := time.Now()
+	now := r.now()
 
 	r.mu.Lock()
 	run := r.pods[key]
@@ -420,7 +479,8 @@ func (r *recorder) pod(o any, deleted bool) {
 		}
 		count, _ := strconv.Atoi(pod.Annotations[annotationGPUs])
 		gpus, ok := n.place(key, count, job.Job.Util)
-		run = &PodRun{Job: job, Node: n.name, GPUs: gpus, Start: now, Latency: now.Sub(r.created[key])}
+		run = &PodRun{Job: job, Node: n.name, GPUs: gpus, Start: now, Latency: now.Sub(r.created[key]),
+			Grace: ptr.Deref(pod.Spec.TerminationGracePeriodSeconds, corev1.DefaultTerminationGracePeriodSeconds)}
 		delete(r.created, key)
 		r.pods[key] = run
 		r.runs = append(r.runs, run)
@@ -439,6 +499,7 @@ func (r *recorder) pod(o any, deleted bool) {
 		if !ok {
 			// The pod landed on a GPU that a fault broke: the job crashes at start.
 			r.faulted[key] = true
+			job.settleWait(now)
 			r.mu.Unlock()
 			r.kill(key)
 			return
@@ -500,13 +561,18 @@ func (r *recorder) pod(o any, deleted bool) {
 			run.Job.Progress.Start(t)
 		}
 	}
+	if run != nil {
+		run.Job.settleWait(now)
+	} else if job != nil {
+		job.settleWait(now)
+	}
 	r.mu.Unlock()
 }
 
 // sigtermOf is the notice a deleted pod got: its deletion's grace period in simulated
-// time. The simulator's own pods ask for none (hours of simulated time at the
-// speed-up); they stand for pods with Kubernetes' default, the model's SIGTERMGrace.
-// A pod whose grace Chamber raised to its team's eviction grace gets that.
+// time, at least the pods' own (Scenario.PodGrace), which a pod carries as 0 where it
+// is under a second of clock (podGraceSeconds). A pod whose grace Chamber raised to
+// its team's eviction grace gets that.
 func (r *recorder) sigtermOf(pod *corev1.Pod) time.Duration {
 	if g := pod.DeletionGracePeriodSeconds; g != nil && *g > 0 {
 		return max(r.sigterm, wallToSim(time.Duration(*g)*time.Second, r.speedup))
@@ -661,7 +727,7 @@ type Sample struct {
 func (r *recorder) sample(idleBelow uint32) Sample {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	s := Sample{At: time.Now(), TeamAllocated: map[string]int{}, TeamDemand: map[string]int{}, IdleByKind: map[Kind]float64{}}
+	s := Sample{At: r.now(), TeamAllocated: map[string]int{}, TeamDemand: map[string]int{}, IdleByKind: map[Kind]float64{}}
 	var read, used, idle float64
 	for _, run := range r.pods {
 		n := r.nodes[run.Node]

@@ -109,7 +109,9 @@ func renderReport(sc *Scenario, recs []*Recording, results []Result) string {
 		return fmt.Sprintf("%s / %s, %s, %s", num(r.IdleWhileQueued, 1), num(r.IdleByKind[KindTraining], 1),
 			num(r.IdleByKind[KindInteractive], 1), num(r.IdleByKind[KindStuck], 1))
 	})
-	line("queue wait p50 / p99 (all jobs)", func(r Result) string { return waitCell(r.Waits[""]) })
+	line("total wait p50 / p99 (all jobs, every spell without its GPUs)", func(r Result) string { return waitCell(r.TotalWaits[""]) })
+	line("time to first run p50 / p99 (all jobs)", func(r Result) string { return waitCell(r.Waits[""]) })
+	line("wait spells (before the first run, after each stop)", func(r Result) string { return fmt.Sprint(r.WaitSpells) })
 	line("Jain's index of team share / fair share", func(r Result) string { return num(r.Jain, 3) })
 	line("makespan / lower bound", func(r Result) string {
 		return fmt.Sprintf("%s / %s (x%s)", hours(r.Makespan), hours(r.LowerBound), num(float64(r.Makespan)/float64(r.LowerBound), 2))
@@ -135,8 +137,10 @@ func renderReport(sc *Scenario, recs []*Recording, results []Result) string {
 	line("cost / idle cost", func(r Result) string { return fmt.Sprintf("$%s / $%s", num(r.Cost, 0), num(r.IdleCost, 0)) })
 	b.WriteString("\n![GPUs allocated and used](" + plotAllocation + ")\n\n![Queue depth](" + plotQueue + ")\n\n![Queue wait CDF](" + plotWaitCDF + ")\n\n")
 
-	b.WriteString(ReportTables[1] + "\n\nQueue wait is from the Job's creation to its first pod running, p50 / p99, simulated time.\n\n")
-	head = []string{"tier", "jobs"}
+	b.WriteString(ReportTables[1] + "\n\nTotal wait is every spell a job wanted its GPUs without all its pods running: before its first run, " +
+		"and after each preemption, eviction, fault or pause (a notebook paused while its user is away is not waiting). " +
+		"Time to first run is from the Job's creation to its first pod running. p50 / p99, simulated time.\n\n")
+	head = []string{"tier", "jobs", "wait"}
 	for _, r := range results {
 		head = append(head, r.Policy.Title())
 	}
@@ -148,11 +152,19 @@ func renderReport(sc *Scenario, recs []*Recording, results []Result) string {
 				n++
 			}
 		}
-		cells := []string{tier, fmt.Sprint(n)}
-		for _, r := range results {
-			cells = append(cells, waitCell(r.Waits[tier]))
+		for _, w := range []struct {
+			name  string
+			waits func(r Result) []float64
+		}{
+			{"total", func(r Result) []float64 { return r.TotalWaits[tier] }},
+			{"to first run", func(r Result) []float64 { return r.Waits[tier] }},
+		} {
+			cells := []string{tier, fmt.Sprint(n), w.name}
+			for _, r := range results {
+				cells = append(cells, waitCell(w.waits(r)))
+			}
+			t.row(cells...)
 		}
-		t.row(cells...)
 	}
 
 	b.WriteString("\n" + ReportTables[2] + "\n\n" +
@@ -180,13 +192,13 @@ func renderReport(sc *Scenario, recs []*Recording, results []Result) string {
 	}
 
 	b.WriteString("\n" + ReportTables[3] + "\n\n")
-	fmt.Fprintf(&b, "GPU faults at %g per 1000 GPU-hours (simulated), each repaired after %s: a random healthy GPU raises XID 79 "+
+	fmt.Fprintf(&b, "GPU faults at %s, simulated time, each repaired after %s: a random healthy GPU raises XID 79 "+
 		"(fallen off the bus) or XID 48 (double-bit ECC) on the fake NVML its agent reads; the pod holding it is killed "+
 		"(deleted, so its Job retries up to %d times, then is lost); the node's allocatable GPUs drop by one until the repair, as "+
 		"NVIDIA's device plugin does, under every policy. A pod placed where only a broken GPU is left crashes at start. "+
 		"The repair of an XID 79 reboots the node (its catalog action), killing every pod still on it, under every policy; "+
 		"an XID 48's resets the GPU alone.\n\n",
-		sc.FaultsPer1000GPUHours, hours(sc.RepairTime), sc.BackoffLimit)
+		FaultRateText(sc.FaultsPer1000GPUHours), hours(sc.RepairTime), sc.BackoffLimit)
 	t.header("policy", "faults", "pods killed", "jobs restarted", "jobs lost")
 	for _, r := range results {
 		t.row(r.Policy.Title(), fmt.Sprint(r.Faults), fmt.Sprint(r.FaultKills), fmt.Sprint(r.Restarted), fmt.Sprint(r.Lost))
@@ -234,6 +246,7 @@ func renderReport(sc *Scenario, recs []*Recording, results []Result) string {
 		num(totalGPUHours(sc.Jobs), 0), hours(sc.Jobs[len(sc.Jobs)-1].Submit), num(totalGPUHours(sc.Jobs)/float64(sc.GPUs())/math.Max(sc.Jobs[len(sc.Jobs)-1].Submit.Hours(), 1e-9), 2)))
 	t.row("speed-up", fmt.Sprintf("%gx (1 s of clock = %s simulated)", sc.Speedup, wallToSim(time.Second, sc.Speedup)))
 	t.row("price", fmt.Sprintf("$%.2f per GPU-hour", sc.PricePerGPUHour))
+	t.row("pods' terminationGracePeriodSeconds, every policy", fmt.Sprintf("%s: %d s of clock", PodGraceText(sc.PodGrace), podGraceSeconds(sc)))
 	kinds := map[Kind]int{}
 	for _, j := range sc.Jobs {
 		kinds[j.Work.Kind]++
@@ -294,9 +307,12 @@ const methodText = `## Method
   it; a checkpoint takes 30 s to 3 minutes to write. A pod killed by a GPU fault (no notice)
   throws away the progress since the last checkpoint. An eviction gives notice: Chamber's
   (its eviction request on the Workload, then the grace period; none for a notebook
-  reclaimed for idleness, which Chamber evicts at once) or, for Kueue's preemption,
-  the pod's SIGTERM grace: Kubernetes' default 30 s, or under Chamber the team's eviction
-  grace, which Chamber gives the team's pods. A job whose checkpoint write fits in its
+  reclaimed for idleness, which Chamber evicts at once) or, for Kueue's or Volcano's
+  preemption, the pod's SIGTERM grace, its terminationGracePeriodSeconds: under every
+  policy the scenario's baseline pod grace (by default Chamber's team eviction grace, as
+  a user whose jobs checkpoint on SIGTERM sets it without Chamber; ` + "`--baseline-grace 30s`" + `
+  gives Kubernetes' default, the weaker baseline), under Chamber at least the team's
+  eviction grace. A job whose checkpoint write fits in its
   notice keeps its progress (on SIGTERM it writes it and exits, holding its GPUs
   meanwhile), others go back to their last checkpoint (a hung job holds its GPUs to the
   grace's end). Under Chamber
@@ -342,8 +358,20 @@ const methodText = `## Method
   free GPUs; "while jobs are queued" means while at least one is. Allocation counts the GPUs of
   running pods; utilization is each held GPU's last NVML reading by its agent (polled every
   0.5 s), taken only once the agent has read it since its pod started.
-- **Kueue alone** gets the ClusterQueues, Cohort, ResourceFlavors, LocalQueues and priority
-  classes that Chamber compiles from the same GPUPool and Teams, created directly.
+- **Kueue alone** is Kueue as a skilled user runs it: the ClusterQueues, Cohort,
+  ResourceFlavors, LocalQueues and priority classes that Chamber compiles from the same
+  GPUPool and Teams, created directly (each team's quota in one Cohort, borrowing and
+  lending, preemption withinClusterQueue LowerPriority and reclaimWithinCohort Any,
+  topology-aware placement at the node level); Kueue's fair sharing on (preemption
+  strategies LessThanOrEqualToFinalShare, LessThanInitialShare); the pods' grace as
+  above, the same as Chamber's teams get. waitForPodsReady is off under both Kueue
+  policies (the same Kueue configuration runs under each): its timeout, scaled to
+  simulated time, would be seconds of clock, within what a loaded control plane takes
+  to start a pod.
+- **Waits.** A job's total wait is every spell it wanted its GPUs without all its pods
+  running: before its first run and after each preemption, eviction, fault or pause. A
+  notebook Chamber paused while its user is away is not waiting; from its user's
+  resume it is. The time to first run is reported beside it.
   **Plain Kubernetes** Jobs carry no queue name, so Kueue would ignore them; kube-scheduler
   places them first come, first served, with no quotas or priorities.
 - **Volcano alone** gets the Queues (one per team: deserved = its quota, reclaimable) and the

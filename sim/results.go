@@ -28,9 +28,15 @@ type Result struct {
 	// have given to someone).
 	IdleByKind      map[Kind]float64
 	IdleWhileQueued float64
-	// Waits are every job's queue wait (submission to first pod running), in hours,
-	// by tier ("" for all).
+	// Waits are every job's time to first run (submission to its first pod running),
+	// in hours, by tier ("" for all).
 	Waits map[string][]float64
+	// TotalWaits are every job's total wait, in hours, by tier: every spell it wanted
+	// its GPUs without all its pods running, before its first run and after each
+	// preemption, eviction, fault or pause (JobRecord.Waited). A notebook paused
+	// while its user is away is not waiting. WaitSpells counts the spells of all jobs.
+	TotalWaits map[string][]float64
+	WaitSpells int
 	// Jain is Jain's index of the teams' allocation over their fair share, averaged
 	// over the time jobs were queued.
 	Jain float64
@@ -78,10 +84,20 @@ type Result struct {
 
 // Analyze computes a policy's figures from its recording.
 func Analyze(sc *Scenario, rec *Recording) Result {
-	res := Result{Policy: rec.Policy, Jobs: len(rec.Jobs), Waits: map[string][]float64{}, TeamShare: map[string]float64{},
+	res := Result{Policy: rec.Policy, Jobs: len(rec.Jobs), Waits: map[string][]float64{}, TotalWaits: map[string][]float64{}, TeamShare: map[string]float64{},
 		IdleByKind: map[Kind]float64{}, EvictionsBy: map[string]int{}, LostBy: map[string]float64{}}
 	toSim := func(t time.Time) time.Duration { return wallToSim(t.Sub(rec.Start), sc.Speedup) }
 	end := rec.Start
+	for _, j := range rec.Jobs {
+		if j.Finished.After(end) {
+			end = j.Finished
+		}
+	}
+	// The open wait spells of jobs left unfinished run to the last sample.
+	waitEnd := end
+	if n := len(rec.Samples); n > 0 && rec.Samples[n-1].At.After(waitEnd) {
+		waitEnd = rec.Samples[n-1].At
+	}
 	for _, j := range rec.Jobs {
 		switch {
 		case j.Finished.IsZero():
@@ -91,13 +107,16 @@ func Analyze(sc *Scenario, rec *Recording) Result {
 		default:
 			res.Complete++
 		}
-		if j.Finished.After(end) {
-			end = j.Finished
-		}
 		if !j.FirstRun.IsZero() && !j.Submitted.IsZero() {
 			w := max(wallToSim(j.FirstRun.Sub(j.Submitted), sc.Speedup), 0).Hours()
 			res.Waits[""] = append(res.Waits[""], w)
 			res.Waits[j.Job.Tier] = append(res.Waits[j.Job.Tier], w)
+		}
+		if !j.Submitted.IsZero() {
+			w := wallToSim(j.TotalWait(waitEnd), sc.Speedup).Hours()
+			res.TotalWaits[""] = append(res.TotalWaits[""], w)
+			res.TotalWaits[j.Job.Tier] = append(res.TotalWaits[j.Job.Tier], w)
+			res.WaitSpells += j.WaitSpells
 		}
 		if j.Job.Work.Kind != KindInteractive {
 			res.UsefulWork += float64(j.Job.GPUs) * j.Job.Work.Work.Hours()

@@ -407,7 +407,7 @@ func setUpTeams(ctx context.Context, c client.Client, sc *Scenario, p Policy) ([
 			// The operator opts the teams' notebooks in to an idle time limit.
 			pool.Spec.IdleReclaim.InteractiveIdleLimit = &metav1.Duration{Duration: max(simToWall(sc.InteractiveIdleLimit, sc.Speedup), 2*time.Second)}
 		}
-		pool.Spec.Eviction = &chamber.EvictionPolicy{GracePeriod: &metav1.Duration{Duration: max(simToWall(EvictionGrace, sc.Speedup), 500*time.Millisecond)}}
+		pool.Spec.Eviction = &chamber.EvictionPolicy{GracePeriod: &metav1.Duration{Duration: chamberGrace(sc.Speedup)}}
 		// The circuit breaker's window in simulated time too: five minutes of clock
 		// would be ten simulated hours, a whole run, in which any two faults on two of
 		// the four nodes would open the breaker and stop isolation for good.
@@ -633,11 +633,10 @@ func podTemplate(j *Job, sc *Scenario) corev1.PodTemplateSpec {
 		}},
 		Spec: corev1.PodSpec{
 			RestartPolicy: corev1.RestartPolicyNever,
-			// No grace of its own: Kubernetes' default 30 s would be an hour of
-			// simulated time. A pod deleted with no grace stands for one with the
-			// default (the work model's SIGTERMGrace); where Chamber raises it to
-			// the team's eviction grace, the pod gets that (recorder.sigtermOf).
-			TerminationGracePeriodSeconds: ptr.To[int64](0),
+			// The scenario's pod grace in clock seconds (podGraceSeconds); where
+			// Chamber raises it to the team's eviction grace, the pod gets that
+			// (recorder.sigtermOf).
+			TerminationGracePeriodSeconds: ptr.To(podGraceSeconds(sc)),
 			Containers: []corev1.Container{{
 				Name: "train", Image: "sim.chamber.dev/train",
 				Resources: corev1.ResourceRequirements{
@@ -647,6 +646,38 @@ func podTemplate(j *Job, sc *Scenario) corev1.PodTemplateSpec {
 			}},
 		},
 	}
+}
+
+// DefaultPodGrace is the bench's baseline pod grace: the same as Chamber's team
+// eviction grace, as a Kueue or Volcano user whose jobs checkpoint on SIGTERM sets
+// terminationGracePeriodSeconds without Chamber. KubernetesPodGrace is Kubernetes'
+// default, the weaker baseline (--baseline-grace 30s).
+const (
+	DefaultPodGrace    = EvictionGrace
+	KubernetesPodGrace = time.Duration(corev1.DefaultTerminationGracePeriodSeconds) * time.Second
+)
+
+// chamberGrace is the team eviction grace Chamber is given under the policies with
+// Chamber, in clock time: EvictionGrace at the speed-up, floored at what the control
+// plane can act on.
+func chamberGrace(speedup float64) time.Duration {
+	return max(simToWall(EvictionGrace, speedup), 500*time.Millisecond)
+}
+
+// podGraceSeconds is the terminationGracePeriodSeconds of the scenario's pods: its
+// PodGrace in clock time, rounded up to whole seconds. At the default (the team's
+// eviction grace) it is exactly what Chamber's grace policy gives the teams' pods,
+// chamberGrace rounded up. Another grace under a second of clock (Kubernetes' 30 s at
+// a speed-up over 30) is 0 on the pod, and the recorder counts its notice as PodGrace.
+func podGraceSeconds(sc *Scenario) int64 {
+	wall := simToWall(sc.PodGrace, sc.Speedup)
+	switch {
+	case sc.PodGrace == EvictionGrace:
+		wall = chamberGrace(sc.Speedup)
+	case wall < time.Second:
+		return 0
+	}
+	return int64((wall + time.Second - 1) / time.Second)
 }
 
 // injectFaults breaks random healthy GPUs at the scenario's rate (a Poisson process in

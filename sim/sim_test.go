@@ -14,7 +14,10 @@ import (
 // Philly trace on one 8-GPU node, under every policy (Kueue's and Volcano's), with a
 // GPU fault or two. It checks that every job finishes, that the simulator's watch
 // agrees with the Jobs in the API server and Chamber's metrics with both, and that the
-// report has every table and plot. It asserts no figure: those are what the simulator is for. About four minutes.
+// report has every table and plot, that the baseline's pods carry the pod grace the
+// report names (Chamber's team grace) and that a training job Kueue alone preempts
+// keeps its progress within it. It asserts no figure: those are what the simulator is
+// for. About four minutes.
 func TestShortScenario(t *testing.T) {
 	trace, bad, err := ReadTraceFile("testdata/philly_slice.csv", false)
 	if err != nil || len(bad) > 0 {
@@ -25,7 +28,7 @@ func TestShortScenario(t *testing.T) {
 		t.Fatal(err)
 	}
 	sc := &Scenario{
-		Jobs: jobs, Nodes: []NodeGroup{{Count: 1, GPUs: 8, Product: "NVIDIA-H100-80GB-HBM3", Fake: "dgxh100"}},
+		Jobs: jobs, PodGrace: DefaultPodGrace, Nodes: []NodeGroup{{Count: 1, GPUs: 8, Product: "NVIDIA-H100-80GB-HBM3", Fake: "dgxh100"}},
 		Speedup: 600, FaultsPer1000GPUHours: 60, RepairTime: 30 * time.Minute, PricePerGPUHour: 2.49,
 		IdleBelowPercent: 5, BackoffLimit: 3, SampleEvery: 500 * time.Millisecond, Timeout: 2 * time.Minute,
 		Policies: []Policy{PolicyKubernetes, PolicyKueue, PolicyChamber}, OutDir: t.TempDir(), MetricsAddr: "0", Seed: 1, InteractiveIdleLimit: InteractiveIdleLimit,
@@ -69,6 +72,26 @@ func TestShortScenario(t *testing.T) {
 				t.Errorf("%s: job %s submitted at %v and first running at %v by the watch, created at %v by the API",
 					rec.Policy, j.Job.Name, j.Submitted, j.FirstRun, j.APICreated)
 			}
+		}
+		grace := podGraceSeconds(sc)
+		for _, run := range rec.Runs {
+			if run.Grace < grace || (!rec.Policy.WithChamber() && run.Grace != grace) {
+				t.Errorf("%s: a pod of job %s ran with terminationGracePeriodSeconds %d, want the baseline's %d", rec.Policy, run.Job.Job.Name, run.Grace, grace)
+				break
+			}
+		}
+		if rec.Policy == PolicyKueue {
+			preempted := 0
+			for _, j := range rec.Jobs {
+				if j.EvictionsBy[EvictionByKueue] == 0 || j.Job.Work.Kind != KindTraining {
+					continue
+				}
+				preempted++
+				if lost := j.LostBy[EvictionByKueue]; lost > 0 {
+					t.Errorf("Kueue alone preempted training job %s (checkpoint write %s) with %d s of grace, and it lost %.2f GPU-hours", j.Job.Name, j.Job.Work.CheckpointWrite, grace, lost)
+				}
+			}
+			t.Logf("Kueue alone preempted %d training jobs", preempted)
 		}
 		if complete != rec.APIComplete || failed != rec.APIFailed || rec.APIOther != 0 {
 			t.Errorf("%s: the watch saw %d complete and %d failed Jobs; the API has %d complete, %d failed, %d other",

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"math"
+	"math/rand/v2"
 	"slices"
 )
 
@@ -81,4 +82,109 @@ func FairShares(capacity float64, weights, demands []float64) []float64 {
 		left -= given
 	}
 	return out
+}
+
+// Paired is one figure compared over paired runs (the same slice and seed under a
+// policy and its baseline): per run the ratio policy / baseline (or, for a figure
+// compared by difference, policy - baseline), their geometric mean (mean) with a 95%
+// bootstrap interval, and the runs won, lost and tied.
+type Paired struct {
+	// N is the runs where both policies have the figure; Compared those in Mean (a
+	// ratio needs both values positive, or both 0, which is a ratio of 1).
+	N, Compared int
+	// Wins, Losses and Ties count the runs where the policy's figure is better, worse
+	// or the same at the figure's precision.
+	Wins, Losses, Ties int
+	// Mean is the geometric mean of the ratios (the mean of the differences), Lo and
+	// Hi its 95% bootstrap interval; NaN with no run compared.
+	Mean, Lo, Hi float64
+	// Difference is set for a figure compared by difference.
+	Difference bool
+}
+
+// BootstrapResamples is how many resamples the bootstrap interval takes; its seed is
+// fixed, so the same runs give the same interval.
+const BootstrapResamples = 10000
+
+// PairRuns compares a policy's values with its baseline's, run by run (base[i] and
+// policy[i] are the same run; NaN where a run lacks the figure). better says whether
+// a is better than b; same whether they are the same at the figure's precision.
+func PairRuns(base, policy []float64, difference bool, better, same func(a, b float64) bool) Paired {
+	p := Paired{Difference: difference, Mean: math.NaN(), Lo: math.NaN(), Hi: math.NaN()}
+	var xs []float64
+	for i := range base {
+		b, c := base[i], policy[i]
+		if math.IsNaN(b) || math.IsNaN(c) {
+			continue
+		}
+		p.N++
+		switch {
+		case same(c, b):
+			p.Ties++
+		case better(c, b):
+			p.Wins++
+		default:
+			p.Losses++
+		}
+		switch {
+		case difference:
+			xs = append(xs, c-b)
+		case b == 0 && c == 0:
+			xs = append(xs, 0)
+		case b > 0 && c > 0:
+			xs = append(xs, math.Log(c/b))
+		}
+	}
+	p.Compared = len(xs)
+	if len(xs) == 0 {
+		return p
+	}
+	p.Mean, p.Lo, p.Hi = bootstrapMean(xs)
+	if !difference {
+		p.Mean, p.Lo, p.Hi = math.Exp(p.Mean), math.Exp(p.Lo), math.Exp(p.Hi)
+	}
+	return p
+}
+
+// bootstrapMean is the mean of xs and its 95% percentile bootstrap interval.
+func bootstrapMean(xs []float64) (mean, lo, hi float64) {
+	mean = sum(xs) / float64(len(xs))
+	rnd := rand.New(rand.NewPCG(1, 2))
+	means := make([]float64, BootstrapResamples)
+	for k := range means {
+		var s float64
+		for range xs {
+			s += xs[rnd.IntN(len(xs))]
+		}
+		means[k] = s / float64(len(xs))
+	}
+	return mean, Percentile(means, 2.5), Percentile(means, 97.5)
+}
+
+func sum(xs []float64) float64 {
+	var s float64
+	for _, x := range xs {
+		s += x
+	}
+	return s
+}
+
+// Verdict is "beats", "loses" or "ties": beats only where the interval lies wholly
+// on the better side of no change (a ratio of 1, a difference of 0).
+func (p Paired) Verdict(higherIsBetter bool) string {
+	none := 1.0
+	if p.Difference {
+		none = 0
+	}
+	if p.Compared == 0 {
+		return "-"
+	}
+	below, above := p.Hi < none, p.Lo > none
+	switch {
+	case below && !higherIsBetter, above && higherIsBetter:
+		return "beats"
+	case below, above:
+		return "loses"
+	}
+	return "ties"
 }

@@ -114,3 +114,47 @@ func seq(n int) []float64 {
 	}
 	return out
 }
+
+// Paired runs: the geometric mean of the ratios with its bootstrap interval, the
+// runs won, lost and tied, and a verdict of "beats" only where the interval excludes
+// no change.
+func TestPairRuns(t *testing.T) {
+	lower := func(a, b float64) bool { return a < b }
+	same := func(a, b float64) bool { return a == b }
+	near := func(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+
+	halved := PairRuns([]float64{10, 20, 40}, []float64{5, 10, 20}, false, lower, same)
+	if !near(halved.Mean, 0.5) || !near(halved.Lo, 0.5) || !near(halved.Hi, 0.5) || halved.Wins != 3 || halved.Verdict(false) != "beats" {
+		t.Errorf("every run halved: %+v, verdict %s; want 0.5 [0.5, 0.5], 3 wins, beats", halved, halved.Verdict(false))
+	}
+	if halved.Verdict(true) != "loses" {
+		t.Errorf("every run halved, a figure better higher: %s, want loses", halved.Verdict(true))
+	}
+
+	mixed := PairRuns([]float64{10, 10, 10, 10}, []float64{5, 20, 10, 8}, false, lower, same)
+	if want := math.Pow(0.8, 0.25); !near(mixed.Mean, want) {
+		t.Errorf("ratios 0.5, 2, 1, 0.8: geometric mean %g, want %g", mixed.Mean, want)
+	}
+	if !(mixed.Lo < mixed.Mean && mixed.Mean < mixed.Hi && mixed.Lo < 1 && mixed.Hi > 1) {
+		t.Errorf("ratios 0.5, 2, 1, 0.8: interval [%g, %g] around %g, want it to hold 1", mixed.Lo, mixed.Hi, mixed.Mean)
+	}
+	if mixed.Wins != 2 || mixed.Losses != 1 || mixed.Ties != 1 || mixed.Verdict(false) != "ties" {
+		t.Errorf("ratios 0.5, 2, 1, 0.8: %d/%d/%d, %s; want 2/1/1, ties", mixed.Wins, mixed.Losses, mixed.Ties, mixed.Verdict(false))
+	}
+	if again := PairRuns([]float64{10, 10, 10, 10}, []float64{5, 20, 10, 8}, false, lower, same); again != mixed {
+		t.Errorf("the same runs twice: %+v, then %+v; want the same interval", mixed, again)
+	}
+
+	worse := PairRuns([]float64{1, 2, 3}, []float64{2, 3, 4}, true, lower, same)
+	if !near(worse.Mean, 1) || !near(worse.Lo, 1) || !near(worse.Hi, 1) || worse.Verdict(false) != "loses" {
+		t.Errorf("a minute more in every run: %+v, %s; want +1 [+1, +1], loses", worse, worse.Verdict(false))
+	}
+
+	zeros := PairRuns([]float64{0, 0, math.NaN(), 4}, []float64{0, 3, 1, 2}, false, lower, same)
+	if zeros.N != 3 || zeros.Compared != 2 || zeros.Ties != 1 || zeros.Losses != 1 || zeros.Wins != 1 || !near(zeros.Mean, math.Sqrt(0.5)) {
+		t.Errorf("0 and 0 (a ratio of 1), 0 and 3 (no ratio), a run without the figure, 4 and 2: %+v", zeros)
+	}
+	if none := PairRuns([]float64{0}, []float64{1}, false, lower, same); none.Compared != 0 || none.Verdict(false) != "-" {
+		t.Errorf("no ratio to take: %+v, %s", none, none.Verdict(false))
+	}
+}

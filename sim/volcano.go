@@ -112,7 +112,7 @@ func (r *recorder) vcjob(o any) {
 		return
 	}
 	req, requested := volcano.RequestOf(job)
-	now := time.Now()
+	now := r.now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	rec := r.jobs[job.Namespace+"/"+job.Name]
@@ -139,6 +139,7 @@ func (r *recorder) vcjob(o any) {
 		rec.Finished, rec.Failed = now, true
 		r.done++
 	}
+	rec.settleWait(now)
 }
 
 // countVolcanoJobs counts the Volcano Jobs in the API server by outcome.

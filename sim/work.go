@@ -61,10 +61,6 @@ type WorkModel struct {
 	HangAt, HangShare [2]float64
 	// ActiveSpell and IdleSpell are the mean spell lengths of interactive sessions.
 	ActiveSpell, IdleSpell time.Duration
-	// SIGTERMGrace is the notice a pod gets when it is deleted without Chamber's
-	// notice (Kueue's preemption, a plain eviction): Kubernetes' default
-	// terminationGracePeriodSeconds.
-	SIGTERMGrace time.Duration
 }
 
 // DefaultWorkModel is the model the simulator uses unless told otherwise. The shares
@@ -87,7 +83,8 @@ type WorkModel struct {
 // Interactive: 10% of the jobs of up to 8 GPUs, active spells of 20 minutes on
 // average, idle spells of 40. Stuck: 5% of the jobs, hanging at 20-80% of their work
 // for 30-70% of their trace duration. Checkpoints every 15-60 minutes of progress,
-// taking 30 s to 3 minutes to write. A pod deleted without Chamber's notice gets 30 s.
+// taking 30 s to 3 minutes to write. (The SIGTERM grace a pod gets is the scenario's
+// PodGrace, not the work's.)
 func DefaultWorkModel() WorkModel {
 	return WorkModel{
 		InteractiveShare: 0.10, StuckShare: 0.05, InteractiveMaxGPUs: 8,
@@ -95,7 +92,6 @@ func DefaultWorkModel() WorkModel {
 		CheckpointWrite: [2]time.Duration{30 * time.Second, 3 * time.Minute},
 		HangAt:          [2]float64{0.2, 0.8}, HangShare: [2]float64{0.3, 0.7},
 		ActiveSpell: 20 * time.Minute, IdleSpell: 40 * time.Minute,
-		SIGTERMGrace: 30 * time.Second,
 	}
 }
 

@@ -519,3 +519,135 @@ func TestEvictionCauses(t *testing.T) {
 		t.Errorf("jobs.csv's evictions_by_cause %q, want GPUFault:1:<lost>;IdleReclaim:1:<lost>;Kueue:3:<lost>", got)
 	}
 }
+
+// Every spell a job wants its GPUs without them counts in its wait: before its first
+// run, after a preemption, after a fault; a notebook paused while its user is away is
+// not waiting, and is again from its user's resume to its pods running.
+func TestWaitSpells(t *testing.T) {
+	fake, err := healthcheck.NewFake("dgxh100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const speedup = 60
+	start := time.Now()
+	at := start
+	clock := func(sim time.Duration) { at = start.Add(simToWall(sim, speedup)) }
+	training := Work{Kind: KindTraining, Work: 40 * minute, CheckpointEvery: 30 * minute, CheckpointWrite: minute}
+	notebook := Work{Kind: KindInteractive, Work: 3 * time.Hour, ActiveSpell: 20 * minute, IdleSpell: 40 * minute, SpellSeed: 11}
+	train := &JobRecord{Job: &Job{Name: "train", Team: "team-a", GPUs: 1, Work: training}, Pods: 1, Progress: NewProgress(training)}
+	nb := &JobRecord{Job: &Job{Name: "nb", Team: "team-a", GPUs: 1, Work: notebook}, Pods: 1, Progress: NewProgress(notebook)}
+	r := &recorder{speedup: speedup, start: start, sigterm: 5 * minute, scheduler: EvictionByKueue,
+		clock: func() time.Time { return at },
+		nodes: map[string]*simNode{"n1": {name: "n1", gpus: fake, slots: make([]gpuSlot, 8)}},
+		pods:  map[string]*PodRun{}, jobs: map[string]*JobRecord{"team-a/train": train, "team-a/nb": nb},
+		faulted: map[string]bool{}, created: map[string]time.Time{},
+		exit: func(string, time.Duration) {}, resume: func(string) {}, end: func(string) {}}
+	pod := func(job, name string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: name, Labels: map[string]string{labelJobName: job}},
+			Spec: corev1.PodSpec{NodeName: "n1"}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+	}
+	preempted := func(p *corev1.Pod) *corev1.Pod {
+		p = p.DeepCopy()
+		p.DeletionTimestamp, p.DeletionGracePeriodSeconds = &metav1.Time{Time: at}, ptr.To[int64](5)
+		return p
+	}
+	wait := func(j *JobRecord) (time.Duration, int) {
+		return wallToSim(j.TotalWait(at), speedup).Round(time.Second), j.WaitSpells
+	}
+
+	// The training job: submitted at 0, runs at 10; Kueue preempts it at 30 (its pod
+	// gone at 31), it runs again at 50; a fault kills its pod at 60, its replacement
+	// runs at 65 and completes at 80.
+	r.submitted("team-a/train", at)
+	clock(10 * minute)
+	r.pod(pod("train", "train-a"), false)
+	clock(30 * minute)
+	r.pod(preempted(pod("train", "train-a")), false)
+	if w, n := wait(train); w != 10*minute || n != 1 {
+		t.Errorf("terminating at 30: waited %s in %d spells; want 10m0s in 1 (it holds its GPUs until its pod is gone)", w, n)
+	}
+	clock(31 * minute)
+	r.pod(preempted(pod("train", "train-a")), true)
+	clock(50 * minute)
+	r.pod(pod("train", "train-b"), false)
+	clock(60 * minute)
+	r.markFaulted("team-a/train-b")
+	r.pod(pod("train", "train-b"), true)
+	clock(62 * minute)
+	if w, n := wait(train); w != 31*minute || n != 3 {
+		t.Errorf("2 minutes after the fault: waited %s in %d spells; want 31m0s (10 + 19 + 2) in 3", w, n)
+	}
+	clock(65 * minute)
+	r.pod(pod("train", "train-c"), false)
+	clock(80 * minute)
+	done := pod("train", "train-c")
+	done.Status.Phase = corev1.PodSucceeded
+	r.pod(done, false)
+	clock(81 * minute)
+	if w, n := wait(train); w != 34*minute || n != 3 {
+		t.Errorf("complete: waited %s in %d spells; want 34m0s (10 + 19 + 5) in 3, and nothing after its work was done", w, n)
+	}
+	if train.Progress.LostToEvictions != 0 {
+		t.Errorf("preempted with 5 minutes of grace and a 1-minute checkpoint write, it lost %s", train.Progress.LostToEvictions)
+	}
+
+	// The notebook: submitted at 0, runs at 1, paused at 20 with its user away; its
+	// user resumes it when the idle spell ends, and its pod runs 5 minutes later.
+	clock(0)
+	r.submitted("team-a/nb", at)
+	clock(minute)
+	r.pod(pod("nb", "nb-a"), false)
+	clock(20 * minute)
+	r.workload(&kueue.Workload{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "job-nb-1",
+			Annotations:     map[string]string{idlereclaim.AnnotationReclaimedFor: "team-b/wl", idlereclaim.AnnotationHeld: "true"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "nb", Controller: ptr.To(true)}}},
+		Spec: kueue.WorkloadSpec{Active: ptr.To(false)},
+	})
+	r.pod(pod("nb", "nb-a"), true)
+	back := nb.Progress.Returns(nb.pausedAt)
+	clock(back - minute)
+	if w, n := wait(nb); w != minute || n != 1 {
+		t.Errorf("paused, its user away until %s: waited %s in %d spells; want 1m0s in 1", back, w, n)
+	}
+	clock(back + time.Second)
+	r.returnUsers(at)
+	clock(back + time.Second + 5*minute)
+	r.pod(pod("nb", "nb-b"), false)
+	if w, n := wait(nb); w != 6*minute || n != 2 || len(nb.ResumeWaits) != 1 {
+		t.Errorf("resumed by its user at %s, running 5 minutes later: waited %s in %d spells; want 6m0s in 2", back, w, n)
+	}
+}
+
+// The pods' grace under every policy: at the default, exactly what Chamber's grace
+// policy gives its teams' pods (the pool's grace rounded up to whole seconds); a grace
+// under a second of clock is 0 on the pod, and its notice counts as the grace itself.
+func TestPodGrace(t *testing.T) {
+	job := &Job{Name: "j", Team: "team-a", GPUs: 8}
+	for _, tc := range []struct {
+		grace   time.Duration
+		speedup float64
+		want    int64
+	}{
+		{DefaultPodGrace, 120, 3}, // 5 minutes at 120x: 2.5 s, Chamber's 3 s
+		{DefaultPodGrace, 60, 5},
+		{DefaultPodGrace, 600, 1}, // 0.5 s, Chamber's floor, rounded up
+		{KubernetesPodGrace, 120, 0},
+		{KubernetesPodGrace, 20, 2}, // 1.5 s, rounded up
+	} {
+		sc := &Scenario{PodGrace: tc.grace, Speedup: tc.speedup, Nodes: []NodeGroup{{Count: 1, GPUs: 8}}}
+		got := podTemplate(job, sc).Spec.TerminationGracePeriodSeconds
+		if got == nil || *got != tc.want {
+			t.Errorf("grace %s at %gx: the pods carry %v s, want %d", tc.grace, tc.speedup, ptr.Deref(got, -1), tc.want)
+		}
+		if tc.grace == DefaultPodGrace {
+			if chamber := int64((chamberGrace(tc.speedup) + time.Second - 1) / time.Second); chamber != tc.want {
+				t.Errorf("grace %s at %gx: the baseline's pods carry %d s, Chamber gives its teams' pods %d", tc.grace, tc.speedup, tc.want, chamber)
+			}
+		}
+	}
+	r := &recorder{speedup: 120, sigterm: KubernetesPodGrace}
+	if got := r.sigtermOf(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{DeletionGracePeriodSeconds: ptr.To[int64](0)}}); got != KubernetesPodGrace {
+		t.Errorf("Kubernetes' 30 s at 120x, 0 on the pod: notice %s, want 30s", got)
+	}
+}

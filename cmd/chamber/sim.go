@@ -28,7 +28,7 @@ type simFlags struct {
 	isolationLevel                           string
 	skipBad, verbose, idleReclaim, check     bool
 	start, window, maxDuration, repair       time.Duration
-	interactiveIdleLimit                     time.Duration
+	interactiveIdleLimit, podGrace           time.Duration
 	quotasFollowHealth                       bool
 	keep, speedup, faultRate, price          float64
 	maxJobs                                  int
@@ -37,7 +37,8 @@ type simFlags struct {
 }
 
 // simDefaults are `chamber sim`'s defaults: the full comparison (make bench), ten to
-// twelve minutes per policy. The slice is the week's busiest four hours (hours 78 to 82),
+// twelve minutes per policy. Faults come at the published fleets' rate
+// (sim.PublishedFaultRate). The slice is the week's busiest four hours (hours 78 to 82),
 // 30% of the jobs, jobs cut at 4 hours: 1.05 times the 128 GPUs while it is submitted,
 // so queues form, then drain. At 60x, the control plane's own latency from admission to
 // a running pod (about 2 s of clock on an idle machine) is 2 simulated minutes, and the
@@ -45,19 +46,22 @@ type simFlags struct {
 var simDefaults = simFlags{
 	nodes: "16xdgxh100", policies: "kubernetes,kueue,chamber",
 	metricsAddr: "127.0.0.1:8080", start: 78 * time.Hour, window: 4 * time.Hour, keep: 0.3,
-	maxDuration: 4 * time.Hour, speedup: 60, faultRate: 2, repair: 4 * time.Hour, price: 2.49,
+	maxDuration: 4 * time.Hour, speedup: 60, faultRate: sim.PublishedFaultRate, repair: 4 * time.Hour, price: 2.49,
 	seed: 1, timeout: 20 * time.Minute, idleReclaim: true, check: false, interactiveIdleLimit: sim.InteractiveIdleLimit,
+	podGrace: sim.DefaultPodGrace,
 }
 
 // demoDefaults are `chamber demo`'s (make demo): the simulator on 32 GPUs and the
 // busiest 90 minutes of the week's second day, a quarter of the jobs, cut at an hour:
-// about a minute per policy. Faults are fifteen times more frequent than in the bench
-// so that a short run shows a couple.
+// about a minute per policy. Faults come at a stress rate, 250 times the published
+// fleets' (sim.PublishedFaultRate), so that a short run shows a couple; the bench
+// (make bench-sim) passes the published rate.
 var demoDefaults = simFlags{
 	nodes: "4xdgxh100", policies: "kubernetes,kueue,chamber",
 	metricsAddr: "127.0.0.1:8080", start: 24 * time.Hour, window: 90 * time.Minute, keep: 0.25,
 	maxDuration: time.Hour, speedup: 120, faultRate: 30, repair: time.Hour, price: 2.49,
 	seed: 1, timeout: 5 * time.Minute, idleReclaim: true, check: false, interactiveIdleLimit: sim.InteractiveIdleLimit,
+	podGrace: sim.DefaultPodGrace,
 }
 
 func (f *simFlags) register(fs *flag.FlagSet) {
@@ -71,7 +75,8 @@ func (f *simFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.maxJobs, "max-jobs", f.maxJobs, "replay at most this many jobs of the slice (0: all)")
 	fs.DurationVar(&f.maxDuration, "max-duration", f.maxDuration, "cut longer jobs to this (trace time; 0: no cut): the trace's multi-day jobs would set the makespan alone")
 	fs.Float64Var(&f.speedup, "speedup", f.speedup, "simulated seconds per second of clock")
-	fs.Float64Var(&f.faultRate, "fault-rate", f.faultRate, "GPU faults (XID 79 or 48) per 1000 GPU-hours of simulated time; 0 for none")
+	fs.Float64Var(&f.faultRate, "fault-rate", f.faultRate, fmt.Sprintf("GPU faults (XID 79 or 48) per 1000 GPU-hours of simulated time; 0 for none (published large fleets: about %g)", sim.PublishedFaultRate))
+	fs.DurationVar(&f.podGrace, "baseline-grace", f.podGrace, "terminationGracePeriodSeconds of every replayed pod under every policy (simulated time): by default Chamber's team eviction grace, as a Kueue or Volcano user whose jobs checkpoint on SIGTERM sets it; 30s for Kubernetes' default, the weaker baseline (under Chamber the team's grace raises it)")
 	fs.DurationVar(&f.repair, "repair-time", f.repair, "how long a broken GPU stays out (simulated time)")
 	fs.Float64Var(&f.price, "price", f.price, "price per GPU-hour, for cost and idle cost")
 	fs.Uint64Var(&f.seed, "seed", f.seed, "seed of the thinning, tiers, utilization draws and faults")
@@ -162,7 +167,7 @@ func (f *simFlags) scenario(progress io.Writer) (*sim.Scenario, error) {
 		out = "chamber-report-" + time.Now().Format("20060102-150405")
 	}
 	sc := &sim.Scenario{
-		Jobs: jobs, Work: wm, Nodes: nodes, Speedup: f.speedup, FaultsPer1000GPUHours: f.faultRate, RepairTime: f.repair,
+		Jobs: jobs, Work: wm, PodGrace: f.podGrace, Nodes: nodes, Speedup: f.speedup, FaultsPer1000GPUHours: f.faultRate, RepairTime: f.repair,
 		PricePerGPUHour: f.price, IdleBelowPercent: 5, BackoffLimit: 3, SampleEvery: 500 * time.Millisecond,
 		Timeout: f.timeout, Policies: policies, OutDir: out, MetricsAddr: f.metricsAddr, Seed: f.seed,
 		IsolationLevel: chamber.IsolationLevel(f.isolationLevel), NoIdleReclaim: !f.idleReclaim, AdmissionCheck: f.check,
@@ -171,7 +176,8 @@ func (f *simFlags) scenario(progress io.Writer) (*sim.Scenario, error) {
 		Describe: []sim.Param{
 			{Name: "trace", Value: fmt.Sprintf("%s (%d rows, %d malformed rows skipped)", traceName, len(trace), len(bad))},
 			{Name: "slice", Value: fmt.Sprintf("submissions from %s for %s of trace time, %g of the jobs kept, at most %d GPUs and %s per job", f.start, f.window, f.keep, slice.MaxGPUs, f.maxDuration)},
-			{Name: "fault rate", Value: fmt.Sprintf("%g per 1000 GPU-hours, repaired after %s", f.faultRate, f.repair)},
+			{Name: "fault rate", Value: fmt.Sprintf("%s, repaired after %s", sim.FaultRateText(f.faultRate), f.repair)},
+			{Name: "baseline pod grace", Value: sim.PodGraceText(f.podGrace)},
 			{Name: "seed", Value: fmt.Sprint(f.seed)},
 		},
 	}
@@ -276,6 +282,8 @@ func (f *simFlags) sweep(name string, fs *flag.FlagSet) error {
 		{Name: "seeds", Value: f.seeds},
 		{Name: "slice", Value: fmt.Sprintf("%s of submissions from each start, %g of the jobs kept, at most %s per job", f.window, f.keep, f.maxDuration)},
 		{Name: "cluster, speed-up", Value: fmt.Sprintf("%s, %gx", f.nodes, f.speedup)},
+		{Name: "fault rate", Value: sim.FaultRateText(f.faultRate)},
+		{Name: "baseline pod grace", Value: sim.PodGraceText(f.podGrace)},
 	}
 	if len(failed) > 0 {
 		describe = append(describe, sim.Param{Name: "runs that failed (left out)", Value: strings.Join(failed, "; ")})
