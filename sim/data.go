@@ -30,9 +30,10 @@ func writeData(dir string, sc *Scenario, recs []*Recording) error {
 	}
 	jobs := [][]string{{"policy", "team", "job", "trace_job_id", "tier", "gpus", "duration_h", "utilization_pct",
 		"submitted_h", "first_running_h", "finished_h", "outcome", "pods_killed_by_faults", "pods_evicted",
-		"kind", "work_h", "lost_to_evictions_gpu_h", "lost_to_faults_gpu_h", "evictions_by_cause"}}
+		"kind", "work_h", "lost_to_evictions_gpu_h", "lost_to_faults_gpu_h", "evictions_by_cause", "total_wait_h", "wait_spells"}}
 	samples := [][]string{{"policy", "t_h", "gpus_allocated", "gpus_used", "gpus_idle", "jobs_waiting", "jobs_queued", "jobs_running", "gpus_free_while_fit", "gpus_free_reserved", "gpus_free_out_of_service"}}
 	for _, rec := range recs {
+		waitEnd := rec.waitEnd()
 		for _, j := range rec.Jobs {
 			outcome := "complete"
 			switch {
@@ -50,7 +51,7 @@ func writeData(dir string, sc *Scenario, recs []*Recording) error {
 				strconv.Itoa(j.Job.GPUs), strconv.FormatFloat(j.Job.Duration.Hours(), 'f', 4, 64), strconv.Itoa(int(j.Job.Util.GPUPercent)),
 				at(rec, j.Submitted), at(rec, j.FirstRun), at(rec, j.Finished), outcome, strconv.Itoa(j.FaultKills), strconv.Itoa(j.Evictions),
 				string(j.Job.Work.Kind), strconv.FormatFloat(j.Job.Work.Work.Hours(), 'f', 4, 64), lostEvictions, lostFaults,
-				evictionsByCause(j)})
+				evictionsByCause(j), strconv.FormatFloat(wallToSim(j.TotalWait(waitEnd), sc.Speedup).Hours(), 'f', 4, 64), strconv.Itoa(j.WaitSpells)})
 		}
 		for _, s := range rec.Samples {
 			samples = append(samples, []string{string(rec.Policy), at(rec, s.At), strconv.Itoa(s.Allocated),

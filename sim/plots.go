@@ -50,7 +50,7 @@ func writePlots(dir string, sc *Scenario, recs []*Recording, results []Result) e
 		alloc = append(alloc, series{rec.Policy.Title() + " allocated", rec.Policy, false, a},
 			series{rec.Policy.Title() + " used", rec.Policy, true, u})
 		queue = append(queue, series{rec.Policy.Title(), rec.Policy, false, q})
-		waits := slices.Clone(results[i].Waits[""])
+		waits := slices.Clone(results[i].TotalWaits[""])
 		slices.Sort(waits)
 		var c plotter.XYs
 		for k, w := range waits {
@@ -64,7 +64,7 @@ func writePlots(dir string, sc *Scenario, recs []*Recording, results []Result) e
 	}{
 		{plotAllocation, "GPUs allocated (solid) and used (dashed)", "simulated hours", "% of the cluster's GPUs", alloc},
 		{plotQueue, "Queue depth", "simulated hours", "jobs waiting", queue},
-		{plotWaitCDF, "Queue wait, CDF (all jobs)", "wait (simulated hours)", "share of jobs", cdf},
+		{plotWaitCDF, "Total wait, CDF (all jobs, every spell without their GPUs)", "total wait (simulated hours)", "share of jobs", cdf},
 	} {
 		if err := linePlot(filepath.Join(dir, p.file), p.title, p.x, p.y, p.lines); err != nil {
 			return fmt.Errorf("plot %s: %w", p.file, err)

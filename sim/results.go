@@ -93,11 +93,7 @@ func Analyze(sc *Scenario, rec *Recording) Result {
 			end = j.Finished
 		}
 	}
-	// The open wait spells of jobs left unfinished run to the last sample.
-	waitEnd := end
-	if n := len(rec.Samples); n > 0 && rec.Samples[n-1].At.After(waitEnd) {
-		waitEnd = rec.Samples[n-1].At
-	}
+	waitEnd := rec.waitEnd()
 	for _, j := range rec.Jobs {
 		switch {
 		case j.Finished.IsZero():
@@ -224,6 +220,21 @@ func Analyze(sc *Scenario, rec *Recording) Result {
 	res.Cost = res.AllocatedGPUHours * sc.PricePerGPUHour
 	res.IdleCost = res.IdleGPUHours * sc.PricePerGPUHour
 	return res
+}
+
+// waitEnd is where the open wait spells of jobs left unfinished end: the last job's
+// end or the last sample, whichever is later.
+func (rec *Recording) waitEnd() time.Time {
+	end := rec.Start
+	for _, j := range rec.Jobs {
+		if j.Finished.After(end) {
+			end = j.Finished
+		}
+	}
+	if n := len(rec.Samples); n > 0 && rec.Samples[n-1].At.After(end) {
+		end = rec.Samples[n-1].At
+	}
+	return end
 }
 
 // LowerBound is the shortest possible makespan of the jobs on gpus GPUs: no schedule

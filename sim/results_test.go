@@ -21,8 +21,9 @@ func handRecording() (*Scenario, *Recording) {
 	}
 	sc := &Scenario{Jobs: jobs, Nodes: []NodeGroup{{Count: 1, GPUs: 4, Product: "H100", Fake: "dgxh100"}},
 		Speedup: 1, PricePerGPUHour: 2, Policies: []Policy{PolicyKueue}}
-	a := &JobRecord{Job: &jobs[0], Submitted: t0, FirstRun: t0, Finished: t0.Add(time.Hour)}
-	b := &JobRecord{Job: &jobs[1], Submitted: t0, FirstRun: t0.Add(time.Hour), Finished: t0.Add(2 * time.Hour), FaultKills: 1}
+	a := &JobRecord{Job: &jobs[0], Submitted: t0, FirstRun: t0, Finished: t0.Add(time.Hour), WaitSpells: 1}
+	b := &JobRecord{Job: &jobs[1], Submitted: t0, FirstRun: t0.Add(time.Hour), Finished: t0.Add(2 * time.Hour), FaultKills: 1,
+		Waited: time.Hour, WaitSpells: 1}
 	rec := &Recording{
 		Policy: PolicyKueue, Start: t0, Jobs: []*JobRecord{a, b},
 		Runs: []*PodRun{
@@ -51,6 +52,8 @@ func TestAnalyze(t *testing.T) {
 		// 1 idle GPU-hour while b was queued, a training job's; half an hour after.
 		IdleWhileQueued: 1, IdleByKind: map[Kind]float64{KindTraining: 1, KindInteractive: 0.5},
 		Waits: map[string][]float64{"": {0, 1}, TierProduction: {0}, TierStandard: {1}},
+		// b waited its first hour; a, none (its spell ended as it began).
+		TotalWaits: map[string][]float64{"": {0, 1}, TierProduction: {0}, TierStandard: {1}}, WaitSpells: 2,
 		// Quotas 2 and 2; while b was queued, the fair shares were 2 and 2, a held 4, b 0.
 		Jain:      0.5,
 		TeamShare: map[string]float64{"a": 2, "b": 0},
