@@ -147,11 +147,13 @@ func (h holds) release(ctx context.Context, n *corev1.Node, uid string, now time
 
 // placedMeanwhile says why the room must go when Kueue placed a workload on the node
 // whose pods are not all bound there yet, other than the waiter and those moved for it
-// ("" when none): one it placed as the room was made, from a cache without the taint
-// yet, or one whose Job replaces a pod there. Kueue's topology-aware scheduling fails
-// each pod it pinned to a node with a taint the pod does not tolerate
-// (UnschedulableOnAssignedNode), and the Job controller counts each against the Job's
-// backoffLimit: kept, the room would cost that job its retries.
+// that are still leaving ("" when none): one it placed as the room was made, from a
+// cache without the taint yet, or one whose Job replaces a pod there. Kueue's
+// topology-aware scheduling fails each pod it pinned to a node with a taint the pod
+// does not tolerate (UnschedulableOnAssignedNode), and the Job controller counts each
+// against the Job's backoffLimit: kept, the room would cost that job its retries. A
+// moved workload Kueue admitted again counts as placed meanwhile: its move is over,
+// and a room made again for the same waiter must not hold it to the old one.
 func (h holds) placedMeanwhile(ctx context.Context, n *corev1.Node, pods []corev1.Pod, waiter *kueue.Workload) (string, error) {
 	host := hostname(n)
 	placed, err := chamberkueue.WorkloadsOnNode(ctx, h.client, host)
@@ -161,7 +163,7 @@ func (h holds) placedMeanwhile(ctx context.Context, n *corev1.Node, pods []corev
 	moved := movedFor(waiter)
 	for i := range placed {
 		wl := &placed[i]
-		if wl.UID == waiter.UID || moved[wl.UID] || !chamberkueue.HoldsGPUs(wl) {
+		if wl.UID == waiter.UID || (moved[wl.UID] && leaving(wl)) || !chamberkueue.HoldsGPUs(wl) {
 			continue
 		}
 		if int32(len(boundGPUs(pods, wl))) < assignedPods(wl, host) {
@@ -169,6 +171,14 @@ func (h holds) placedMeanwhile(ctx context.Context, n *corev1.Node, pods []corev
 		}
 	}
 	return "", nil
+}
+
+// leaving: the admission the workload holds is asked to leave (an eviction request
+// for it is pending). A moved workload's request goes with its eviction, and Kueue
+// clears its Evicted condition when it admits it again: then it is placed anew.
+func leaving(wl *kueue.Workload) bool {
+	e, ok := chamberkueue.RequestedEviction(wl)
+	return ok && !e.Outlived(wl)
 }
 
 // placedNodes maps a workload to the nodes its topology assignment names, so that a
