@@ -87,13 +87,7 @@ func Analyze(sc *Scenario, rec *Recording) Result {
 	res := Result{Policy: rec.Policy, Jobs: len(rec.Jobs), Waits: map[string][]float64{}, TotalWaits: map[string][]float64{}, TeamShare: map[string]float64{},
 		IdleByKind: map[Kind]float64{}, EvictionsBy: map[string]int{}, LostBy: map[string]float64{}}
 	toSim := func(t time.Time) time.Duration { return wallToSim(t.Sub(rec.Start), sc.Speedup) }
-	end := rec.Start
-	for _, j := range rec.Jobs {
-		if j.Finished.After(end) {
-			end = j.Finished
-		}
-	}
-	waitEnd := rec.waitEnd()
+	end, waitEnd := rec.lastFinished(), rec.waitEnd()
 	for _, j := range rec.Jobs {
 		switch {
 		case j.Finished.IsZero():
@@ -222,15 +216,21 @@ func Analyze(sc *Scenario, rec *Recording) Result {
 	return res
 }
 
-// waitEnd is where the open wait spells of jobs left unfinished end: the last job's
-// end or the last sample, whichever is later.
-func (rec *Recording) waitEnd() time.Time {
+// lastFinished is when the last job finished (the start when none did).
+func (rec *Recording) lastFinished() time.Time {
 	end := rec.Start
 	for _, j := range rec.Jobs {
 		if j.Finished.After(end) {
 			end = j.Finished
 		}
 	}
+	return end
+}
+
+// waitEnd is where the open wait spells of jobs left unfinished end: the last job's
+// end or the last sample, whichever is later.
+func (rec *Recording) waitEnd() time.Time {
+	end := rec.lastFinished()
 	if n := len(rec.Samples); n > 0 && rec.Samples[n-1].At.After(end) {
 		end = rec.Samples[n-1].At
 	}

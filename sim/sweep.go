@@ -206,15 +206,11 @@ var Goals = []Goal{
 		return p.Compared > 0 && p.Hi <= 0, p.interval(figureNamed(name))
 	}},
 	{"a paused notebook's user gets its GPUs back within 10 min at p99", func(c comparison) (bool, string) {
-		worst := math.NaN()
-		for _, v := range c.values(c.policy, "notebook users' resume wait p99") {
-			if !math.IsNaN(v) && !(v <= worst) {
-				worst = v
-			}
-		}
-		if math.IsNaN(worst) {
+		waits := slices.DeleteFunc(c.values(c.policy, "notebook users' resume wait p99"), math.IsNaN)
+		if len(waits) == 0 {
 			return true, "no notebook paused"
 		}
+		worst := slices.Max(waits)
 		return worst <= 10, fmt.Sprintf("%.1f min in the worst run", worst)
 	}},
 	{"pod start latency p50 at most 1.2x", ratioAtMost("pod start latency p50", 1.2)},

@@ -152,8 +152,9 @@ func (h holds) release(ctx context.Context, n *corev1.Node, uid string, now time
 // topology-aware scheduling fails each pod it pinned to a node with a taint the pod
 // does not tolerate (UnschedulableOnAssignedNode), and the Job controller counts each
 // against the Job's backoffLimit: kept, the room would cost that job its retries. A
-// moved workload Kueue admitted again counts as placed meanwhile: its move is over,
-// and a room made again for the same waiter must not hold it to the old one.
+// moved workload counts only while its eviction is pending: once Kueue admitted it
+// again its move is over, and a room made again for the same waiter must not hold it
+// to the old one.
 func (h holds) placedMeanwhile(ctx context.Context, n *corev1.Node, pods []corev1.Pod, waiter *kueue.Workload) (string, error) {
 	host := hostname(n)
 	placed, err := chamberkueue.WorkloadsOnNode(ctx, h.client, host)
@@ -163,7 +164,8 @@ func (h holds) placedMeanwhile(ctx context.Context, n *corev1.Node, pods []corev
 	moved := movedFor(waiter)
 	for i := range placed {
 		wl := &placed[i]
-		if wl.UID == waiter.UID || (moved[wl.UID] && leaving(wl)) || !chamberkueue.HoldsGPUs(wl) {
+		_, leaving := chamberkueue.PendingEviction(wl)
+		if wl.UID == waiter.UID || (moved[wl.UID] && leaving) || !chamberkueue.HoldsGPUs(wl) {
 			continue
 		}
 		if int32(len(boundGPUs(pods, wl))) < assignedPods(wl, host) {
@@ -171,14 +173,6 @@ func (h holds) placedMeanwhile(ctx context.Context, n *corev1.Node, pods []corev
 		}
 	}
 	return "", nil
-}
-
-// leaving: the admission the workload holds is asked to leave (an eviction request
-// for it is pending). A moved workload's request goes with its eviction, and Kueue
-// clears its Evicted condition when it admits it again: then it is placed anew.
-func leaving(wl *kueue.Workload) bool {
-	e, ok := chamberkueue.RequestedEviction(wl)
-	return ok && !e.Outlived(wl)
 }
 
 // placedNodes maps a workload to the nodes its topology assignment names, so that a

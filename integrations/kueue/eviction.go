@@ -102,6 +102,13 @@ func (e Eviction) Outlived(wl *kueue.Workload) bool {
 	return e.Admission >= 0 && Evictions(wl) > e.Admission
 }
 
+// PendingEviction is the eviction request on wl that its current admission has not
+// outlived: one still to be carried out.
+func PendingEviction(wl *kueue.Workload) (Eviction, bool) {
+	e, ok := RequestedEviction(wl)
+	return e, ok && !e.Outlived(wl)
+}
+
 // Paused is the reason of the eviction request the workload was paused for, when it
 // was deactivated by Chamber's eviction and nobody has taken it over since.
 func Paused(wl *kueue.Workload) string { return wl.Annotations[chamber.AnnotationEvictionPaused] }
@@ -114,7 +121,7 @@ func RequestEviction(ctx context.Context, c client.Client, wl *kueue.Workload, e
 	if e.Reason == "" {
 		return fmt.Errorf("evict workload %s/%s: a reason is required", wl.Namespace, wl.Name)
 	}
-	if have, ok := RequestedEviction(wl); ok && !have.Outlived(wl) && !evictsSooner(e, have) {
+	if have, ok := PendingEviction(wl); ok && !evictsSooner(e, have) {
 		return nil
 	}
 	e.Admission = Evictions(wl)
