@@ -72,6 +72,9 @@ type Config struct {
 	// period (Admission.GracePeriod where neither the team nor its pool sets one), as
 	// their terminationGracePeriodSeconds.
 	PodGracePeriods bool
+	// PolicyAPI is the version the API server serves MutatingAdmissionPolicies in,
+	// the grace policies' kind (team.ServedPolicyAPI; team.PolicyV1 when empty).
+	PolicyAPI team.PolicyAPI
 	// DCGM reads GPU health from a Prometheus that scrapes dcgm-exporter, for nodes
 	// without an agent; off without DCGM.PrometheusURL. Its clock is Clock.
 	DCGM dcgm.Options
@@ -163,7 +166,7 @@ var controllerList = []struct {
 	}},
 	{"team", kueueAPI, func(mgr ctrl.Manager, cfg Config) error {
 		opts := team.Options{AccountingInterval: cfg.AccountingInterval, Clock: cfg.Clock,
-			PodGracePeriods: cfg.PodGracePeriods, EvictionGrace: cfg.Admission.GracePeriod}
+			PodGracePeriods: cfg.PodGracePeriods, EvictionGrace: cfg.Admission.GracePeriod, PolicyAPI: cfg.PolicyAPI}
 		if cfg.AdmissionCheck {
 			opts.AdmissionChecks = []string{chamberkueue.CheckName}
 		}
@@ -172,7 +175,7 @@ var controllerList = []struct {
 	}},
 	{"team-volcano", volcanoAPI, func(mgr ctrl.Manager, cfg Config) error {
 		return team.RegisterVolcano(mgr, team.VolcanoOptions{WithoutKueue: cfg.WithoutKueue, QueueHierarchy: cfg.VolcanoQueueHierarchy,
-			PodGracePeriods: cfg.PodGracePeriods, EvictionGrace: cfg.Admission.GracePeriod})
+			PodGracePeriods: cfg.PodGracePeriods, EvictionGrace: cfg.Admission.GracePeriod, PolicyAPI: cfg.PolicyAPI})
 	}},
 	{"dispatch", kueueAPI, func(mgr ctrl.Manager, cfg Config) error {
 		if !cfg.MultiKueueDispatcher {

@@ -11,6 +11,21 @@ const (
 	ConditionBudgetExceeded = "BudgetExceeded"
 	// ConditionBudgetWarning is True from 80% of the budget.
 	ConditionBudgetWarning = "BudgetWarning"
+	// ConditionPodGrace is True while pods created in the team's namespaces get at
+	// least the team's eviction grace as their terminationGracePeriodSeconds (a
+	// MutatingAdmissionPolicy), False where the cluster cannot do it, with the reason.
+	ConditionPodGrace = "PodGrace"
+)
+
+// Reasons of a Team's PodGrace condition.
+const (
+	// ReasonGracePolicyApplied: the team's MutatingAdmissionPolicy is in place.
+	ReasonGracePolicyApplied = "PolicyApplied"
+	// ReasonNoGraceToRaise: every grace the team's tiers have is 0, so nothing is raised.
+	ReasonNoGraceToRaise = "NoGraceToRaise"
+	// ReasonPolicyAPINotServed: the API server serves MutatingAdmissionPolicies in no
+	// version Chamber writes (admissionregistration.k8s.io/v1 or v1beta1).
+	ReasonPolicyAPINotServed = "MutatingAdmissionPolicyNotServed"
 )
 
 // Reasons of a Team's Ready condition when it is False.
@@ -194,7 +209,7 @@ type TeamStatus struct {
 	// Spend in the current budget period, kept here so a restart loses none.
 	// +optional
 	Spend *TeamSpend `json:"spend,omitempty"`
-	// Conditions: Ready, BudgetWarning, BudgetExceeded.
+	// Conditions: Ready, BudgetWarning, BudgetExceeded, PodGrace.
 	// +listType=map
 	// +listMapKey=type
 	// +optional

@@ -19,6 +19,7 @@ import (
 
 	"chamber.dev/chamber/controllers"
 	"chamber.dev/chamber/controllers/options"
+	"chamber.dev/chamber/controllers/team"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 	"chamber.dev/chamber/integrations/volcano"
 )
@@ -61,6 +62,13 @@ func main() {
 		case !kueueServed:
 			log.Info("The API server does not serve Kueue's API (kueue.x-k8s.io/v1beta2): Chamber works through Volcano alone")
 		}
+		if cfg.PolicyAPI, err = team.ServedPolicyAPI(dc); err != nil {
+			fail("ask the API server whether it serves MutatingAdmissionPolicies: %v", err)
+		}
+		if cfg.PodGracePeriods && cfg.PolicyAPI == team.PolicyNotServed {
+			log.Info("The API server serves MutatingAdmissionPolicies neither in admissionregistration.k8s.io/v1 (Kubernetes 1.36+) nor v1beta1 (1.34-1.35 with the feature gate and API turned on): " +
+				"pods keep their own terminationGracePeriodSeconds when Kueue or Volcano preempts them; each team's PodGrace condition says so")
+		}
 	}
 	mgr, err := ctrl.NewManager(kube, ctrl.Options{
 		Scheme:                  scheme,
@@ -86,7 +94,7 @@ func main() {
 		"idleThresholdPercent", cfg.Inventory.Fleet.IdleThresholdPercent, "idleWindow", cfg.Inventory.Fleet.IdleWindow,
 		"perGPUMetrics", cfg.Inventory.PerGPUMetrics, "admissionCheck", cfg.AdmissionCheck,
 		"placementTimeout", cfg.Admission.PlacementTimeout, "evictionGracePeriod", cfg.Admission.GracePeriod,
-		"monitoringOnly", cfg.MonitoringOnly, "kueue", !cfg.WithoutKueue, "volcano", cfg.Volcano, "dcgmPrometheus", cfg.DCGM.PrometheusURL)
+		"monitoringOnly", cfg.MonitoringOnly, "mutatingAdmissionPolicies", cfg.PolicyAPI, "kueue", !cfg.WithoutKueue, "volcano", cfg.Volcano, "dcgmPrometheus", cfg.DCGM.PrometheusURL)
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
 		fail("run manager: %v", err)
 	}

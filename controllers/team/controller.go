@@ -14,7 +14,6 @@ import (
 	"strings"
 	"time"
 
-	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -49,6 +48,10 @@ type Options struct {
 	// grace where neither the team nor its pool says.
 	PodGracePeriods bool
 	EvictionGrace   time.Duration
+	// PolicyAPI is the version the API server serves MutatingAdmissionPolicies in
+	// (ServedPolicyAPI); PolicyV1 when empty. With PolicyNotServed, PodGracePeriods
+	// gives no grace, and says why in each team's PodGrace condition.
+	PolicyAPI PolicyAPI
 	// UsageRefresh is how often, at most, a ClusterQueue's usage changes reconcile
 	// its team (DefaultUsageRefresh when 0).
 	UsageRefresh time.Duration
@@ -88,8 +91,11 @@ func Register(mgr ctrl.Manager, opts Options) error {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
+	if opts.PolicyAPI == "" {
+		opts.PolicyAPI = PolicyV1
+	}
 	c := &Controller{client: mgr.GetClient(), recorder: mgr.GetEventRecorder("chamber-team"), opts: opts}
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named("team").
 		// The team's spec; its status is this controller's own (each write would
 		// reconcile it again, and read a usage Kueue changed meanwhile).
@@ -100,7 +106,6 @@ func Register(mgr ctrl.Manager, opts Options) error {
 		// Kueue writes a LocalQueue's status on every admission too; only its spec is
 		// the team's.
 		Owns(&kueue.LocalQueue{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Owns(&admissionv1.MutatingAdmissionPolicy{}).
 		// The team reads its pool's spec and the models on the pool's nodes, and its
 		// GPU counts only where they change what is withheld from the teams' quotas:
 		// the counts change with every node cordoned, tainted or back.
@@ -126,8 +131,13 @@ func Register(mgr ctrl.Manager, opts Options) error {
 			DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 				c.enqueueTeamsOf(ctx, e.Object, q, 0)
 			},
-		}).
-		Complete(reconcile.AsReconciler(mgr.GetClient(), c))
+		})
+	// A grace policy changed by someone else is put back; where the API server
+	// serves none, there is nothing to watch (a watch of it would never sync).
+	if opts.PodGracePeriods && opts.PolicyAPI != PolicyNotServed {
+		b = b.Owns(ownedPolicy(opts.PolicyAPI))
+	}
+	return b.Complete(reconcile.AsReconciler(mgr.GetClient(), c))
 }
 
 // enqueueTeamsOf queues the teams of the ClusterQueue, after the delay (the
@@ -217,7 +227,7 @@ func (c *Controller) Reconcile(ctx context.Context, team *chamber.Team) (reconci
 		}
 		ready.Status, ready.Reason = metav1.ConditionFalse, chamber.ReasonBackendNotServed
 		ready.Message = fmt.Sprintf("GPUPool %q compiles into Volcano, whose API (scheduling.volcano.sh/v1beta1 Queues, batch.volcano.sh/v1alpha1 Jobs, bus.volcano.sh/v1alpha1 Commands) this cluster does not serve: install Volcano and restart chamber-controller, or give the team a pool whose backend is Kueue", pool.Name)
-		return reconcile.Result{}, writeCondition(ctx, c.client, team, ready)
+		return reconcile.Result{}, writeCondition(ctx, c.client, team, false, ready)
 	}
 
 	// Spend is accounted with the usage that held since the last accounting.
@@ -244,9 +254,13 @@ func (c *Controller) Reconcile(ctx context.Context, team *chamber.Team) (reconci
 			return reconcile.Result{}, err
 		}
 		if c.opts.PodGracePeriods {
-			if err := applyGracePolicy(ctx, c.client, team, &pool, c.opts.EvictionGrace); err != nil {
+			grace, err := applyGracePolicy(ctx, c.client, team, &pool, c.opts.EvictionGrace, c.opts.PolicyAPI)
+			if err != nil {
 				return reconcile.Result{}, err
 			}
+			apimeta.SetStatusCondition(&team.Status.Conditions, grace)
+		} else {
+			apimeta.RemoveStatusCondition(&team.Status.Conditions, chamber.ConditionPodGrace)
 		}
 	}
 	team.Status.ClusterQueue = ""
@@ -276,9 +290,13 @@ func (c *Controller) Reconcile(ctx context.Context, team *chamber.Team) (reconci
 	return requeue, nil
 }
 
-// writeCondition sets the team's condition and writes its status if that changed it.
-func writeCondition(ctx context.Context, c client.Client, team *chamber.Team, cond metav1.Condition) error {
-	if !apimeta.SetStatusCondition(&team.Status.Conditions, cond) {
+// writeCondition sets the team's conditions and writes its status if that, or an
+// earlier change to the status (changed), changed it.
+func writeCondition(ctx context.Context, c client.Client, team *chamber.Team, changed bool, conds ...metav1.Condition) error {
+	for _, cond := range conds {
+		changed = apimeta.SetStatusCondition(&team.Status.Conditions, cond) || changed
+	}
+	if !changed {
 		return nil
 	}
 	if err := c.Status().Update(ctx, team); err != nil && !apierrors.IsConflict(err) {

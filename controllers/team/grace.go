@@ -2,16 +2,19 @@ package team
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
+	admissionv1beta1 "k8s.io/api/admissionregistration/v1beta1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/discovery"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -35,6 +38,100 @@ import (
 // LabelTier is the pod label that names its priority tier (Kueue's
 // WorkloadPriorityClass label).
 const LabelTier = "kueue.x-k8s.io/priority-class"
+
+// PolicyAPI is the version of admissionregistration.k8s.io in which the API server
+// serves MutatingAdmissionPolicies, the grace policies' kind: v1 from Kubernetes 1.36;
+// v1beta1 on 1.34 and 1.35 where the MutatingAdmissionPolicy feature gate and that
+// API version are turned on (they are off by default); none before, or where they
+// are off.
+type PolicyAPI string
+
+const (
+	PolicyV1      PolicyAPI = "v1"
+	PolicyV1beta1 PolicyAPI = "v1beta1"
+	// PolicyNotServed: neither version is served, so no team's pods get its grace.
+	PolicyNotServed PolicyAPI = "none"
+)
+
+// ServedPolicyAPI asks the API server in which version, if any, it serves
+// MutatingAdmissionPolicies and their bindings; v1 where it serves both.
+func ServedPolicyAPI(dc discovery.DiscoveryInterface) (PolicyAPI, error) {
+	for _, api := range []PolicyAPI{PolicyV1, PolicyV1beta1} {
+		resources, err := dc.ServerResourcesForGroupVersion(admissionv1.GroupName + "/" + string(api))
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return "", fmt.Errorf("discover %s/%s: %w", admissionv1.GroupName, api, err)
+		}
+		served := map[string]bool{}
+		for _, r := range resources.APIResources {
+			served[r.Name] = true
+		}
+		if served["mutatingadmissionpolicies"] && served["mutatingadmissionpolicybindings"] {
+			return api, nil
+		}
+	}
+	return PolicyNotServed, nil
+}
+
+// policyAPINotServed is the PodGrace condition's message where ServedPolicyAPI says
+// none.
+const policyAPINotServed = "this cluster serves MutatingAdmissionPolicies neither in admissionregistration.k8s.io/v1 (Kubernetes 1.36 and later) " +
+	"nor in v1beta1 (1.34 and 1.35 with the MutatingAdmissionPolicy feature gate and --runtime-config=admissionregistration.k8s.io/v1beta1=true), " +
+	"so the team's pods keep their own terminationGracePeriodSeconds (Kubernetes' default is 30 s) when Kueue or Volcano preempts them; " +
+	"Chamber's own evictions still give the team's grace. Turn the API on and restart chamber-controller, or set the grace in the jobs' pod templates"
+
+// policyObject returns the policy or binding as api serves it: the v1 object itself,
+// or its v1beta1 twin (the same fields: v1 graduated v1beta1 unchanged).
+func policyObject(obj client.Object, api PolicyAPI) (client.Object, error) {
+	if api != PolicyV1beta1 {
+		return obj, nil
+	}
+	var out client.Object
+	switch obj.(type) {
+	case *admissionv1.MutatingAdmissionPolicy:
+		out = &admissionv1beta1.MutatingAdmissionPolicy{}
+	case *admissionv1.MutatingAdmissionPolicyBinding:
+		out = &admissionv1beta1.MutatingAdmissionPolicyBinding{}
+	default:
+		return nil, fmt.Errorf("%T is not a MutatingAdmissionPolicy or its binding", obj)
+	}
+	return out, convertPolicy(obj, out)
+}
+
+// v1Policy returns a policy or binding read in api's version as its v1 twin.
+func v1Policy(obj client.Object, api PolicyAPI) (client.Object, error) {
+	if api != PolicyV1beta1 {
+		return obj, nil
+	}
+	var out client.Object
+	switch obj.(type) {
+	case *admissionv1beta1.MutatingAdmissionPolicy:
+		out = &admissionv1.MutatingAdmissionPolicy{}
+	case *admissionv1beta1.MutatingAdmissionPolicyBinding:
+		out = &admissionv1.MutatingAdmissionPolicyBinding{}
+	default:
+		return nil, fmt.Errorf("%T is not a v1beta1 MutatingAdmissionPolicy or its binding", obj)
+	}
+	return out, convertPolicy(obj, out)
+}
+
+func convertPolicy(in, out client.Object) error {
+	data, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(data, out)
+}
+
+// ownedPolicy is the grace policy's type in api, for the controllers' Owns.
+func ownedPolicy(api PolicyAPI) client.Object {
+	if api == PolicyV1beta1 {
+		return &admissionv1beta1.MutatingAdmissionPolicy{}
+	}
+	return &admissionv1.MutatingAdmissionPolicy{}
+}
 
 // GracePolicyName is the name of the team's MutatingAdmissionPolicy and its binding.
 func GracePolicyName(team *chamber.Team) string { return "chamber-pod-grace-" + team.Name }
@@ -110,40 +207,61 @@ func gracePolicy(team *chamber.Team, pool *chamber.GPUPool, fallback time.Durati
 }
 
 // applyGracePolicy keeps the team's MutatingAdmissionPolicy and binding as
-// gracePolicy says, or deletes them when there is nothing to raise. Both Team
-// controllers use it: the pods of a Volcano Job get notice from Volcano's reclaim and
-// preempt as those of a Kueue Job do from Kueue's preemptions.
-func applyGracePolicy(ctx context.Context, c client.Client, team *chamber.Team, pool *chamber.GPUPool, fallback time.Duration) error {
+// gracePolicy says, in the version api names, or deletes them when there is nothing
+// to raise, and returns the team's PodGrace condition. Both Team controllers use it:
+// the pods of a Volcano Job get notice from Volcano's reclaim and preempt as those of
+// a Kueue Job do from Kueue's preemptions.
+func applyGracePolicy(ctx context.Context, c client.Client, team *chamber.Team, pool *chamber.GPUPool, fallback time.Duration, api PolicyAPI) (metav1.Condition, error) {
+	cond := metav1.Condition{Type: chamber.ConditionPodGrace, Status: metav1.ConditionTrue, ObservedGeneration: team.Generation}
+	if api == PolicyNotServed {
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, chamber.ReasonPolicyAPINotServed, policyAPINotServed
+		return cond, nil
+	}
 	policy, binding := gracePolicy(team, pool, fallback)
 	if policy == nil {
 		for _, obj := range []client.Object{
 			&admissionv1.MutatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: GracePolicyName(team)}},
 			&admissionv1.MutatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: GracePolicyName(team)}},
 		} {
+			obj, err := policyObject(obj, api)
+			if err != nil {
+				return cond, err
+			}
 			if err := c.Delete(ctx, obj); client.IgnoreNotFound(err) != nil {
-				return fmt.Errorf("delete %T %s: %w", obj, obj.GetName(), err)
+				return cond, fmt.Errorf("delete %T %s: %w", obj, obj.GetName(), err)
 			}
 		}
-		return nil
+		cond.Reason, cond.Message = chamber.ReasonNoGraceToRaise, "every grace the team's tiers have is 0: pods keep their own terminationGracePeriodSeconds"
+		return cond, nil
 	}
-	for _, want := range []client.Object{policy, binding} {
+	for _, v1Want := range []client.Object{policy, binding} {
+		want, err := policyObject(v1Want, api)
+		if err != nil {
+			return cond, err
+		}
 		if err := controllerutil.SetControllerReference(team, want, c.Scheme()); err != nil {
-			return err
+			return cond, err
 		}
 		have := want.DeepCopyObject().(client.Object)
-		err := c.Get(ctx, client.ObjectKeyFromObject(want), have)
+		err = c.Get(ctx, client.ObjectKeyFromObject(want), have)
 		switch {
 		case apierrors.IsNotFound(err):
 			err = c.Create(ctx, want)
-		case err == nil && !specEqual(have, want):
-			want.SetResourceVersion(have.GetResourceVersion())
-			err = c.Update(ctx, want)
+		case err == nil:
+			var v1Have client.Object
+			if v1Have, err = v1Policy(have, api); err == nil && !specEqual(v1Have, v1Want) {
+				want.SetResourceVersion(have.GetResourceVersion())
+				err = c.Update(ctx, want)
+			}
 		}
 		if err != nil {
-			return fmt.Errorf("apply %T %s: %w", want, want.GetName(), err)
+			return cond, fmt.Errorf("apply %T %s: %w", want, want.GetName(), err)
 		}
 	}
-	return nil
+	cond.Reason = chamber.ReasonGracePolicyApplied
+	cond.Message = fmt.Sprintf("pods created in the team's namespaces get at least the team's eviction grace as terminationGracePeriodSeconds (MutatingAdmissionPolicy %s, %s/%s)",
+		policy.Name, admissionv1.GroupName, api)
+	return cond, nil
 }
 
 func specEqual(have, want client.Object) bool {

@@ -637,6 +637,10 @@ func TestPodsGetTheTeamsGracePeriod(t *testing.T) {
 		g.Expect(grace(g, "grace", "production", nil)).To(gomega.Equal(int64(1200)), "the production tier's")
 		g.Expect(grace(g, "grace", "", ptr.To[int64](3600))).To(gomega.Equal(int64(3600)), "the pod's own, longer")
 		g.Expect(grace(g, "grace-other", "", nil)).To(gomega.Equal(int64(30)), "Kubernetes' default outside the team")
+		cond := apimeta.FindStatusCondition(getTeam(g, "grace").Status.Conditions, chamber.ConditionPodGrace)
+		g.Expect(cond).NotTo(gomega.BeNil(), "the team's PodGrace condition")
+		g.Expect(cond.Status).To(gomega.Equal(metav1.ConditionTrue))
+		g.Expect(cond.Reason).To(gomega.Equal(chamber.ReasonGracePolicyApplied))
 	}).Should(gomega.Succeed())
 
 	// The team's grace changes: new pods get the new one.

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	admissionv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -30,6 +30,7 @@ type VolcanoOptions struct {
 	// Volcano's reclaim and preempt give a team's pods its eviction grace.
 	PodGracePeriods bool
 	EvictionGrace   time.Duration
+	PolicyAPI       PolicyAPI
 	// QueueHierarchy: Volcano's queue hierarchy is on (the capacity plugin's
 	// enableHierarchy), so a team's Queue is a child of its pool's Queue, which the
 	// pool controller makes (integrations/volcano.PoolQueues); else of the root.
@@ -40,6 +41,9 @@ type VolcanoOptions struct {
 // of a pool whose backend is Volcano becomes a Volcano Queue
 // (integrations/volcano.TeamQueue).
 func RegisterVolcano(mgr ctrl.Manager, opts VolcanoOptions) error {
+	if opts.PolicyAPI == "" {
+		opts.PolicyAPI = PolicyV1
+	}
 	c := &volcanoTeams{client: mgr.GetClient(), opts: opts}
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("team-volcano").
@@ -47,8 +51,8 @@ func RegisterVolcano(mgr ctrl.Manager, opts VolcanoOptions) error {
 		// A Queue changed by someone else is put back.
 		Owns(&scheduling.Queue{}).
 		Watches(&chamber.GPUPool{}, handler.EnqueueRequestsFromMapFunc(c.teamsOfPool))
-	if opts.PodGracePeriods {
-		b = b.Owns(&admissionv1.MutatingAdmissionPolicy{})
+	if opts.PodGracePeriods && opts.PolicyAPI != PolicyNotServed {
+		b = b.Owns(ownedPolicy(opts.PolicyAPI))
 	}
 	return b.Complete(reconcile.AsReconciler(mgr.GetClient(), c))
 }
@@ -85,7 +89,7 @@ func (c *volcanoTeams) Reconcile(ctx context.Context, team *chamber.Team) (recon
 		}
 		ready.Status, ready.Reason = metav1.ConditionFalse, chamber.ReasonPoolNotFound
 		ready.Message = fmt.Sprintf("GPUPool %q does not exist: create it or fix spec.pool", team.Spec.Pool)
-		return reconcile.Result{}, writeCondition(ctx, c.client, team, ready)
+		return reconcile.Result{}, writeCondition(ctx, c.client, team, false, ready)
 	case err != nil:
 		return reconcile.Result{}, fmt.Errorf("get pool %s: %w", team.Spec.Pool, err)
 	case !pool.UsesVolcano():
@@ -94,7 +98,7 @@ func (c *volcanoTeams) Reconcile(ctx context.Context, team *chamber.Team) (recon
 		}
 		ready.Status, ready.Reason = metav1.ConditionFalse, chamber.ReasonBackendNotServed
 		ready.Message = fmt.Sprintf("GPUPool %q compiles into Kueue, whose API (kueue.x-k8s.io/v1beta2) this cluster does not serve: install Kueue and restart chamber-controller, or give the team a pool whose backend is Volcano", pool.Name)
-		return reconcile.Result{}, writeCondition(ctx, c.client, team, ready)
+		return reconcile.Result{}, writeCondition(ctx, c.client, team, false, ready)
 	}
 
 	want := volcano.TeamQueue(team, &pool, c.opts.QueueHierarchy)
@@ -113,17 +117,22 @@ func (c *volcanoTeams) Reconcile(ctx context.Context, team *chamber.Team) (recon
 	case !chamberkueue.Owned(&have):
 		ready.Status, ready.Reason = metav1.ConditionFalse, chamber.ReasonQueueTaken
 		ready.Message = fmt.Sprintf("a Volcano Queue %q exists that Chamber did not make; Chamber never takes one over: rename the team or delete the Queue", want.Name)
-		return reconcile.Result{}, writeCondition(ctx, c.client, team, ready)
+		return reconcile.Result{}, writeCondition(ctx, c.client, team, false, ready)
 	case volcano.SetQueueSpec(&have, want):
 		if err := c.client.Update(ctx, &have); err != nil {
 			return reconcile.Result{}, fmt.Errorf("update Volcano Queue %s: %w", want.Name, err)
 		}
 	}
+	var graceChanged bool
 	if c.opts.PodGracePeriods {
-		if err := applyGracePolicy(ctx, c.client, team, &pool, c.opts.EvictionGrace); err != nil {
+		grace, err := applyGracePolicy(ctx, c.client, team, &pool, c.opts.EvictionGrace, c.opts.PolicyAPI)
+		if err != nil {
 			return reconcile.Result{}, err
 		}
+		graceChanged = apimeta.SetStatusCondition(&team.Status.Conditions, grace)
+	} else {
+		graceChanged = apimeta.RemoveStatusCondition(&team.Status.Conditions, chamber.ConditionPodGrace)
 	}
 	ready.Message = fmt.Sprintf("Volcano Queue %s: the team's jobs name it in spec.queue", want.Name)
-	return reconcile.Result{}, writeCondition(ctx, c.client, team, ready)
+	return reconcile.Result{}, writeCondition(ctx, c.client, team, graceChanged, ready)
 }
