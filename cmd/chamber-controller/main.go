@@ -1,7 +1,8 @@
 // Command chamber-controller runs Chamber's controllers: GPU pools and teams compiled
 // into Kueue objects, budgets, the fleet inventory and its metrics, the admission
 // check, fault isolation, idle reclaim and room for big jobs. Its flags are in
-// controllers/options.
+// controllers/options. `chamber-controller uninstall` hands the cluster back as Kueue
+// alone would have it, before Chamber is removed (the chart's pre-delete hook).
 package main
 
 import (
@@ -25,6 +26,13 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "uninstall" {
+		// The Helm chart's pre-delete hook (uninstall.go).
+		if err := runUninstall(os.Args[2:]); err != nil {
+			fail("uninstall: %v", err)
+		}
+		return
+	}
 	o := options.New()
 	o.AddFlags(flag.CommandLine)
 	zapOpts := zap.Options{}

@@ -253,16 +253,16 @@ func (r *VolcanoJobs) reconcilePaused(ctx context.Context, job *batch.Job, now t
 		}
 		r.recorder.Eventf(job, nil, corev1.EventTypeNormal, ReasonReleased, "Resume", "resumed: nobody waits for GPUs it could use, or its hold (%s) is over", hold)
 	}
-	err := chamberkueue.PatchAnnotations(ctx, r.client, job, map[string]any{AnnotationHeld: nil, annotationRetryAtPause: nil})
+	err := chamberkueue.PatchAnnotations(ctx, r.client, job, map[string]any{AnnotationHeld: nil, AnnotationRetryAtPause: nil})
 	return again, client.IgnoreNotFound(err)
 }
 
-// annotationRetryAtPause is the job's retryCount when it was paused: Volcano counts
+// AnnotationRetryAtPause is the job's retryCount when it was paused: Volcano counts
 // the resume, so a higher one says it was resumed.
-const annotationRetryAtPause = "chamber.dev/idle-reclaim-paused-at-retry"
+const AnnotationRetryAtPause = "chamber.dev/idle-reclaim-paused-at-retry"
 
 func retryAtPause(job *batch.Job) int32 {
-	n, err := strconv.Atoi(job.Annotations[annotationRetryAtPause])
+	n, err := strconv.Atoi(job.Annotations[AnnotationRetryAtPause])
 	if err != nil {
 		return job.Status.RetryCount
 	}
@@ -272,8 +272,8 @@ func retryAtPause(job *batch.Job) int32 {
 // command creates a Command of action on the job under a name fixed by the action and
 // the job's retryCount, so that it is created once.
 func (r *VolcanoJobs) command(ctx context.Context, job *batch.Job, action bus.Action, reason, msg string) error {
-	if action == bus.AbortJobAction && job.Annotations[annotationRetryAtPause] == "" {
-		err := chamberkueue.PatchAnnotations(ctx, r.client, job, map[string]any{annotationRetryAtPause: strconv.Itoa(int(job.Status.RetryCount))})
+	if action == bus.AbortJobAction && job.Annotations[AnnotationRetryAtPause] == "" {
+		err := chamberkueue.PatchAnnotations(ctx, r.client, job, map[string]any{AnnotationRetryAtPause: strconv.Itoa(int(job.Status.RetryCount))})
 		if err != nil {
 			return client.IgnoreNotFound(err)
 		}
