@@ -252,9 +252,15 @@ func TestDryRun(t *testing.T) {
 		Patch: func(context.Context, client.WithWatch, client.Object, client.Patch, ...client.PatchOption) error {
 			return count(nil)
 		},
-		Delete: func(context.Context, client.WithWatch, client.Object, ...client.DeleteOption) error { return count(nil) },
-		Create: func(context.Context, client.WithWatch, client.Object, ...client.CreateOption) error { return count(nil) },
-		Update: func(context.Context, client.WithWatch, client.Object, ...client.UpdateOption) error { return count(nil) },
+		Delete: func(context.Context, client.WithWatch, client.Object, ...client.DeleteOption) error {
+			return count(nil)
+		},
+		Create: func(context.Context, client.WithWatch, client.Object, ...client.CreateOption) error {
+			return count(nil)
+		},
+		Update: func(context.Context, client.WithWatch, client.Object, ...client.UpdateOption) error {
+			return count(nil)
+		},
 		SubResourcePatch: func(context.Context, client.Client, string, client.Object, client.Patch, ...client.SubResourcePatchOption) error {
 			return count(nil)
 		},
