@@ -1,8 +1,8 @@
 // Command kubectl-chamber is Chamber's kubectl plugin: the fleet's GPUs by state, the
 // teams' quotas and use, why a job waits, and the operator's return of a repaired
 // node, read from the cluster's objects through the user's kubeconfig (kubectl's own
-// flags: --kubeconfig, --context, -n). Installed on the PATH, kubectl runs it as
-// `kubectl chamber`.
+// flags: --kubeconfig, --context, -n); and the hand-back of the cluster before
+// Chamber is removed. Installed on the PATH, kubectl runs it as `kubectl chamber`.
 package main
 
 import (
@@ -75,7 +75,8 @@ func newRoot(out streams, connect func() (client.Client, error)) *cobra.Command 
 	root.PersistentFlags().StringVar(&o.kubeconfig, clientcmd.RecommendedConfigPathFlag, "", "path to the kubeconfig file (else $KUBECONFIG, else ~/.kube/config)")
 	clientcmd.BindOverrideFlags(&o.overrides, root.PersistentFlags(), clientcmd.RecommendedConfigOverrideFlags(""))
 	root.PersistentFlags().StringVarP(&o.output, "output", "o", "", "output format: wide, json or yaml (a table when empty)")
-	root.AddCommand(o.statusCommand(), o.gpusCommand(), o.nodesCommand(), o.teamsCommand(), o.whyCommand(), o.isolateCommand(), o.clearCommand())
+	root.AddCommand(o.statusCommand(), o.gpusCommand(), o.nodesCommand(), o.teamsCommand(), o.whyCommand(), o.isolateCommand(), o.clearCommand(),
+		o.uninstallCommand())
 	return root
 }
 

@@ -21,6 +21,7 @@ import (
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers"
 	"chamber.dev/chamber/controllers/controllertest"
+	"chamber.dev/chamber/controllers/uninstall"
 	"chamber.dev/chamber/fleet"
 	"chamber.dev/chamber/healthcheck"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
@@ -221,6 +222,29 @@ func TestCommands(t *testing.T) {
 		g.Expect(teams).To(gomega.ContainElement(gomega.And(gomega.HaveField("Team", "broke"), gomega.HaveField("Budget", gomega.ContainSubstring("exceeded")))))
 		_, err := runErr("teams", "-o", "xml")
 		g.Expect(err).To(gomega.MatchError(gomega.ContainSubstring(`--output "xml": want wide, json or yaml`)))
+	})
+
+	t.Run("uninstall --dry-run", func(t *testing.T) {
+		g := gomega.NewWithT(t)
+		out := run(g, "uninstall", "--dry-run")
+		g.Expect(out).To(gomega.ContainSubstring("Dry run: nothing was changed. Uninstall would:"))
+		g.Expect(out).To(gomega.MatchRegexp(`nodes\s+node/ops-2\s+remove taint ` + chamber.TaintGPUUnhealthy + `; uncordon; remove \d+ annotations`))
+		g.Expect(out).To(gomega.MatchRegexp(`workloads\s+workload/nb/\S+\s+resume \(paused by Chamber`))
+		g.Expect(out).To(gomega.MatchRegexp(`clusterqueues\s+clusterqueue/ml\s+drop ownerReference to Team ml`))
+		g.Expect(out).To(gomega.MatchRegexp(`kueue-objects\s+localqueue/ml/default\s+drop ownerReference to Team ml`))
+		g.Expect(out).To(gomega.ContainSubstring("Note: node ops-2 was isolated for a hardware fault (XID79"))
+		var report uninstall.Report
+		g.Expect(json.Unmarshal([]byte(run(g, "uninstall", "--dry-run", "-o", "json")), &report)).To(gomega.Succeed())
+		g.Expect(report.DryRun).To(gomega.BeTrue())
+		g.Expect(report.Changes).NotTo(gomega.BeEmpty())
+		// Nothing changed: ops-2 is still isolated, the notebook paused.
+		var n corev1.Node
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Name: "ops-2"}, &n)).To(gomega.Succeed())
+		g.Expect(n.Spec.Unschedulable).To(gomega.BeTrue())
+		g.Expect(n.Spec.Taints).To(gomega.ContainElement(gomega.HaveField("Key", chamber.TaintGPUUnhealthy)))
+		g.Expect(ptr.Deref(controllertest.WorkloadOf(g, k8s, "nb", "notebook").Spec.Active, true)).To(gomega.BeFalse())
+		_, err := runErr("uninstall", "--dry-run", "--controller", "chamber-controller")
+		g.Expect(err).To(gomega.MatchError(gomega.ContainSubstring("want NAMESPACE/NAME")))
 	})
 
 	t.Run("clear", func(t *testing.T) {

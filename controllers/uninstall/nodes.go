@@ -52,7 +52,7 @@ func (h *handBack) nodes(ctx context.Context) error {
 	for i := range list.Items {
 		n := &list.Items[i]
 		var faulty string
-		what, err := h.write(ctx, StepNodes, name("node", n), n, func() []string {
+		what, err := h.patch(ctx, name("node", n), n, func() []string {
 			var what []string
 			faulty = hardwareFault(n)
 			for _, key := range chamberTaints {
@@ -75,11 +75,17 @@ func (h *handBack) nodes(ctx context.Context) error {
 			errs = append(errs, err)
 			continue
 		}
+		conditions, err := h.removeConditions(ctx, n)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if what = append(what, conditions...); len(what) > 0 {
+			h.record(StepNodes, name("node", n), strings.Join(what, "; "))
+		}
 		if faulty != "" && slices.Contains(what, "uncordon") {
 			h.note("node %s was isolated for a hardware fault (%s) and takes pods again: cordon it until it is repaired "+
 				"(or keep such nodes cordoned: --keep-faulty-nodes-cordoned)", n.Name, faulty)
 		}
-		errs = append(errs, h.removeConditions(ctx, n))
 	}
 	return errors.Join(errs...)
 }
@@ -94,10 +100,10 @@ func hardwareFault(n *corev1.Node) string {
 	return a[chamber.AnnotationIsolationReason]
 }
 
-// removeConditions deletes Chamber's conditions from the node's status: a strategic
-// merge patch keyed by type, so the kubelet's and other conditions, written all the
-// time, neither conflict nor change.
-func (h *handBack) removeConditions(ctx context.Context, n *corev1.Node) error {
+// removeConditions deletes Chamber's conditions from the node's status (as read) and
+// says which: a strategic merge patch keyed by type, so the kubelet's and other
+// conditions, written all the time, neither conflict nor change.
+func (h *handBack) removeConditions(ctx context.Context, n *corev1.Node) ([]string, error) {
 	var found []any
 	var names []string
 	for _, c := range n.Status.Conditions {
@@ -107,19 +113,18 @@ func (h *handBack) removeConditions(ctx context.Context, n *corev1.Node) error {
 		}
 	}
 	if len(found) == 0 {
-		return nil
+		return nil, nil
 	}
 	if !h.opts.DryRun {
 		patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": found}})
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if err := h.c.Status().Patch(ctx, n, client.RawPatch(types.StrategicMergePatchType, patch)); client.IgnoreNotFound(err) != nil {
-			return fmt.Errorf("remove conditions of node %s: %w", n.Name, err)
+			return nil, fmt.Errorf("remove conditions of node %s: %w", n.Name, err)
 		}
 	}
-	h.record(StepNodes, name("node", n), fmt.Sprintf("remove conditions %v", names))
-	return nil
+	return []string{"remove conditions " + strings.Join(names, ", ")}, nil
 }
 
 // gpuHolds deletes fault isolation's GPU hold pods, which keep a node's failing GPUs

@@ -144,11 +144,20 @@ func (h *handBack) notServed(err error, what string) bool {
 	return true
 }
 
-// write applies edit to obj, as listed, and writes what it changed as a merge patch
+// write is patch, its changes recorded.
+func (h *handBack) write(ctx context.Context, step Step, object string, obj client.Object, edit func() []string) ([]string, error) {
+	what, err := h.patch(ctx, object, obj, edit)
+	if len(what) > 0 {
+		h.record(step, object, strings.Join(what, "; "))
+	}
+	return what, err
+}
+
+// patch applies edit to obj, as listed, and writes what it changed as a merge patch
 // that fails on a stale read; on a conflict it reads obj again and edits it anew.
 // edit says what it changed, in words; nothing: no write. A dry run writes nothing. An
 // object gone meanwhile needs nothing. It returns what was changed.
-func (h *handBack) write(ctx context.Context, step Step, object string, obj client.Object, edit func() []string) ([]string, error) {
+func (h *handBack) patch(ctx context.Context, object string, obj client.Object, edit func() []string) ([]string, error) {
 	var what []string
 	read := false
 	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
@@ -170,9 +179,6 @@ func (h *handBack) write(ctx context.Context, step Step, object string, obj clie
 	}
 	if err != nil {
 		return nil, fmt.Errorf("update %s: %w", object, err)
-	}
-	if len(what) > 0 {
-		h.record(step, object, strings.Join(what, "; "))
 	}
 	return what, nil
 }
