@@ -42,7 +42,7 @@ func MainWith(m *testing.M, plane controlplane.Options, cfg controllers.Config, 
 	if os.Getenv("CHAMBER_TEST_LOGS") != "" {
 		ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
 	}
-	cp, c, err := startWithChartRBAC(ctx, plane)
+	cp, c, err := StartWithChartRBAC(ctx, plane)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -75,19 +75,26 @@ func MainWith(m *testing.M, plane controlplane.Options, cfg controllers.Config, 
 // Helm chart's RBAC and admission policies, sets Config for RunAgent, and runs the
 // package's tests with the control plane in *cp and an admin client in *k8s.
 func MainForBinaries(m *testing.M, cp **controlplane.ControlPlane, k8s *client.Client) int {
-	plane, c, err := startWithChartRBAC(context.Background(), controlplane.Full())
+	return MainForBinariesWith(m, controlplane.Full(), cp, k8s)
+}
+
+// MainForBinariesWith is MainForBinaries on a control plane of the given options
+// (another Kubernetes release, kube-apiserver flags).
+func MainForBinariesWith(m *testing.M, plane controlplane.Options, cp **controlplane.ControlPlane, k8s *client.Client) int {
+	started, c, err := StartWithChartRBAC(context.Background(), plane)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer plane.Stop()
-	*cp, *k8s, Config = plane, c, plane.Config
+	defer started.Stop()
+	*cp, *k8s, Config = started, c, started.Config
 	return m.Run()
 }
 
-// startWithChartRBAC starts a control plane of the given components and installs the
-// chart's RBAC and admission policies; it returns an admin client.
-func startWithChartRBAC(ctx context.Context, plane controlplane.Options) (*controlplane.ControlPlane, client.Client, error) {
+// StartWithChartRBAC starts a control plane of the given components and installs
+// the chart's RBAC and admission policies; it returns an admin client. Nothing is
+// left running on error; the caller stops the control plane.
+func StartWithChartRBAC(ctx context.Context, plane controlplane.Options) (*controlplane.ControlPlane, client.Client, error) {
 	cp, err := controlplane.Start(ctx, plane)
 	if err != nil {
 		return nil, nil, err

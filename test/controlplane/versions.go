@@ -1,0 +1,10 @@
+package controlplane
+
+// The Kubernetes releases, besides KubeVersion, whose control plane `make tools`
+// builds (bin/kubernetes-<release>/) for the smoke suite (test/versions): the oldest
+// and the newest Chamber supports, for Options.Kubernetes. They must match the
+// Makefile's KUBE_OLDEST and KUBE_NEWEST (TestVersionsMatchMakefile checks).
+const (
+	OldestKubernetes = "v1.34.4"
+	NewestKubernetes = "v1.37.2"
+)
