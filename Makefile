@@ -125,9 +125,9 @@ lint: $(BIN)/staticcheck $(BIN)/helm ## gofmt, go vet and staticcheck.
 	$(BIN)/helm lint charts/chamber --kube-version 1.36.3
 
 .PHONY: generate
-generate: $(BIN)/controller-gen ## Deepcopy code and CRDs (charts/chamber/crds) from api/; dashboards/ into the chart.
+generate: $(BIN)/controller-gen ## Deepcopy code and CRDs (charts/chamber/files/crds) from api/; dashboards/ into the chart.
 	$(BIN)/controller-gen object paths=./api/...
-	$(BIN)/controller-gen crd paths=./api/... output:crd:dir=charts/chamber/crds
+	$(BIN)/controller-gen crd paths=./api/... output:crd:dir=charts/chamber/files/crds
 	rm -rf charts/chamber/files/grafana && mkdir -p charts/chamber/files/grafana
 	cp dashboards/prometheus-rules.yaml charts/chamber/files/
 	cp dashboards/grafana/*.json charts/chamber/files/grafana/

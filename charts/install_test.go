@@ -61,7 +61,7 @@ func TestInstall(t *testing.T) {
 	g := gomega.NewWithT(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cp, c := startWithPoolNodes(t, ctx)
+	cp, c := startWithPoolNodes(t, ctx, controlplane.Full())
 	cpuNode := controlplane.GPUNode{Name: "cpu-1"}.Object()
 	for k := range cpuNode.Labels {
 		if strings.HasPrefix(k, "nvidia.com/") {
@@ -273,10 +273,10 @@ var poolNodes = []controlplane.GPUNode{
 	{Name: "gpu-2", GPUs: 8, Labels: map[string]string{"pool": "main"}},
 }
 
-// startWithPoolNodes is a full control plane with poolNodes.
-func startWithPoolNodes(t *testing.T, ctx context.Context) (*controlplane.ControlPlane, client.Client) {
+// startWithPoolNodes is a control plane with opts and poolNodes.
+func startWithPoolNodes(t *testing.T, ctx context.Context, opts controlplane.Options) (*controlplane.ControlPlane, client.Client) {
 	t.Helper()
-	cp, c := start(t, ctx, controlplane.Full())
+	cp, c := start(t, ctx, opts)
 	if err := controlplane.CreateGPUNodes(ctx, c, poolNodes...); err != nil {
 		t.Fatal(err)
 	}

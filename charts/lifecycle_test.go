@@ -38,12 +38,14 @@ metrics:`, 1)
 // helm upgrade (a team added, a controller flag changed), helm rollback to the first
 // revision (the added team removed, the flag back), helm uninstall (the release's
 // objects gone, the CRDs kept, so the teams' and pools' kinds and any objects made
-// outside the release survive).
+// outside the release survive). The CRDs are the control plane's here, as a team that
+// manages them outside the chart has them (crds.install: false); TestUpgrade takes
+// the chart's own through an upgrade and an uninstall.
 func TestHelmLifecycle(t *testing.T) {
 	g := gomega.NewWithT(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cp, c := startWithPoolNodes(t, ctx)
+	cp, c := startWithPoolNodes(t, ctx, controlplane.Full())
 	dir := t.TempDir()
 	write := func(name, content string) string {
 		path := filepath.Join(dir, name)
@@ -51,6 +53,7 @@ func TestHelmLifecycle(t *testing.T) {
 		return path
 	}
 	first, second := write("install.yaml", installValues), write("upgrade.yaml", upgradeValues)
+	crdsOutside := write("crds.yaml", "crds: {install: false}\n")
 	helm := helmOn(t, ctx, cp)
 	chart := chartDir(t)
 	team := func(name string) error {
@@ -63,12 +66,12 @@ func TestHelmLifecycle(t *testing.T) {
 		return list.Items[0].Spec.Template.Spec.Containers[0].Args
 	}
 
-	helm("install", "chamber", chart, "--create-namespace", "-f", first, "--wait", "--timeout", "3m")
+	helm("install", "chamber", chart, "--create-namespace", "-f", crdsOutside, "-f", first, "--wait", "--timeout", "3m")
 	g.Expect(team("vision")).To(gomega.Succeed())
 	g.Expect(apierrors.IsNotFound(team("nlp"))).To(gomega.BeTrue())
 	g.Expect(controllerFlags()).To(gomega.ContainElement("--admission-check=false"))
 
-	helm("upgrade", "chamber", chart, "-f", second, "--wait", "--timeout", "3m")
+	helm("upgrade", "chamber", chart, "-f", crdsOutside, "-f", second, "--wait", "--timeout", "3m")
 	g.Expect(team("nlp")).To(gomega.Succeed())
 	g.Expect(controllerFlags()).To(gomega.ContainElement("--admission-check=true"))
 
@@ -123,16 +126,25 @@ func TestHelmInstallWithoutKueue(t *testing.T) {
 // helmOn runs the helm binary `make tools` built against the control plane, in the
 // chart's namespace, with its own cache and configuration; a failure fails the test.
 func helmOn(t *testing.T, ctx context.Context, cp *controlplane.ControlPlane) func(args ...string) string {
-	dir := t.TempDir()
+	try := tryHelmOn(t, ctx, cp)
 	return func(args ...string) string {
 		t.Helper()
-		cmd := exec.CommandContext(ctx, filepath.Join(cp.BinDir(), "helm"), append(args, "--kubeconfig", cp.Kubeconfig, "--namespace", controlplane.ChartNamespace)...)
-		cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+filepath.Join(dir, "cache"), "HELM_CONFIG_HOME="+filepath.Join(dir, "config"), "HELM_DATA_HOME="+filepath.Join(dir, "data"))
-		out, err := cmd.CombinedOutput()
+		out, err := try(args...)
 		if err != nil {
 			t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
-		return string(out)
+		return out
+	}
+}
+
+// tryHelmOn is helmOn for commands that may fail: it returns helm's output and error.
+func tryHelmOn(t *testing.T, ctx context.Context, cp *controlplane.ControlPlane) func(args ...string) (string, error) {
+	dir := t.TempDir()
+	return func(args ...string) (string, error) {
+		cmd := exec.CommandContext(ctx, filepath.Join(cp.BinDir(), "helm"), append(args, "--kubeconfig", cp.Kubeconfig, "--namespace", controlplane.ChartNamespace)...)
+		cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+filepath.Join(dir, "cache"), "HELM_CONFIG_HOME="+filepath.Join(dir, "config"), "HELM_DATA_HOME="+filepath.Join(dir, "data"))
+		out, err := cmd.CombinedOutput()
+		return string(out), err
 	}
 }
 

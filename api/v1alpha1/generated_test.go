@@ -9,8 +9,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-// TestCRDsUpToDate fails when charts/chamber/crds differs from what controller-gen
-// makes of api/: run `make generate`.
+// TestCRDsUpToDate fails when charts/chamber/files/crds differs from what
+// controller-gen makes of api/: run `make generate`.
 func TestCRDsUpToDate(t *testing.T) {
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
@@ -27,20 +27,21 @@ func TestCRDsUpToDate(t *testing.T) {
 		t.Fatalf("controller-gen: %v\n%s", err, msg)
 	}
 	want, _ := filepath.Glob(filepath.Join(out, "*.yaml"))
-	committed, _ := filepath.Glob(filepath.Join(root, "charts", "chamber", "crds", "*.yaml"))
+	dir := filepath.Join(root, "charts", "chamber", "files", "crds")
+	committed, _ := filepath.Glob(filepath.Join(dir, "*.yaml"))
 	if len(want) != len(committed) {
-		t.Errorf("charts/chamber/crds has %d CRDs, controller-gen makes %d: run `make generate`", len(committed), len(want))
+		t.Errorf("charts/chamber/files/crds has %d CRDs, controller-gen makes %d: run `make generate`", len(committed), len(want))
 	}
 	for _, w := range want {
 		name := filepath.Base(w)
 		wantData, _ := os.ReadFile(w)
-		gotData, err := os.ReadFile(filepath.Join(root, "charts", "chamber", "crds", name))
+		gotData, err := os.ReadFile(filepath.Join(dir, name))
 		if err != nil {
 			t.Errorf("%s: %v: run `make generate`", name, err)
 			continue
 		}
 		if diff := cmp.Diff(string(wantData), string(gotData)); diff != "" {
-			t.Errorf("charts/chamber/crds/%s is stale, run `make generate` (-generated +committed):\n%s", name, diff)
+			t.Errorf("charts/chamber/files/crds/%s is stale, run `make generate` (-generated +committed):\n%s", name, diff)
 		}
 	}
 }

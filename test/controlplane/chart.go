@@ -8,6 +8,7 @@ import (
 	"io"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -41,7 +42,13 @@ func RenderChart(ctx context.Context, binDir string, args ...string) ([]*unstruc
 	if err != nil {
 		return nil, err
 	}
-	return HelmTemplate(ctx, binDir, ChartRelease, filepath.Join(root, "charts", "chamber"), ChartNamespace, args...)
+	objs, err := HelmTemplate(ctx, binDir, ChartRelease, filepath.Join(root, "charts", "chamber"), ChartNamespace, args...)
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(objs, func(obj *unstructured.Unstructured) bool {
+		return obj.GetKind() == "CustomResourceDefinition"
+	}), nil
 }
 
 // HelmTemplate runs `helm template release chart` in namespace with the helm binary

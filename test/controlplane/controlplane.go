@@ -54,8 +54,9 @@ type Options struct {
 	// VolcanoSchedulePeriod is vc-scheduler's --schedule-period, how often it runs a
 	// scheduling session (a job needs two: enqueue, then allocate); 0: Volcano's 1 s.
 	VolcanoSchedulePeriod time.Duration
-	// ChamberCRDs installs Chamber's own CRDs (charts/chamber/crds of the repository
-	// holding the working directory).
+	// ChamberCRDs installs Chamber's own CRDs (charts/chamber/files/crds of the
+	// repository holding the working directory), as a cluster whose CRDs are not the
+	// chart's to manage has them; off where the test installs them with the chart.
 	ChamberCRDs bool
 	// KueueFeatureGates overrides Kueue's feature gates.
 	KueueFeatureGates map[string]bool
@@ -216,7 +217,7 @@ func (cp *ControlPlane) start(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if err := InstallCRDs(ctx, c, filepath.Join(root, "charts", "chamber", "crds")); err != nil {
+		if err := InstallCRDs(ctx, c, filepath.Join(root, "charts", "chamber", "files", "crds")); err != nil {
 			return err
 		}
 	}

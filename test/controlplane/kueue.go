@@ -123,7 +123,7 @@ func (cp *ControlPlane) startKueue(ctx context.Context) error {
 	return nil
 }
 
-// InstallCRDs creates every CRD in dir (Kueue's, or Chamber's charts/chamber/crds)
+// InstallCRDs creates every CRD in dir (Kueue's, or Chamber's charts/chamber/files/crds)
 // and waits until the API server serves them.
 func InstallCRDs(ctx context.Context, c client.Client, dir string) error {
 	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
