@@ -35,6 +35,15 @@ type Options struct {
 	// BinDir holds the binaries `make tools` builds. Default: $CHAMBER_BIN_DIR, else the
 	// bin/ folder of the repository that contains the working directory.
 	BinDir string
+	// Kubernetes, when set, is the release ("v1.34.4") whose kube-apiserver,
+	// kube-controller-manager and kube-scheduler run, from BinDir/kubernetes-<release>
+	// (make tools builds the oldest and the newest Chamber supports); unset, those of
+	// BinDir, KubeVersion. Upstream's kube-controller-manager has no JobBackoff or
+	// JobSyncBatchPeriod flags, so those must be unset with it.
+	Kubernetes string
+	// APIServerFlags are added to kube-apiserver's (--runtime-config, --feature-gates:
+	// an API turned off, as an older or differently set up cluster has it).
+	APIServerFlags []string
 	// ControllerManager runs kube-controller-manager (Jobs, service accounts, namespace
 	// and garbage collection, node lifecycle).
 	ControllerManager bool
@@ -294,9 +303,27 @@ func (cp *ControlPlane) run(name string, args ...string) (*process, error) {
 	return cp.runWithEnv(name, nil, args...)
 }
 
+// kubeBinDir is where the Kubernetes control plane's binaries are: those of
+// Options.Kubernetes where it is set.
+func kubeBinDir(binDir string, opts Options) string {
+	if opts.Kubernetes == "" {
+		return binDir
+	}
+	return filepath.Join(binDir, "kubernetes-"+opts.Kubernetes)
+}
+
+// isKubeBinary says whether name is one of the binaries Options.Kubernetes picks.
+func isKubeBinary(name string) bool {
+	return name == "kube-apiserver" || name == "kube-controller-manager" || name == "kube-scheduler"
+}
+
 // runWithEnv is run with env added to the component's environment.
 func (cp *ControlPlane) runWithEnv(name string, env []string, args ...string) (*process, error) {
-	p, err := startProcess(name, filepath.Join(cp.binDir, name), args, env, cp.logDir)
+	dir := cp.binDir
+	if isKubeBinary(name) {
+		dir = kubeBinDir(cp.binDir, cp.opts)
+	}
+	p, err := startProcess(name, filepath.Join(dir, name), args, env, cp.logDir)
 	if err != nil {
 		return nil, err
 	}
@@ -368,26 +395,27 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, etcdURL string) erro
 	if err != nil {
 		return err
 	}
-	p, err := cp.run("kube-apiserver", append(auditArgs,
-		"--etcd-servers="+etcdURL,
+	p, err := cp.run("kube-apiserver", slices.Concat(auditArgs, []string{
+		"--etcd-servers=" + etcdURL,
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
-		"--secure-port="+strconv.Itoa(port),
-		"--tls-cert-file="+serving.CertFile,
-		"--tls-private-key-file="+serving.KeyFile,
-		"--cert-dir="+filepath.Join(cp.Dir, "apiserver"),
-		"--token-auth-file="+tokenFile,
+		"--secure-port=" + strconv.Itoa(port),
+		"--tls-cert-file=" + serving.CertFile,
+		"--tls-private-key-file=" + serving.KeyFile,
+		"--cert-dir=" + filepath.Join(cp.Dir, "apiserver"),
+		"--token-auth-file=" + tokenFile,
 		"--authorization-mode=RBAC",
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-		"--service-account-key-file="+saKey,
-		"--service-account-signing-key-file="+saKey,
+		"--service-account-key-file=" + saKey,
+		"--service-account-signing-key-file=" + saKey,
 		"--service-cluster-ip-range=10.96.0.0/16",
 		"--allow-privileged=true",
 		// Endpoints in 127.0.0.0/8 are rejected, so the kubernetes Service cannot point
 		// at a loopback API server; nothing here needs it.
 		"--endpoint-reconciler-type=none",
 		"--profiling=false",
-	)...)
+	}, cp.opts.APIServerFlags)...)
+
 	if err != nil {
 		return err
 	}
@@ -747,12 +775,17 @@ func repositoryRoot() (string, error) {
 }
 
 func checkBinaries(binDir string, opts Options) error {
-	need := []string{"etcd", "kube-apiserver"}
+	kube := kubeBinDir(binDir, opts)
+	rel := func(name string) string {
+		r, _ := filepath.Rel(binDir, filepath.Join(kube, name))
+		return r
+	}
+	need := []string{"etcd", rel("kube-apiserver")}
 	if opts.ControllerManager {
-		need = append(need, "kube-controller-manager")
+		need = append(need, rel("kube-controller-manager"))
 	}
 	if opts.Scheduler {
-		need = append(need, "kube-scheduler")
+		need = append(need, rel("kube-scheduler"))
 	}
 	if opts.Kwok {
 		need = append(need, "kwok", "kwok-stages.yaml")
