@@ -138,7 +138,7 @@ func (h *handBack) gpuHolds(ctx context.Context) error {
 	for i := range pods.Items {
 		p := &pods.Items[i]
 		q := p.Spec.Containers[0].Resources.Limits[chamberkueue.ResourceGPU]
-		why := fmt.Sprintf("it holds %s GPUs of node %s that Chamber isolated", q.String(), p.Labels[chamber.LabelGPUHold])
+		why := fmt.Sprintf("it holds %s of node %s's GPUs, which Chamber isolated", q.String(), p.Labels[chamber.LabelGPUHold])
 		errs = append(errs, h.deleteObject(ctx, StepGPUHolds, name("pod", p), p, why, client.GracePeriodSeconds(0)))
 	}
 	return errors.Join(errs...)
