@@ -25,6 +25,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+	batch "volcano.sh/apis/pkg/apis/batch/v1alpha1"
+	bus "volcano.sh/apis/pkg/apis/bus/v1alpha1"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers/idlereclaim"
@@ -381,6 +383,45 @@ func TestStopsTheController(t *testing.T) {
 	report, err := HandBack(ctx, c, Options{Controllers: found})
 	if err != nil || report.Count(StepController) != 0 || report.Count(StepNodes) == 0 {
 		t.Errorf("error %v, report %v; want the node handed back, the controller stopped already", err, report.Changes)
+	}
+}
+
+// TestVolcanoJobResumes: a Volcano Job idle reclaim paused (Aborted, held) gets a
+// ResumeJob Command, as idle reclaim itself would issue it, and loses Chamber's marks;
+// a Job with a pending request loses the request; a Job a user aborted stays as it is.
+func TestVolcanoJobResumes(t *testing.T) {
+	ctx := context.Background()
+	job := func(name string, phase batch.JobPhase, annotations map[string]string) *batch.Job {
+		return &batch.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "vision", Name: name, UID: types.UID(name), Annotations: annotations},
+			Status: batch.JobStatus{State: batch.JobState{Phase: phase}, RetryCount: 1}}
+	}
+	c := newClient([]client.Object{
+		job("paused", batch.Aborted, map[string]string{idlereclaim.AnnotationHeld: "true", idlereclaim.AnnotationRetryAtPause: "1",
+			idlereclaim.AnnotationReclaimedFor: "other/waiting", idlereclaim.AnnotationReclaims: "1"}),
+		job("asked", batch.Running, map[string]string{chamber.AnnotationEvictionReason: "GPUFault", chamber.AnnotationEvictionMessage: "XID79",
+			chamber.AnnotationEvictionRequestedAt: "2026-01-02T15:04:05Z", chamber.AnnotationEvictionGracePeriod: "5m0s"}),
+		job("aborted", batch.Aborted, nil),
+	}, interceptor.Funcs{})
+	report, err := HandBack(ctx, c, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if report.Count(StepVolcano) != 2 {
+		t.Errorf("%d Volcano Jobs changed, want 2\n%s", report.Count(StepVolcano), print(t, report))
+	}
+	var commands bus.CommandList
+	if err := c.List(ctx, &commands); err != nil {
+		t.Fatal(err)
+	}
+	if len(commands.Items) != 1 || commands.Items[0].Name != "paused-chamber-resumejob-1" || commands.Items[0].Action != string(bus.ResumeJobAction) {
+		t.Errorf("Commands %v, want paused's ResumeJob alone", commands.Items)
+	}
+	for name, want := range map[string]map[string]string{"paused": {idlereclaim.AnnotationReclaims: "1"}, "asked": nil, "aborted": nil} {
+		var j batch.Job
+		get(t, c, "vision/"+name, &j)
+		if len(j.Annotations)+len(want) > 0 && !cmp.Equal(want, j.Annotations) {
+			t.Errorf("Volcano Job %s annotations %v, want %v", name, j.Annotations, want)
+		}
 	}
 }
 
