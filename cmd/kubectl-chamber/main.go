@@ -1,8 +1,9 @@
 // Command kubectl-chamber is Chamber's kubectl plugin: the fleet's GPUs by state, the
 // teams' quotas and use, why a job waits, and the operator's return of a repaired
 // node, read from the cluster's objects through the user's kubeconfig (kubectl's own
-// flags: --kubeconfig, --context, -n); and the hand-back of the cluster before
-// Chamber is removed. Installed on the PATH, kubectl runs it as `kubectl chamber`.
+// flags: --kubeconfig, --context, -n); the fleet page in a browser, signed in as the
+// user; and the hand-back of the cluster before Chamber is removed. Installed on the
+// PATH, kubectl runs it as `kubectl chamber`.
 package main
 
 import (
@@ -76,7 +77,7 @@ func newRoot(out streams, connect func() (client.Client, error)) *cobra.Command 
 	clientcmd.BindOverrideFlags(&o.overrides, root.PersistentFlags(), clientcmd.RecommendedConfigOverrideFlags(""))
 	root.PersistentFlags().StringVarP(&o.output, "output", "o", "", "output format: wide, json or yaml (a table when empty)")
 	root.AddCommand(o.statusCommand(), o.gpusCommand(), o.nodesCommand(), o.teamsCommand(), o.whyCommand(), o.isolateCommand(), o.clearCommand(),
-		o.uninstallCommand())
+		o.uninstallCommand(), o.dashboardCommand())
 	return root
 }
 
