@@ -23,10 +23,18 @@ KUBE_OLDEST := v1.34.4
 KUBE_NEWEST := v1.37.2
 kube_smoke_bins = $(foreach b,kube-apiserver kube-controller-manager kube-scheduler,$(BIN)/kubernetes-$(1)/$(b))
 
+# Kueue's previous minor, with which test/versions/kueueprevious runs the smoke suite
+# (every other test runs the Kueue of go.mod): upstream's, unpatched, built from
+# tools/kueue-0.MINOR into bin/kueue-VERSION/ with its manifests as bin/kueue-manifests.
+KUEUE_PREVIOUS := v0.18.3
+KUEUE_PREVIOUS_MOD := tools/kueue-0.$(call kube_minor,$(KUEUE_PREVIOUS))
+KUEUE_PREVIOUS_DIR := $(BIN)/kueue-$(KUEUE_PREVIOUS)
+
 KUBE_BINS := $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler $(BIN)/kubectl
 # What the simulator (make demo) runs: the control plane, kwok and Kueue.
 SIM_TOOLS := $(KUBE_BINS) $(BIN)/etcd $(BIN)/kwok $(BIN)/kwok-stages.yaml $(BIN)/kueue $(BIN)/kueue-manifests/webhooks.yaml
 TOOLS := $(SIM_TOOLS) $(call kube_smoke_bins,$(KUBE_OLDEST)) $(call kube_smoke_bins,$(KUBE_NEWEST)) \
+	$(KUEUE_PREVIOUS_DIR)/kueue $(KUEUE_PREVIOUS_DIR)/kueue-manifests/webhooks.yaml \
 	$(BIN)/controller-gen $(BIN)/helm \
 	$(BIN)/prometheus $(BIN)/promtool $(BIN)/staticcheck \
 	$(BIN)/vc-scheduler $(BIN)/vc-controller-manager $(BIN)/volcano-crds/scheduling.volcano.sh_queues.yaml
@@ -274,10 +282,22 @@ $(BIN)/kwok-stages.yaml: tools/kwok/go.mod tools/kwok/go.sum
 	@cd tools/kwok && $(GO) mod download sigs.k8s.io/kwok && dir=$$($(GO) list -m -f '{{.Dir}}' sigs.k8s.io/kwok) && \
 		for f in $(KWOK_STAGES); do echo "---"; cat "$$dir/$$f"; done > $@.tmp && mv $@.tmp $@
 
-# Kueue's CRDs and webhook configurations, from the Kueue module in go.mod.
+# Kueue's CRDs and webhook configurations, from the Kueue module of the go.mod in
+# folder $(1), into the folder of the target, its webhooks.yaml.
+kueue_manifests = cd $(1) && $(GO) mod download sigs.k8s.io/kueue && dir=$$($(GO) list -m -f '{{.Dir}}' sigs.k8s.io/kueue) && \
+	rm -rf $(@D) && mkdir -p $(@D)/crds && \
+	install -m 644 $$dir/config/components/crd/bases/*.yaml $(@D)/crds/ && \
+	install -m 644 $$dir/config/components/webhook/manifests.yaml $@
 $(BIN)/kueue-manifests/webhooks.yaml: go.mod go.sum
 	@echo "tools: collecting Kueue's CRDs and webhook manifests"
-	@$(GO) mod download sigs.k8s.io/kueue && dir=$$($(GO) list -m -f '{{.Dir}}' sigs.k8s.io/kueue) && \
-		rm -rf $(BIN)/kueue-manifests && mkdir -p $(BIN)/kueue-manifests/crds && \
-		install -m 644 $$dir/config/components/crd/bases/*.yaml $(BIN)/kueue-manifests/crds/ && \
-		install -m 644 $$dir/config/components/webhook/manifests.yaml $@
+	@$(call kueue_manifests,$(CURDIR))
+
+# Kueue's previous minor, upstream's build (its version stamped, as its release's is),
+# and its manifests.
+$(KUEUE_PREVIOUS_DIR)/kueue: $(KUEUE_PREVIOUS_MOD)/go.mod $(KUEUE_PREVIOUS_MOD)/go.sum
+	@echo "tools: building kueue $(KUEUE_PREVIOUS)"
+	@cd $(KUEUE_PREVIOUS_MOD) && $(GO) build -trimpath -ldflags '-X sigs.k8s.io/kueue/pkg/version.GitVersion=$(KUEUE_PREVIOUS)' \
+		-o $@ sigs.k8s.io/kueue/cmd/kueue
+$(KUEUE_PREVIOUS_DIR)/kueue-manifests/webhooks.yaml: $(KUEUE_PREVIOUS_MOD)/go.mod $(KUEUE_PREVIOUS_MOD)/go.sum
+	@echo "tools: collecting Kueue $(KUEUE_PREVIOUS)'s CRDs and webhook manifests"
+	@$(call kueue_manifests,$(KUEUE_PREVIOUS_MOD))

@@ -54,6 +54,11 @@ type Options struct {
 	Kwok bool
 	// Kueue installs Kueue's CRDs and webhooks and runs the Kueue controller.
 	Kueue bool
+	// KueueVersion, when set, is the Kueue release (PreviousKueue) whose controller,
+	// CRDs and webhooks run, upstream's unpatched build from BinDir/kueue-<release>;
+	// unset, BinDir's kueue, Chamber's build of the Kueue in its go.mod. Upstream's
+	// binary reads no batch period, so KueueBatchPeriod must be unset with it.
+	KueueVersion string
 	// Volcano installs Volcano's CRDs and runs vc-scheduler and vc-controller-manager
 	// (pods with schedulerName VolcanoSchedulerName, Volcano Jobs, Queues and
 	// PodGroups). Full leaves it off.
@@ -317,11 +322,23 @@ func isKubeBinary(name string) bool {
 	return name == "kube-apiserver" || name == "kube-controller-manager" || name == "kube-scheduler"
 }
 
+// kueueBinDir is where the kueue binary and its kueue-manifests are: those of
+// Options.KueueVersion where it is set.
+func kueueBinDir(binDir string, opts Options) string {
+	if opts.KueueVersion == "" {
+		return binDir
+	}
+	return filepath.Join(binDir, "kueue-"+opts.KueueVersion)
+}
+
 // runWithEnv is run with env added to the component's environment.
 func (cp *ControlPlane) runWithEnv(name string, env []string, args ...string) (*process, error) {
 	dir := cp.binDir
-	if isKubeBinary(name) {
+	switch {
+	case isKubeBinary(name):
 		dir = kubeBinDir(cp.binDir, cp.opts)
+	case name == "kueue":
+		dir = kueueBinDir(cp.binDir, cp.opts)
 	}
 	p, err := startProcess(name, filepath.Join(dir, name), args, env, cp.logDir)
 	if err != nil {
@@ -775,23 +792,26 @@ func repositoryRoot() (string, error) {
 }
 
 func checkBinaries(binDir string, opts Options) error {
-	kube := kubeBinDir(binDir, opts)
-	rel := func(name string) string {
-		r, _ := filepath.Rel(binDir, filepath.Join(kube, name))
+	rel := func(dir, name string) string {
+		r, _ := filepath.Rel(binDir, filepath.Join(dir, name))
 		return r
 	}
-	need := []string{"etcd", rel("kube-apiserver")}
+	kube, kueue := kubeBinDir(binDir, opts), kueueBinDir(binDir, opts)
+	need := []string{"etcd", rel(kube, "kube-apiserver")}
 	if opts.ControllerManager {
-		need = append(need, rel("kube-controller-manager"))
+		need = append(need, rel(kube, "kube-controller-manager"))
 	}
 	if opts.Scheduler {
-		need = append(need, rel("kube-scheduler"))
+		need = append(need, rel(kube, "kube-scheduler"))
 	}
 	if opts.Kwok {
 		need = append(need, "kwok", "kwok-stages.yaml")
 	}
 	if opts.Kueue {
-		need = append(need, "kueue", filepath.Join("kueue-manifests", "webhooks.yaml"))
+		need = append(need, rel(kueue, "kueue"), rel(kueue, filepath.Join("kueue-manifests", "webhooks.yaml")))
+	}
+	if opts.KueueVersion != "" && opts.KueueBatchPeriod > 0 {
+		return fmt.Errorf("upstream's build of Kueue %s has no batch period to set: leave KueueBatchPeriod unset with KueueVersion", opts.KueueVersion)
 	}
 	if opts.Volcano {
 		need = append(need, "vc-scheduler", "vc-controller-manager", filepath.Join(volcanoCRDDir, "scheduling.volcano.sh_queues.yaml"))

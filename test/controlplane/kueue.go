@@ -44,7 +44,7 @@ func (cp *ControlPlane) startKueue(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	manifests := filepath.Join(cp.binDir, "kueue-manifests")
+	manifests := filepath.Join(kueueBinDir(cp.binDir, cp.opts), "kueue-manifests")
 	if err := InstallCRDs(ctx, c, filepath.Join(manifests, "crds")); err != nil {
 		return err
 	}
