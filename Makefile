@@ -33,7 +33,7 @@ KUEUE_PREVIOUS_DIR := $(BIN)/kueue-$(KUEUE_PREVIOUS)
 KUBE_BINS := $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler $(BIN)/kubectl
 # What the simulator (make demo) runs: the control plane, kwok and Kueue.
 SIM_TOOLS := $(KUBE_BINS) $(BIN)/etcd $(BIN)/kwok $(BIN)/kwok-stages.yaml $(BIN)/kueue $(BIN)/kueue-manifests/webhooks.yaml
-TOOLS := $(SIM_TOOLS) $(call kube_smoke_bins,$(KUBE_OLDEST)) $(call kube_smoke_bins,$(KUBE_NEWEST)) \
+TOOLS := $(SIM_TOOLS) $(BIN)/kubelet $(call kube_smoke_bins,$(KUBE_OLDEST)) $(call kube_smoke_bins,$(KUBE_NEWEST)) \
 	$(KUEUE_PREVIOUS_DIR)/kueue $(KUEUE_PREVIOUS_DIR)/kueue-manifests/webhooks.yaml \
 	$(BIN)/controller-gen $(BIN)/helm \
 	$(BIN)/prometheus $(BIN)/promtool $(BIN)/staticcheck \
@@ -56,7 +56,8 @@ RACE_PKGS = $(shell $(GO) list -test -f '{{if eq .Name "main"}}{{.ImportPath}}{{
 	| awk '/\.test$$/ && $$0 !~ /\/test\/controlplane\.test$$/ { sub(/\.test$$/, ""); print }')
 
 .PHONY: test
-test: tools ## Unit and integration tests (builds the tools first when missing), the image's, the packages without a control plane under -race, then each fuzz target for 20,000 inputs.
+test: tools ## Unit and integration tests (builds the tools first when missing, and the image, which test/realnode runs), the image's, the packages without a control plane under -race, then each fuzz target for 20,000 inputs.
+	@$(MAKE) --no-print-directory image
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 	cd tools/image && $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 	$(GO) test -count=1 -race -timeout $(TEST_TIMEOUT) $(RACE_PKGS)
@@ -165,8 +166,16 @@ clean: ## Remove the built tools.
 	rm -rf $(BIN)
 
 .PHONY: tools
-tools: $(TOOLS) chromium ## Build every pinned tool into bin/ (incremental), and install Debian's chromium where it is missing.
+tools: $(TOOLS) chromium container-runtime ## Build every pinned tool into bin/ (incremental), and install Debian's chromium, containerd, runc and CNI plugins where they are missing.
 	@echo "tools: all up to date in $(BIN)"
+
+# Debian's containerd, runc and CNI plugins, on which test/realnode runs Chamber's
+# image and a real kubelet; apt-get installs them (as root) where they are missing.
+.PHONY: container-runtime
+container-runtime:
+	@{ command -v containerd && command -v runc && test -x /usr/lib/cni/bridge; } >/dev/null || \
+		{ echo "tools: installing Debian's containerd, runc and CNI plugins (test/realnode)"; \
+		apt-get update && apt-get install -y --no-install-recommends containerd runc containernetworking-plugins; }
 
 # Debian's chromium, which the fleet page's browser test (test/fleetpage) drives
 # headless; apt-get installs it (as root) where there is none.
@@ -185,6 +194,11 @@ $(KUBE_BINS) &: tools/kubernetes/go.mod tools/kubernetes/go.sum tools/kubernetes
 		k8s.io/kubernetes/cmd/kube-apiserver ./kube-controller-manager \
 		k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
 	@touch $(KUBE_BINS)
+
+# The kubelet test/realnode runs on a real container runtime, beside the kwok nodes.
+$(BIN)/kubelet: tools/kubernetes/go.mod tools/kubernetes/go.sum
+	@echo "tools: building kubelet $(KUBE_VERSION)"
+	@cd tools/kubernetes && $(GO) build -trimpath -ldflags '$(KUBE_LDFLAGS)' -o $@ k8s.io/kubernetes/cmd/kubelet
 
 # Upstream's control-plane binaries of another Kubernetes, for the smoke suite.
 define kube_smoke_rule

@@ -508,13 +508,14 @@ func (cp *ControlPlane) rateFlags(r clientRate) []string {
 }
 
 // controllerManagerControllers are the controllers a GPU batch cluster needs: Jobs and
-// their pods, service accounts and their tokens (pods are rejected without them),
-// namespace and garbage collection, and node lifecycle, which removes the not-ready
-// taint new nodes are born with (without it nothing schedules).
+// their pods, service accounts and their tokens (pods are rejected without them) and
+// the CA a real kubelet mounts beside a pod's token (the kube-root-ca.crt ConfigMap of
+// each namespace), namespace and garbage collection, and node lifecycle, which removes
+// the not-ready taint new nodes are born with (without it nothing schedules).
 var controllerManagerControllers = []string{
 	"job-controller", "cronjob-controller", "ttl-after-finished-controller",
 	"deployment-controller", "replicaset-controller", "statefulset-controller", "daemonset-controller",
-	"serviceaccount-controller", "serviceaccount-token-controller",
+	"serviceaccount-controller", "serviceaccount-token-controller", "root-ca-certificate-publisher-controller",
 	"namespace-controller", "garbage-collector-controller", "pod-garbage-collector-controller",
 	"node-lifecycle-controller",
 }

@@ -2,9 +2,9 @@
 // control plane: a containerd of its own (Debian's containerd 1.6 and runc), and a
 // real kubelet on it (Kubernetes' own, at the control plane's version) with a fake
 // NVIDIA device plugin, where kwok only pretends. A test skips, saying why, where the
-// machine lacks something: root, containerd and runc (apt-get install containerd
-// runc containernetworking-plugins), the image (make image), the kubelet
-// (build-kubelet.sh).
+// machine lacks something: root, containerd and runc (make tools installs Debian's
+// containerd, runc and containernetworking-plugins), the image (make image, which
+// make test runs first), the kubelet (make tools builds bin/kubelet).
 //
 // What the node has of a GPU node: the chart's DaemonSet pod runs the image's
 // /chamber-agent under runc, reads the kubelet's pod-resources socket through the

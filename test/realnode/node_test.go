@@ -16,7 +16,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -50,7 +49,7 @@ func TestMain(m *testing.M) {
 func TestKubeletRunsChart(t *testing.T) {
 	kubelet, ok := KubeletBinary()
 	if !ok {
-		t.Skip("no kubelet: test/realnode/build-kubelet.sh builds bin/kubelet (or set CHAMBER_KUBELET)")
+		t.Skip("no kubelet: make tools builds bin/kubelet (or set CHAMBER_KUBELET)")
 	}
 	tarball, ok := ImageTarball()
 	if !ok {
@@ -121,19 +120,6 @@ func TestKubeletRunsChart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// kube-controller-manager's root-ca-cert-publisher, which the control plane does
-	// not run, would publish this in every namespace: the CA of pods' service account
-	// token volumes.
-	for _, ns := range []string{controlplane.ChartNamespace, "default"} {
-		if err := k.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatal(err)
-		}
-		if err := k.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kube-root-ca.crt"},
-			Data: map[string]string{"ca.crt": string(cp.Config.CAData)}}); err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatal(err)
-		}
-	}
-
 	begin = time.Now()
 	helm := exec.CommandContext(ctx, filepath.Join(cp.BinDir(), "helm"), "install", controlplane.ChartRelease,
 		filepath.Join(root, "charts", "chamber"), "--namespace", controlplane.ChartNamespace, "--create-namespace",
