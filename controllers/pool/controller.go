@@ -314,7 +314,11 @@ func (c *Controller) apply(ctx context.Context, pool *chamber.GPUPool, obj clien
 	if !chamberkueue.Owned(existing) {
 		return fmt.Errorf("%T %s exists and is not managed by Chamber: rename it or delete it", obj, obj.GetName())
 	}
-	changed := copyMultiKueueSpec(existing, obj)
+	changed, err := chamberkueue.Adopt(pool, existing, c.client.Scheme())
+	if err != nil {
+		return err
+	}
+	changed = copyMultiKueueSpec(existing, obj) || changed
 	switch want := obj.(type) {
 	case *kueue.ResourceFlavor:
 		have := existing.(*kueue.ResourceFlavor)

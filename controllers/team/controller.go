@@ -429,8 +429,12 @@ func (c *Controller) applyClusterQueue(ctx context.Context, team *chamber.Team, 
 	if !chamberkueue.Owned(&have) {
 		return nil, nil
 	}
+	adopted, err := chamberkueue.Adopt(team, &have, c.client.Scheme())
+	if err != nil {
+		return nil, err
+	}
 	// Kueue defaults some fields; compare only what Chamber sets.
-	if specDiffers(&have.Spec, &want.Spec) {
+	if adopted || specDiffers(&have.Spec, &want.Spec) {
 		have.Spec.CohortName = want.Spec.CohortName
 		have.Spec.NamespaceSelector = want.Spec.NamespaceSelector
 		have.Spec.ResourceGroups = want.Spec.ResourceGroups
@@ -487,6 +491,17 @@ func (c *Controller) applyLocalQueues(ctx context.Context, team *chamber.Team, n
 			}
 		case err != nil:
 			return nil, fmt.Errorf("get LocalQueue %s/%s: %w", ns, lq.Name, err)
+		case have.Labels[chamberkueue.LabelTeam] == team.Name:
+			// The team's own, orphaned by an uninstall of Chamber: the team's again.
+			adopted, err := chamberkueue.Adopt(team, &have, c.client.Scheme())
+			if err != nil {
+				return nil, err
+			}
+			if adopted {
+				if err := c.client.Update(ctx, &have); err != nil {
+					return nil, fmt.Errorf("adopt LocalQueue %s/%s: %w", ns, lq.Name, err)
+				}
+			}
 		}
 		// An existing queue of that name that Chamber does not own is left alone.
 	}

@@ -653,3 +653,48 @@ func TestPodsGetTheTeamsGracePeriod(t *testing.T) {
 		g.Expect(grace(g, "grace", "", nil)).To(gomega.Equal(int64(60)))
 	}).Should(gomega.Succeed())
 }
+
+// Chamber's uninstall orphans the queues a team compiled into, so deleting the Team
+// strands no job (controllers/uninstall); once Chamber is back, the team owns them
+// again, and deleting it deletes them as before.
+func TestOrphanedQueuesAreOwnedAgain(t *testing.T) {
+	t.Parallel()
+	g := newG(t)
+	ctx := context.Background()
+	fixture(t, "orphan", map[string]string{"orphan-1": h100})
+	namespace(t, "orphan")
+	create(t, newTeam("orphan", "orphan", []string{"orphan"}, chamber.TeamQuota{Model: h100, GPUs: 8}))
+	g.Eventually(func(g gomega.Gomega) { teamReady(g, "orphan") }).Should(gomega.Succeed())
+	queues := func(g gomega.Gomega) (*kueue.ClusterQueue, *kueue.LocalQueue) {
+		var cq kueue.ClusterQueue
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Name: "orphan"}, &cq)).To(gomega.Succeed())
+		var lqs kueue.LocalQueueList
+		g.Expect(k8s.List(ctx, &lqs, client.InNamespace("orphan"))).To(gomega.Succeed())
+		g.Expect(lqs.Items).To(gomega.HaveLen(1))
+		return &cq, &lqs.Items[0]
+	}
+	team := getTeam(g, "orphan")
+
+	// What the uninstall does: the queues lose their owner.
+	g.Eventually(func(g gomega.Gomega) {
+		cq, lq := queues(g)
+		for _, obj := range []client.Object{cq, lq} {
+			obj.SetOwnerReferences(nil)
+			g.Expect(k8s.Update(ctx, obj)).To(gomega.Succeed())
+		}
+	}).Should(gomega.Succeed())
+	// The team reconciles (its spec changes), and owns them again.
+	g.Eventually(func(g gomega.Gomega) {
+		team := getTeam(g, "orphan")
+		team.Spec.Quotas[0].GPUs = 4
+		g.Expect(k8s.Update(ctx, team)).To(gomega.Succeed())
+	}).Should(gomega.Succeed())
+	g.Eventually(func(g gomega.Gomega) {
+		cq, lq := queues(g)
+		for _, obj := range []client.Object{cq, lq} {
+			owner := metav1.GetControllerOf(obj)
+			g.Expect(owner).NotTo(gomega.BeNil(), "%T %s has no owner", obj, obj.GetName())
+			g.Expect(owner.UID).To(gomega.Equal(team.UID))
+		}
+	}).Should(gomega.Succeed())
+}

@@ -10,9 +10,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/runtime"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
@@ -103,6 +105,17 @@ func PodGPUs(spec *corev1.PodSpec) int64 {
 
 // Owned reports whether Chamber created the object.
 func Owned(obj metav1.Object) bool { return obj.GetLabels()[LabelManagedBy] == ManagedBy }
+
+// Adopt makes owner the controller of obj, an object Chamber created that has none:
+// one an uninstall of Chamber orphaned (controllers/uninstall), so that a reinstall
+// owns it again and deleting its Team or GPUPool deletes it as before. It reports
+// whether it changed obj.
+func Adopt(owner, obj metav1.Object, scheme *runtime.Scheme) (bool, error) {
+	if !Owned(obj) || metav1.GetControllerOf(obj) != nil {
+		return false, nil
+	}
+	return true, controllerutil.SetControllerReference(owner, obj, scheme)
+}
 
 var notDNS = regexp.MustCompile(`[^a-z0-9-]+`)
 
