@@ -9,8 +9,9 @@
 // What the node has of a GPU node: the chart's DaemonSet pod runs the image's
 // /chamber-agent under runc, reads the kubelet's pod-resources socket through the
 // chart's hostPath mount, and sees the device IDs the kubelet assigned to pods from
-// the device plugin's nvidia.com/gpu. What it lacks: GPUs and the driver (the agent
-// reads fake NVML, --nvml=fake:dgxh100) and a cluster network (the agent runs on
-// the host's network and reaches the loopback API server); PostRender makes both
-// changes to the chart's output, and nothing else.
+// the device plugin's nvidia.com/gpu; the chart's Deployment pod runs
+// /chamber-controller there too. What it lacks: GPUs and the driver (the agent
+// reads fake NVML, --nvml=fake:dgxh100) and a cluster network (the agent and the
+// controller run on the host's network and reach the loopback API server);
+// PostRender makes both changes to the chart's output, and nothing else.
 package realnode

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -14,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -42,7 +45,9 @@ func TestMain(m *testing.M) {
 
 // TestKubeletRunsChart runs a real kubelet on containerd beside the control plane,
 // installs the chart with `helm install` (its image imported into containerd, no
-// registry) and waits for the agent's container to publish the node's GPUs; then a
+// registry), the controller's pod kept to this node, and waits for the agent's
+// container to publish the node's GPUs and for the controller's container to count
+// them in its chamber_gpus metric (read over HTTPS as a metrics reader); then a
 // fake NVIDIA device plugin advertises those GPUs to the kubelet, a pod takes two,
 // and the agent maps them to the pod through the kubelet's pod-resources socket. It
 // skips where a kubelet cannot run here, with the kubelet's own error.
@@ -58,6 +63,14 @@ func TestKubeletRunsChart(t *testing.T) {
 	if conn, err := net.Dial("unix", filepath.Join(KubeletRoot, "device-plugins", "kubelet.sock")); err == nil {
 		conn.Close()
 		t.Skipf("a kubelet already serves %s/device-plugins/kubelet.sock", KubeletRoot)
+	}
+	// The controller's pod runs on the host's network with the chart's ports.
+	for _, port := range []string{controllerMetricsPort, controllerHealthPort} {
+		l, err := net.Listen("tcp", ":"+port)
+		if err != nil {
+			t.Skipf("the chart's controller needs port %s of the host: %v", port, err)
+		}
+		l.Close()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -82,6 +95,11 @@ func TestKubeletRunsChart(t *testing.T) {
 	}
 
 	const node = "realnode-1"
+	// A ServiceAccount the chart makes a reader of the controller's metrics.
+	const reader = "realnode-metrics"
+	if err := k.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: reader}}); err != nil {
+		t.Fatal(err)
+	}
 	begin := time.Now()
 	kl, err := StartKubelet(ctx, kubelet, c, cp.Kubeconfig, node, controlplane.LabelGPUPresent+"=true")
 	if errors.Is(err, ErrUnavailable) {
@@ -124,17 +142,41 @@ func TestKubeletRunsChart(t *testing.T) {
 	helm := exec.CommandContext(ctx, filepath.Join(cp.BinDir(), "helm"), "install", controlplane.ChartRelease,
 		filepath.Join(root, "charts", "chamber"), "--namespace", controlplane.ChartNamespace, "--create-namespace",
 		"--kubeconfig", cp.Kubeconfig, "--set", "image.repository="+repo, "--set", "image.tag="+tag,
-		"--set", "controller.replicas=0", "--post-renderer", self)
+		// The controller's pod on this node only: kwok would pretend to run it on its nodes.
+		"--set-json", fmt.Sprintf(`controller.nodeSelector={%q:%q}`, corev1.LabelHostname, node),
+		"--set-json", fmt.Sprintf(`metrics.readers=[{"name":%q,"namespace":"default"}]`, reader),
+		"--post-renderer", self)
 	helm.Env = append(os.Environ(), postRenderEnv+"="+api.Port())
 	if out, err := helm.CombinedOutput(); err != nil {
 		t.Fatalf("helm install: %v\n%s", err, out)
 	}
 	t.Logf("helm install returned in %s", time.Since(begin).Round(time.Millisecond))
+	// The product promises every GPU visible within 3 minutes; a minute is this
+	// test's deadline, not a figure it asserts.
+	visible, cancelVisible := context.WithTimeout(ctx, time.Minute)
+	defer cancelVisible()
 	var gn chamber.GPUNode
-	waitFor(t, ctx, c, kl, "GPUNode "+node+" with 8 GPUs", func() bool {
+	waitFor(t, visible, c, kl, "GPUNode "+node+" with 8 GPUs", func() bool {
 		return k.Get(ctx, client.ObjectKey{Name: node}, &gn) == nil && len(gn.Status.GPUs) == 8
 	})
 	t.Logf("helm install to 8 GPUs in GPUNode %s: %s", node, time.Since(begin).Round(time.Millisecond))
+	bearer, err := controlplane.ServiceAccountToken(ctx, k, "default", reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	metricsURL := "https://127.0.0.1:" + controllerMetricsPort + "/metrics"
+	var gpus float64
+	var metricsErr error
+	defer func() {
+		if t.Failed() {
+			t.Logf("the controller's metrics last read: chamber_gpus %v, error %v", gpus, metricsErr)
+		}
+	}()
+	waitFor(t, visible, c, kl, "chamber_gpus summing to 8 at "+metricsURL, func() bool {
+		gpus, metricsErr = gpusInMetrics(metricsURL, bearer)
+		return metricsErr == nil && gpus == 8
+	})
+	t.Logf("helm install to chamber_gpus summing to 8 in the controller's metrics: %s", time.Since(begin).Round(time.Millisecond))
 	waitFor(t, ctx, c, kl, "the agent's pod Ready (its readiness probe)", func() bool {
 		var ds appsv1.DaemonSetList
 		return k.List(ctx, &ds, client.InNamespace(controlplane.ChartNamespace)) == nil && len(ds.Items) == 1 && ds.Items[0].Status.NumberReady == 1
@@ -182,12 +224,13 @@ func TestKubeletRunsChart(t *testing.T) {
 	t.Logf("pod created to its 2 GPUs mapped in GPUNode %s: %s", node, time.Since(begin).Round(time.Millisecond))
 }
 
-// stopPods deletes the chart's agent DaemonSet and every pod on node, and waits up to
-// a minute for the kubelet to stop their containers.
+// stopPods deletes the chart's agent DaemonSet, its controller Deployment and every
+// pod on node, and waits up to a minute for the kubelet to stop their containers.
 func stopPods(t *testing.T, k client.Client, c *Containerd, node string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	_ = k.DeleteAllOf(ctx, &appsv1.DaemonSet{}, client.InNamespace(controlplane.ChartNamespace))
+	_ = k.DeleteAllOf(ctx, &appsv1.Deployment{}, client.InNamespace(controlplane.ChartNamespace))
 	var pods corev1.PodList
 	if err := k.List(ctx, &pods, client.MatchingFields{"spec.nodeName": node}); err != nil {
 		t.Logf("list the pods on %s: %v", node, err)
@@ -264,4 +307,33 @@ func waitFor(t *testing.T, ctx context.Context, c *Containerd, kl *Kubelet, what
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// The ports of the chart's controller (metrics.secure: true), on the host's network.
+const (
+	controllerMetricsPort = "8443"
+	controllerHealthPort  = "8081"
+)
+
+// gpusInMetrics is the sum of chamber_gpus at url, read over HTTPS with a bearer
+// token, as Prometheus reads it.
+func gpusInMetrics(url, bearer string) (float64, error) {
+	resp, err := controlplane.GetWithToken(url, bearer)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return 0, fmt.Errorf("GET %s: %w", url, err)
+	}
+	var sum float64
+	for _, m := range families["chamber_gpus"].GetMetric() {
+		sum += m.GetGauge().GetValue()
+	}
+	return sum, nil
 }

@@ -20,8 +20,8 @@ import (
 	"chamber.dev/chamber/test/controlplane"
 )
 
-// TestPostRender changes the chart's agent DaemonSet as the test node needs, and
-// nothing else of it or of the other objects.
+// TestPostRender changes the chart's agent DaemonSet and controller Deployment as the
+// test node needs, and nothing else of them or of the other objects.
 func TestPostRender(t *testing.T) {
 	root, err := filepath.Abs("../..")
 	if err != nil {
@@ -43,28 +43,45 @@ func TestPostRender(t *testing.T) {
 	if len(before) != len(after) {
 		t.Fatalf("%d objects rendered, %d after post-rendering", len(before), len(after))
 	}
-	var ds, want appsv1.DaemonSet
+	var ds, wantDS appsv1.DaemonSet
+	var deploy, wantDeploy appsv1.Deployment
 	for i := range before {
-		if before[i]["kind"] != "DaemonSet" {
+		var b, a any
+		switch before[i]["kind"] {
+		case "DaemonSet":
+			b, a = &wantDS, &ds
+		case "Deployment":
+			b, a = &wantDeploy, &deploy
+		default:
 			if diff := cmp.Diff(before[i], after[i]); diff != "" {
 				t.Errorf("%s %v changed (-before +after):\n%s", before[i]["kind"], before[i]["metadata"], diff)
 			}
 			continue
 		}
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(before[i], &want); err != nil {
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(before[i], b); err != nil {
 			t.Fatal(err)
 		}
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(after[i], &ds); err != nil {
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(after[i], a); err != nil {
 			t.Fatal(err)
 		}
 	}
-	spec := &want.Spec.Template.Spec
-	spec.HostNetwork, spec.DNSPolicy = true, corev1.DNSClusterFirstWithHostNet
-	c := &spec.Containers[0]
-	c.Args[slices.Index(c.Args, "--nvml=real")] = "--nvml=fake:dgxh100"
-	c.Env = append(c.Env, corev1.EnvVar{Name: "KUBERNETES_SERVICE_HOST", Value: "127.0.0.1"}, corev1.EnvVar{Name: "KUBERNETES_SERVICE_PORT", Value: "6443"})
-	if diff := cmp.Diff(want, ds); diff != "" {
+	if wantDS.Name == "" || wantDeploy.Name == "" {
+		t.Fatalf("the chart rendered no agent DaemonSet (%q) or controller Deployment (%q)", wantDS.Name, wantDeploy.Name)
+	}
+	onHost := func(spec *corev1.PodSpec) {
+		spec.HostNetwork, spec.DNSPolicy = true, corev1.DNSClusterFirstWithHostNet
+		c := &spec.Containers[0]
+		c.Env = append(c.Env, corev1.EnvVar{Name: "KUBERNETES_SERVICE_HOST", Value: "127.0.0.1"}, corev1.EnvVar{Name: "KUBERNETES_SERVICE_PORT", Value: "6443"})
+	}
+	onHost(&wantDS.Spec.Template.Spec)
+	args := wantDS.Spec.Template.Spec.Containers[0].Args
+	args[slices.Index(args, "--nvml=real")] = "--nvml=fake:dgxh100"
+	if diff := cmp.Diff(wantDS, ds); diff != "" {
 		t.Errorf("the agent's DaemonSet (-want +got):\n%s", diff)
+	}
+	onHost(&wantDeploy.Spec.Template.Spec)
+	if diff := cmp.Diff(wantDeploy, deploy); diff != "" {
+		t.Errorf("the controller's Deployment (-want +got):\n%s", diff)
 	}
 }
 
