@@ -285,8 +285,9 @@ func (r *VolcanoJobs) command(ctx context.Context, job *batch.Job, action bus.Ac
 	return nil
 }
 
-// waiter is a PodGroup of another team that waits for no more GPUs than gpus, created
-// at least MinWait ago, of a job never reclaimed itself; nil when none does.
+// waiter is a PodGroup of another team of the same pool (a team of another pool
+// cannot use these GPUs) that waits for no more GPUs than gpus, created at least
+// MinWait ago, of a job never reclaimed itself; nil when none does.
 func (r *VolcanoJobs) waiter(ctx context.Context, job *batch.Job, team *chamber.Team, gpus int64, now time.Time) (*scheduling.PodGroup, error) {
 	var pgs scheduling.PodGroupList
 	if err := r.client.List(ctx, &pgs); err != nil {
@@ -306,6 +307,15 @@ func (r *VolcanoJobs) waiter(ctx context.Context, job *batch.Job, team *chamber.
 		want := (*pg.Spec.MinResources)[chamberkueue.ResourceGPU]
 		if want.Value() == 0 || want.Value() > gpus {
 			continue
+		}
+		if team != nil {
+			theirs, _, err := r.teamOf(ctx, pg.Namespace)
+			if err != nil {
+				return nil, err
+			}
+			if theirs != nil && theirs.Spec.Pool != team.Spec.Pool {
+				continue
+			}
 		}
 		// A job reclaimed for idling gets no other reclaimed while it waits (as for
 		// Workloads): two idle jobs would take turns.
