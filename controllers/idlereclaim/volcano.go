@@ -293,6 +293,21 @@ func (r *VolcanoJobs) waiter(ctx context.Context, job *batch.Job, team *chamber.
 	if err := r.client.List(ctx, &pgs); err != nil {
 		return nil, fmt.Errorf("list PodGroups: %w", err)
 	}
+	// The pool of each namespace a team lists, read once for all PodGroups.
+	poolOf := map[string]string{}
+	if team != nil {
+		var teams chamber.TeamList
+		if err := r.client.List(ctx, &teams); err != nil {
+			return nil, fmt.Errorf("list Teams: %w", err)
+		}
+		for _, t := range teams.Items {
+			for _, ns := range t.Spec.Namespaces {
+				if _, taken := poolOf[ns]; !taken {
+					poolOf[ns] = t.Spec.Pool
+				}
+			}
+		}
+	}
 	for i := range pgs.Items {
 		pg := &pgs.Items[i]
 		if phase := pg.Status.Phase; phase != scheduling.PodGroupPending && phase != scheduling.PodGroupInqueue {
@@ -308,14 +323,8 @@ func (r *VolcanoJobs) waiter(ctx context.Context, job *batch.Job, team *chamber.
 		if want.Value() == 0 || want.Value() > gpus {
 			continue
 		}
-		if team != nil {
-			theirs, _, err := r.teamOf(ctx, pg.Namespace)
-			if err != nil {
-				return nil, err
-			}
-			if theirs != nil && theirs.Spec.Pool != team.Spec.Pool {
-				continue
-			}
+		if pool, ok := poolOf[pg.Namespace]; ok && pool != team.Spec.Pool {
+			continue
 		}
 		// A job reclaimed for idling gets no other reclaimed while it waits (as for
 		// Workloads): two idle jobs would take turns.
