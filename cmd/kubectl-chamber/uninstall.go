@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"chamber.dev/chamber/controllers/uninstall"
@@ -47,11 +45,11 @@ func (o *options) uninstallCommand() *cobra.Command {
 				}
 			}
 			for _, s := range controllers {
-				ns, name, ok := strings.Cut(s, "/")
-				if !ok || ns == "" || name == "" {
-					return fmt.Errorf("--controller %q: want NAMESPACE/NAME of chamber-controller's Deployment", s)
+				key, err := parseNamespacedName("--controller", s, "chamber-controller's Deployment")
+				if err != nil {
+					return err
 				}
-				opts.Controllers = append(opts.Controllers, types.NamespacedName{Namespace: ns, Name: name})
+				opts.Controllers = append(opts.Controllers, key)
 			}
 			report, err := uninstall.HandBack(ctx, c, opts)
 			if done, serr := o.structured(report); done {
