@@ -16,6 +16,10 @@ const CookieName = "chamber-fleet-token"
 // signInPath is the sign-in form and its action, answered before authentication.
 const signInPath = Path + "sign-in"
 
+// signOutPath is the sign-out action (POST), answered before authentication too: a
+// browser whose token has expired or lost its role may still sign out.
+const signOutPath = Path + "sign-out"
+
 // maxToken bounds a token taken from the form; ServiceAccount tokens are about 1 KB.
 const maxToken = 16 << 10
 
@@ -27,11 +31,12 @@ type FilterProvider = func(*rest.Config, *http.Client) (metricsserver.Filter, er
 // accepts, of a user its SubjectAccessReview allows get on the request's path), which
 // reads the token from the Authorization header alone, a header a browser never sends
 // by itself. Under Path, a request without that header gets it from CookieName, which
-// the sign-in form (Path+"sign-in", the one thing served before the filter; it shows
-// no fleet data) sets: HttpOnly, SameSite=Strict, Secure, for Path only. A page
-// request without either goes to the form, and so does one whose token the filter
-// refuses. Every request still passes the filter with its token; /metrics is not
-// touched.
+// the sign-in form (Path+"sign-in") sets: HttpOnly, SameSite=Strict, Secure, for Path
+// only; the page's sign-out (a POST to Path+"sign-out") clears it. The form and the
+// sign-out are all that is served before the filter (neither shows fleet data), and
+// their POSTs only from the page's own origin. A page request without either goes to
+// the form, and so does one whose token the filter refuses. Every request still
+// passes the filter with its token; /metrics is not touched.
 func SignIn(provider FilterProvider) FilterProvider {
 	return func(c *rest.Config, hc *http.Client) (metricsserver.Filter, error) {
 		filter, err := provider(c, hc)
@@ -58,8 +63,12 @@ func (s *signIn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.next.ServeHTTP(w, r)
 		return
 	}
-	if r.URL.Path == signInPath {
+	switch r.URL.Path {
+	case signInPath:
 		s.csrf.Handler(http.HandlerFunc(s.serveForm)).ServeHTTP(w, r)
+		return
+	case signOutPath:
+		s.csrf.Handler(http.HandlerFunc(signOut)).ServeHTTP(w, r)
 		return
 	}
 	if r.Header.Get("Authorization") != "" {
@@ -115,11 +124,23 @@ func (r *refusal) Write(b []byte) (int, error) {
 
 var signInForm = template.Must(template.ParseFS(assets, "assets/signin.html"))
 
-// What the form says, by its why parameter.
-var signInMessages = map[string]string{
-	"refused":   "The API server did not accept that token: it expired, or it is not a token of this cluster. Sign in with a new one.",
-	"forbidden": "That token's user may not read the fleet page: bind its ServiceAccount to the chart's metrics reader ClusterRole (the chart's metrics.readers), or sign in with another.",
-	"malformed": "That is not a token: paste the output of kubectl create token, one line.",
+// formMessage is what the form says above it; Error marks a refusal, else a notice.
+type formMessage struct {
+	Text  string
+	Error bool
+}
+
+// What the form says, by its why parameter. The role is the chart's: the page cannot
+// know the release's name.
+var signInMessages = map[string]formMessage{
+	"refused": {Error: true, Text: "401 Unauthorized: the API server did not accept that token. It expired, " +
+		"or it is not a token of this cluster. Sign in with a new one."},
+	"forbidden": {Error: true, Text: "403 Forbidden: the API server knows who you are, but you may not read the fleet page: " +
+		"no role grants your user (or a group of yours) get on /fleet/*. Ask a cluster admin to bind you to the chart's " +
+		"fleet viewer ClusterRole (chamber-fleet-viewer for a release named chamber; the chart's value metrics.fleetViewers): " +
+		"the metrics reader role, Prometheus's, does not open this page. Or sign in with another token."},
+	"malformed":  {Error: true, Text: "That is not a token: paste the token alone, on one line."},
+	"signed-out": {Text: "You are signed out: this browser no longer holds your token."},
 }
 
 func (s *signIn) serveForm(w http.ResponseWriter, r *http.Request) {
@@ -151,7 +172,25 @@ func (s *signIn) form(w http.ResponseWriter, code int, why string) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Referrer-Policy", "no-referrer")
 	w.WriteHeader(code)
-	_ = signInForm.Execute(w, signInMessages[why])
+	var message *formMessage
+	if m, ok := signInMessages[why]; ok {
+		message = &m
+	}
+	_ = signInForm.Execute(w, message)
+}
+
+// signOut clears the cookie, with the attributes it was set with, and goes to the
+// form. A browser that sent its token in a header has nothing here to clear.
+func signOut(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", "POST")
+		http.Error(w, "sign out with a POST, from the fleet page's Sign out button", http.StatusMethodNotAllowed)
+		return
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: "", Path: Path, MaxAge: -1,
+		HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
+	http.Redirect(w, r, signInPath+"?why=signed-out", http.StatusSeeOther)
 }
 
 // validToken: a bearer token as Kubernetes issues them (a JWT, or a static token),

@@ -31,25 +31,31 @@ func reviewer(*rest.Config, *http.Client) (metricsserver.Filter, error) {
 	}, nil
 }
 
-// TestSignIn: a browser passes the metrics endpoint's filter with the token it signed
-// in with; without one, or with one the filter refuses, the page sends it to the form,
-// which is all that is served before the filter. /metrics takes no cookie.
-func TestSignIn(t *testing.T) {
+// behindSignIn is h as the metrics server serves it: behind SignIn and reviewer.
+func behindSignIn(t *testing.T, h http.Handler) http.Handler {
+	t.Helper()
 	filter, err := page.SignIn(reviewer)(nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	filtered, err := filter(logr.Discard(), h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filtered
+}
+
+// TestSignIn: a browser passes the metrics endpoint's filter with the token it signed
+// in with; without one, or with one the filter refuses, the page sends it to the form,
+// which is all that is served before the filter. /metrics takes no cookie.
+func TestSignIn(t *testing.T) {
 	mux := http.NewServeMux()
 	for path, h := range map[string]http.Handler{
 		page.Path:  page.New(fixture(t), 0),
 		"/metrics": http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("chamber_gpus 8\n")) }),
 	} {
 		// As controller-runtime's metrics server does: the filter around each handler.
-		filtered, err := filter(logr.Discard(), h)
-		if err != nil {
-			t.Fatal(err)
-		}
-		mux.Handle(path, filtered)
+		mux.Handle(path, behindSignIn(t, h))
 	}
 	cookie := func(token string) *http.Cookie { return &http.Cookie{Name: page.CookieName, Value: token} }
 
@@ -92,7 +98,10 @@ func TestSignIn(t *testing.T) {
 			method: http.MethodGet, path: "/fleet/", cookie: cookie("stranger"), wantCode: http.StatusSeeOther, wantLocation: "/fleet/sign-in?why=forbidden",
 		},
 		"the form says why": {
-			method: http.MethodGet, path: "/fleet/sign-in?why=forbidden", wantCode: http.StatusOK, wantBody: "metrics reader ClusterRole",
+			method: http.MethodGet, path: "/fleet/sign-in?why=forbidden", wantCode: http.StatusOK, wantBody: "fleet viewer ClusterRole",
+		},
+		"the form asks for the user's own identity, never Prometheus's": {
+			method: http.MethodGet, path: "/fleet/sign-in", wantCode: http.StatusOK, wantBody: "kubectl chamber dashboard",
 		},
 		"the data with a refused token: the filter's 401, for the script to tell": {
 			method: http.MethodGet, path: "/fleet/data", cookie: cookie("expired"), wantCode: http.StatusUnauthorized,
@@ -114,6 +123,28 @@ func TestSignIn(t *testing.T) {
 		"signing in from another site": {
 			method: http.MethodPost, path: "/fleet/sign-in", form: url.Values{"token": {"attacker"}},
 			header: http.Header{"Sec-Fetch-Site": {"cross-site"}}, wantCode: http.StatusForbidden,
+		},
+		"the page has a sign-out": {
+			method: http.MethodGet, path: "/fleet/", cookie: cookie("reader"), wantCode: http.StatusOK,
+			wantBody: `<form method="post" action="sign-out"`,
+		},
+		"signing out goes to the form": {
+			method: http.MethodPost, path: "/fleet/sign-out", cookie: cookie("reader"), header: http.Header{"Sec-Fetch-Site": {"same-origin"}},
+			wantCode: http.StatusSeeOther, wantLocation: "/fleet/sign-in?why=signed-out",
+		},
+		"signing out with a refused token, before the filter": {
+			method: http.MethodPost, path: "/fleet/sign-out", cookie: cookie("expired"),
+			wantCode: http.StatusSeeOther, wantLocation: "/fleet/sign-in?why=signed-out",
+		},
+		"the form says the browser signed out": {
+			method: http.MethodGet, path: "/fleet/sign-in?why=signed-out", wantCode: http.StatusOK, wantBody: "You are signed out",
+		},
+		"signing out from another site": {
+			method: http.MethodPost, path: "/fleet/sign-out", cookie: cookie("reader"), header: http.Header{"Sec-Fetch-Site": {"cross-site"}},
+			wantCode: http.StatusForbidden,
+		},
+		"signing out takes a POST": {
+			method: http.MethodGet, path: "/fleet/sign-out", cookie: cookie("reader"), wantCode: http.StatusMethodNotAllowed,
 		},
 	}
 	for name, tc := range tests {
@@ -152,14 +183,66 @@ func TestSignIn(t *testing.T) {
 	// and other sites' reach.
 	req := httptest.NewRequest(http.MethodPost, "https://localhost:8443/fleet/sign-in", strings.NewReader("token=reader"))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	if c := pageCookie(t, mux, req); c.Value != "reader" || c.MaxAge < 0 {
+		t.Errorf("cookie %+v, want %s=reader", c, page.CookieName)
+	}
+}
+
+// pageCookie is the one cookie h sets answering req, which must be CookieName for
+// Path only, HttpOnly, Secure and SameSite=Strict.
+func pageCookie(t *testing.T, h http.Handler, req *http.Request) *http.Cookie {
+	t.Helper()
 	rec := httptest.NewRecorder()
-	mux.ServeHTTP(rec, req)
+	h.ServeHTTP(rec, req)
 	cookies := rec.Result().Cookies()
 	if len(cookies) != 1 {
-		t.Fatalf("cookies %v, want one", cookies)
+		t.Fatalf("%s %s: cookies %v, want one", req.Method, req.URL.Path, cookies)
 	}
 	c := cookies[0]
-	if c.Name != page.CookieName || c.Value != "reader" || c.Path != page.Path || !c.HttpOnly || !c.Secure || c.SameSite != http.SameSiteStrictMode {
-		t.Errorf("cookie %+v, want %s=reader for %s, HttpOnly, Secure, SameSite=Strict", c, page.CookieName, page.Path)
+	if c.Name != page.CookieName || c.Path != page.Path || !c.HttpOnly || !c.Secure || c.SameSite != http.SameSiteStrictMode {
+		t.Errorf("%s %s: cookie %+v, want %s for %s, HttpOnly, Secure, SameSite=Strict", req.Method, req.URL.Path, c, page.CookieName, page.Path)
+	}
+	return c
+}
+
+// TestSignOut: signing out clears the cookie the form set (same name, path and
+// attributes, expired), so that the page after it is the form again.
+func TestSignOut(t *testing.T) {
+	h := behindSignIn(t, page.New(fixture(t), 0))
+	req := httptest.NewRequest(http.MethodPost, "https://localhost:8443/fleet/sign-out", nil)
+	req.AddCookie(&http.Cookie{Name: page.CookieName, Value: "reader"})
+	if c := pageCookie(t, h, req); c.Value != "" || c.MaxAge >= 0 {
+		t.Errorf("cookie %+v, want %s cleared", c, page.CookieName)
+	}
+
+	// The browser, having dropped the cookie, is at the form again.
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "https://localhost:8443/fleet/", nil))
+	if loc := rec.Header().Get("Location"); rec.Code != http.StatusSeeOther || loc != "/fleet/sign-in" {
+		t.Errorf("the page after signing out: %d to %q, want the form", rec.Code, loc)
+	}
+}
+
+// TestSignInForm: the form has people sign in as themselves, with the dashboard or a
+// token of their own, never a scraper's; it names the role they need and says what
+// 401 and 403 mean.
+func TestSignInForm(t *testing.T) {
+	h := behindSignIn(t, page.New(fixture(t), 0))
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "https://localhost:8443/fleet/sign-in", nil))
+	body := rec.Body.String()
+	for _, want := range []string{
+		"kubectl chamber dashboard", "pods/portforward", "kubectl create token MY-SERVICEACCOUNT", "OIDC id-token",
+		"chamber-fleet-viewer", "metrics.fleetViewers", "<b>401</b>", "<b>403</b>", "Never paste Prometheus",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the form does not say %q", want)
+		}
+	}
+	if strings.Contains(body, "create token prometheus") {
+		t.Error("the form tells people to sign in with Prometheus's token")
+	}
+	if strings.Contains(body, `id="message"`) {
+		t.Error("the form shows a message unasked")
 	}
 }
