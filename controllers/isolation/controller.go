@@ -480,7 +480,7 @@ func (c *Controller) escalate(ctx context.Context, node *corev1.Node, pool *cham
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if err := c.releaseGPUs(ctx, node.Name); err != nil {
+	if err := c.releaseGPUs(ctx, node); err != nil {
 		return reconcile.Result{}, err
 	}
 	primary := rep.primary()
@@ -619,7 +619,7 @@ func (c *Controller) release(ctx context.Context, node *corev1.Node, pool *chamb
 	if err != nil {
 		return err
 	}
-	if err := c.releaseGPUs(ctx, node.Name); err != nil {
+	if err := c.releaseGPUs(ctx, node); err != nil {
 		return err
 	}
 	recoveries.WithLabelValues(pool.Name, reason).Inc()

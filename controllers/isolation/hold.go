@@ -3,6 +3,7 @@ package isolation
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -10,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
@@ -25,10 +27,17 @@ import (
 // failing ones, it may get healthy ones. A pool that cannot take that
 // forces Node level; under Auto, GPU level is kept for faults a GPU reset clears.
 const (
-	// DefaultHoldNamespace is where the hold pods live unless Options say otherwise.
-	DefaultHoldNamespace = "kube-system"
+	// DefaultHoldNamespace is where the hold pods live unless Options say otherwise:
+	// the chart's default namespace.
+	DefaultHoldNamespace = "chamber-system"
 	// holdImage is the pause image: the hold pod runs nothing.
 	holdImage = "registry.k8s.io/pause:3.10"
+	// ReasonGPUHoldNameTaken is the Event of a pod of the hold's name that is not
+	// Chamber's hold.
+	ReasonGPUHoldNameTaken = "GPUHoldNameTaken"
+
+	labelManagedBy   = "app.kubernetes.io/managed-by"
+	managedByChamber = "chamber"
 )
 
 func holdPodName(node string) string { return "chamber-gpu-hold-" + node }
@@ -50,12 +59,15 @@ func (c *Controller) holdGPUs(ctx context.Context, node *corev1.Node, gpus []int
 	var have corev1.Pod
 	err := c.reader.Get(ctx, key, &have)
 	switch {
+	case err == nil && !isHold(&have, node):
+		c.foreignHold(ctx, node, &have)
+		return nil
 	case err == nil:
 		q := have.Spec.Containers[0].Resources.Limits[chamberkueue.ResourceGPU]
 		if q.Value() == want && have.DeletionTimestamp == nil {
 			return nil
 		}
-		if err := c.client.Delete(ctx, &have, client.GracePeriodSeconds(0)); err != nil && !apierrors.IsNotFound(err) {
+		if err := c.deleteHold(ctx, &have); err != nil {
 			return fmt.Errorf("replace GPU hold pod of node %s: %w", node.Name, err)
 		}
 	case !apierrors.IsNotFound(err):
@@ -68,10 +80,10 @@ func (c *Controller) holdGPUs(ctx context.Context, node *corev1.Node, gpus []int
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: key.Namespace, Name: key.Name,
-			Labels:      map[string]string{chamber.LabelGPUHold: node.Name, "app.kubernetes.io/managed-by": "chamber"},
+			Labels:      map[string]string{chamber.LabelGPUHold: node.Name, labelManagedBy: managedByChamber},
 			Annotations: map[string]string{chamber.AnnotationIsolatedGPUs: joinInts(gpus)},
 			// The node owns its hold: deleting the node deletes it.
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID}},
+			OwnerReferences: []metav1.OwnerReference{holdOwner(node)},
 		},
 		Spec: corev1.PodSpec{
 			NodeName:                      node.Name,
@@ -94,11 +106,56 @@ func (c *Controller) holdGPUs(ctx context.Context, node *corev1.Node, gpus []int
 	return nil
 }
 
-// releaseGPUs deletes the node's hold pod, if any.
-func (c *Controller) releaseGPUs(ctx context.Context, node string) error {
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: c.holdNamespace(), Name: holdPodName(node)}}
-	if err := c.client.Delete(ctx, pod, client.GracePeriodSeconds(0)); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("delete GPU hold pod of node %s: %w", node, err)
+// releaseGPUs deletes the node's hold pod, if any: a pod of the hold's name that is
+// not Chamber's hold of this node is left alone, and reported.
+func (c *Controller) releaseGPUs(ctx context.Context, node *corev1.Node) error {
+	var have corev1.Pod
+	err := c.reader.Get(ctx, client.ObjectKey{Namespace: c.holdNamespace(), Name: holdPodName(node.Name)}, &have)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("get GPU hold pod of node %s: %w", node.Name, err)
+	case !isHold(&have, node):
+		c.foreignHold(ctx, node, &have)
+		return nil
+	}
+	if err := c.deleteHold(ctx, &have); err != nil {
+		return fmt.Errorf("delete GPU hold pod of node %s: %w", node.Name, err)
 	}
 	return nil
+}
+
+// deleteHold deletes the hold pod as read: the UID precondition keeps a delete from
+// reaching another pod that took its name since.
+func (c *Controller) deleteHold(ctx context.Context, pod *corev1.Pod) error {
+	err := c.client.Delete(ctx, pod, client.GracePeriodSeconds(0), client.Preconditions{UID: &pod.UID})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		// Gone, or replaced by another pod since: not the hold read, so not to delete.
+		return nil
+	}
+	return err
+}
+
+// isHold: the pod is Chamber's GPU hold of the node, labelled and owned as holdGPUs
+// creates it. Anyone who may create pods in the hold namespace can take its name.
+func isHold(pod *corev1.Pod, node *corev1.Node) bool {
+	owner := holdOwner(node)
+	return pod.Labels[chamber.LabelGPUHold] == node.Name && pod.Labels[labelManagedBy] == managedByChamber &&
+		slices.ContainsFunc(pod.OwnerReferences, func(r metav1.OwnerReference) bool {
+			return r.Kind == owner.Kind && r.Name == owner.Name && r.UID == owner.UID
+		})
+}
+
+func holdOwner(node *corev1.Node) metav1.OwnerReference {
+	return metav1.OwnerReference{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID}
+}
+
+// foreignHold reports a pod that has the name of the node's hold but is not Chamber's:
+// it is left alone, and the failing GPUs are not held until it is gone.
+func (c *Controller) foreignHold(ctx context.Context, node *corev1.Node, pod *corev1.Pod) {
+	log.FromContext(ctx).Info("a pod that is not Chamber's has the name of the node's GPU hold; the failing GPUs are not held", "node", node.Name, "pod", client.ObjectKeyFromObject(pod))
+	c.recorder.Eventf(node, nil, corev1.EventTypeWarning, ReasonGPUHoldNameTaken, "Hold",
+		"pod %s/%s is not Chamber's GPU hold of the node (labels %s=%s, %s=%s, owner the Node): Chamber leaves it alone and holds no failing GPU of the node until it is renamed or deleted",
+		pod.Namespace, pod.Name, chamber.LabelGPUHold, node.Name, labelManagedBy, managedByChamber)
 }
