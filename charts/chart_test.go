@@ -114,11 +114,16 @@ func TestAgentHealthConfig(t *testing.T) {
 }
 
 // TestFleetPage: the fleet page is off unless metrics.fleetPage turns it on; then the
-// controller serves it and the metrics readers may get it, through the same
-// authentication and authorization as /metrics.
+// controller serves it, through the same authentication and authorization as
+// /metrics, to a role of its own: the fleet viewer ClusterRole grants get on /fleet/*
+// alone, bound to metrics.fleetViewers, and the metrics reader role grants /metrics
+// alone.
 func TestFleetPage(t *testing.T) {
+	viewers := []string{"--set", "metrics.fleetViewers[0].kind=Group", "--set", "metrics.fleetViewers[0].name=gpu-users",
+		"--set", "metrics.fleetViewers[1].kind=ServiceAccount", "--set", "metrics.fleetViewers[1].name=kiosk",
+		"--set", "metrics.fleetViewers[1].namespace=ops"}
 	for _, on := range []bool{false, true} {
-		objs := render(t, "--set", fmt.Sprintf("metrics.fleetPage=%t", on))
+		objs := render(t, append([]string{"--set", fmt.Sprintf("metrics.fleetPage=%t", on)}, viewers...)...)
 		args := containerArgs(t, find(objs, "Deployment", ""))
 		if got := slices.Contains(args, "--fleet-page=true"); got != on {
 			t.Errorf("metrics.fleetPage=%t: controller args %v", on, args)
@@ -126,25 +131,58 @@ func TestFleetPage(t *testing.T) {
 		if !slices.Contains(args, "--metrics-secure=true") {
 			t.Errorf("metrics.fleetPage=%t: the metrics endpoint is not secure: %v", on, args)
 		}
-		var role *unstructured.Unstructured
-		for _, o := range objs {
-			if o.GetKind() == "ClusterRole" && strings.HasSuffix(o.GetName(), "-metrics-reader") {
-				role = o
-			}
-		}
-		if role == nil {
+		reader := find(objs, "ClusterRole", "chamber-metrics-reader")
+		if reader == nil {
 			t.Fatal("no metrics reader ClusterRole")
 		}
-		rules, _, _ := unstructured.NestedSlice(role.Object, "rules")
-		var urls []string
-		for _, r := range rules {
-			u, _, _ := unstructured.NestedStringSlice(r.(map[string]any), "nonResourceURLs")
-			urls = append(urls, u...)
+		if urls := nonResourceURLs(reader); !slices.Equal(urls, []string{"/metrics"}) {
+			t.Errorf("metrics.fleetPage=%t: the metrics readers may get %v, want /metrics alone", on, urls)
 		}
-		if got := slices.Contains(urls, "/fleet/*"); got != on {
-			t.Errorf("metrics.fleetPage=%t: the metrics readers may get %v", on, urls)
+		viewer, binding := find(objs, "ClusterRole", "chamber-fleet-viewer"), find(objs, "ClusterRoleBinding", "chamber-fleet-viewer")
+		if !on {
+			if viewer != nil || binding != nil {
+				t.Error("metrics.fleetPage=false: the fleet viewer role rendered")
+			}
+			continue
+		}
+		if viewer == nil || binding == nil {
+			t.Fatal("metrics.fleetPage=true: no fleet viewer ClusterRole and binding")
+		}
+		if urls := nonResourceURLs(viewer); !slices.Equal(urls, []string{"/fleet/*"}) {
+			t.Errorf("the fleet viewers may get %v, want /fleet/* alone", urls)
+		}
+		subjects, _, _ := unstructured.NestedSlice(binding.Object, "subjects")
+		want := []any{
+			map[string]any{"kind": "Group", "name": "gpu-users", "apiGroup": "rbac.authorization.k8s.io"},
+			map[string]any{"kind": "ServiceAccount", "name": "kiosk", "namespace": "ops"},
+		}
+		if !reflect.DeepEqual(subjects, want) {
+			t.Errorf("fleet viewers bound: %v, want %v", subjects, want)
 		}
 	}
+	if find(render(t, "--set", "metrics.fleetPage=true"), "ClusterRoleBinding", "chamber-fleet-viewer") != nil {
+		t.Error("a fleet viewer binding without metrics.fleetViewers")
+	}
+	for set, want := range map[string]string{
+		"metrics.fleetViewers[0].kind=ServiceAccount": "missing property 'namespace'",
+		"metrics.fleetViewers[0].kind=group":          "/metrics/fleetViewers/0/kind",
+	} {
+		_, err := controlplane.RenderChart(context.Background(), "", "--set", set, "--set", "metrics.fleetViewers[0].name=x")
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("--set %s: %v, want an error saying %q", set, err, want)
+		}
+	}
+}
+
+// nonResourceURLs are the non-resource URLs a ClusterRole's rules name.
+func nonResourceURLs(role *unstructured.Unstructured) []string {
+	rules, _, _ := unstructured.NestedSlice(role.Object, "rules")
+	var urls []string
+	for _, r := range rules {
+		u, _, _ := unstructured.NestedStringSlice(r.(map[string]any), "nonResourceURLs")
+		urls = append(urls, u...)
+	}
+	return urls
 }
 
 // TestShipsTheRulesAndDashboards: the PrometheusRule and the dashboard ConfigMaps are

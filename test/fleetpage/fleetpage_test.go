@@ -57,12 +57,14 @@ func TestMain(m *testing.M) {
 // nodes with real node agents on go-nvml fakes: on gpu-1 team vision's pod holds
 // GPUs 0-3, two of them busy and two idle; on gpu-2 team speech's pod holds two idle
 // GPUs; gpu-3 has an XID 79 on GPU 5 and Chamber isolates it; a vision job waits for
-// quota. A browser signs in (a token that is not a metrics reader's first, which is
-// refused) and the page must show every GPU in the state the API objects give it, the
+// quota. The page is the chart's fleet viewer role's, not the metrics reader's: a
+// browser signs in with the scraper's token first, which is refused, then with a fleet
+// viewer's, and the page must show every GPU in the state the API objects give it, the
 // teams' GPUs, idle GPUs and idle cost, the queue and the isolated node with its
 // fault. An operator then isolates gpu-2, and the open page shows it without a
-// reload. The screenshot is kept in the test's artifact directory (go test
-// -artifacts).
+// reload. Signing out leaves the browser at the form, with no way back to the page
+// but signing in again. The screenshot is kept in the test's artifact directory (go
+// test -artifacts).
 func TestFleetPage(t *testing.T) {
 	if _, err := os.Stat(chromium); err != nil {
 		t.Fatalf("%s: %v (make tools installs Debian's chromium package)", chromium, err)
@@ -72,7 +74,7 @@ func TestFleetPage(t *testing.T) {
 	g.SetDefaultEventuallyPollingInterval(500 * time.Millisecond)
 	ctx := context.Background()
 
-	reader, stranger := readers(t, ctx)
+	scraper, viewer, stranger := readers(t, ctx)
 	fixture(t, ctx)
 	c, err := cp.StartChamber(ctx, "chamber-controller", "--metrics-secure", "--fleet-page", "--idle-window=2s")
 	if err != nil {
@@ -90,25 +92,39 @@ func TestFleetPage(t *testing.T) {
 	pageURL := base + "/fleet/"
 
 	// The page and its data are behind the metrics endpoint's authentication and
-	// authorization: controller-runtime puts its filter around every extra handler.
+	// authorization: controller-runtime puts its filter around every extra handler,
+	// and the API server's SubjectAccessReview of each path answers. Each role opens
+	// its own path alone: the scraper's /metrics, the fleet viewer's the page (/fleet
+	// too, which the metrics server redirects to /fleet/ before the filter).
 	g.Eventually(func(g gomega.Gomega) {
 		g.Expect(status(g, pageURL+"data", "")).To(gomega.Equal(http.StatusUnauthorized))
 		g.Expect(status(g, pageURL+"data", stranger)).To(gomega.Equal(http.StatusForbidden))
-		g.Expect(status(g, pageURL+"data", reader)).To(gomega.Equal(http.StatusOK))
+		g.Expect(status(g, pageURL+"data", viewer)).To(gomega.Equal(http.StatusOK))
 	}).Should(gomega.Succeed())
+	for _, tc := range []struct {
+		path, token string
+		want        int
+	}{
+		{"/fleet/data", scraper, http.StatusForbidden},
+		{"/fleet/", scraper, http.StatusForbidden},
+		{"/fleet/app.js", scraper, http.StatusForbidden},
+		{"/metrics", scraper, http.StatusOK},
+		{"/fleet/", viewer, http.StatusOK},
+		{"/fleet", viewer, http.StatusOK},
+		{"/fleet/app.js", viewer, http.StatusOK},
+		{"/metrics", viewer, http.StatusForbidden},
+	} {
+		who := map[string]string{scraper: "the scraper", viewer: "a fleet viewer"}[tc.token]
+		g.Expect(status(g, base+tc.path, tc.token)).To(gomega.Equal(tc.want), "GET %s as %s", tc.path, who)
+	}
 
 	browser := startBrowser(t)
-	// Signed out, the page is the sign-in form; a token of no metrics reader is
-	// refused with what to do.
+	// Signed out, the page is the sign-in form; the scraper's token is refused with
+	// what to do.
 	do(t, browser, chromedp.Navigate(pageURL), chromedp.WaitVisible(chromedp.CSS("#token")))
-	signIn(t, browser, stranger)
-	do(t, browser, chromedp.WaitVisible(chromedp.CSS("#message")))
-	msg, err := chromedp.Run(browser, chromedp.Text(chromedp.CSS("#message")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	g.Expect(msg).To(gomega.ContainSubstring("may not read the fleet page"))
-	signIn(t, browser, reader)
+	signIn(t, browser, scraper)
+	g.Expect(message(t, browser)).To(gomega.ContainSubstring("may not read the fleet page"))
+	signIn(t, browser, viewer)
 	do(t, browser, chromedp.WaitVisible(chromedp.CSS("#nodes .gpu")))
 
 	// The page shows what the API objects say, once the idle GPUs have been idle for
@@ -157,32 +173,57 @@ func TestFleetPage(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("screenshot: %s (kept with go test -artifacts)", path)
+
+	// Signing out: the form says so, and the page is the form again.
+	do(t, browser, chromedp.Click(chromedp.CSS("#sign-out")))
+	g.Expect(message(t, browser)).To(gomega.ContainSubstring("You are signed out"))
+	do(t, browser, chromedp.Navigate(pageURL), chromedp.WaitVisible(chromedp.CSS("#token")))
+	at, err := chromedp.Run(browser, chromedp.Evaluate[string](`location.pathname`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Expect(at).To(gomega.Equal("/fleet/sign-in"), "the page after signing out")
 }
 
-// readers makes the ServiceAccounts monitoring/reader, bound by the chart (values
-// metrics.fleetPage and metrics.readers) to its metrics reader ClusterRole, and
-// monitoring/stranger, bound to nothing, and returns a token of each.
-func readers(t *testing.T, ctx context.Context) (reader, stranger string) {
+// message is the text above the sign-in form, once the browser shows it.
+func message(t *testing.T, browser context.Context) string {
+	t.Helper()
+	do(t, browser, chromedp.WaitVisible(chromedp.CSS("#message")))
+	msg, err := chromedp.Run(browser, chromedp.Text(chromedp.CSS("#message")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return msg
+}
+
+// readers makes the ServiceAccounts monitoring/scraper, bound by the chart (value
+// metrics.readers) to its metrics reader ClusterRole, as Prometheus's is;
+// monitoring/viewer, bound by the chart (metrics.fleetPage, metrics.fleetViewers) to
+// its fleet viewer ClusterRole; and monitoring/stranger, bound to nothing; and returns
+// a token of each.
+func readers(t *testing.T, ctx context.Context) (scraper, viewer, stranger string) {
 	t.Helper()
 	create(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "monitoring"}})
-	for _, name := range []string{"reader", "stranger"} {
+	for _, name := range []string{"scraper", "viewer", "stranger"} {
 		create(t, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "monitoring", Name: name}})
 	}
 	objs, err := controlplane.RenderChart(ctx, cp.BinDir(), "--set", "metrics.fleetPage=true",
-		"--set", "metrics.readers[0].name=reader", "--set", "metrics.readers[0].namespace=monitoring")
+		"--set", "metrics.readers[0].name=scraper", "--set", "metrics.readers[0].namespace=monitoring",
+		"--set", "metrics.fleetViewers[0].kind=ServiceAccount", "--set", "metrics.fleetViewers[0].name=viewer",
+		"--set", "metrics.fleetViewers[0].namespace=monitoring")
 	if err != nil {
 		t.Fatal(err)
 	}
 	objs = slices.DeleteFunc(objs, func(o *unstructured.Unstructured) bool {
-		return !strings.HasSuffix(o.GetName(), "-metrics-reader")
+		return !strings.HasSuffix(o.GetName(), "-metrics-reader") && !strings.HasSuffix(o.GetName(), "-fleet-viewer")
 	})
-	if len(objs) != 2 {
-		t.Fatalf("the chart's metrics reader ClusterRole and binding: found %d objects", len(objs))
+	if len(objs) != 4 {
+		t.Fatalf("the chart's metrics reader and fleet viewer ClusterRoles and bindings: found %d objects", len(objs))
 	}
 	if err := controlplane.ApplyObjects(ctx, k8s, objs); err != nil {
 		t.Fatal(err)
 	}
-	return token(t, "reader"), token(t, "stranger")
+	return token(t, "scraper"), token(t, "viewer"), token(t, "stranger")
 }
 
 func token(t *testing.T, name string) string {
