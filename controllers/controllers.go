@@ -73,8 +73,11 @@ type Config struct {
 	// their terminationGracePeriodSeconds.
 	PodGracePeriods bool
 	// PolicyAPI is the version the API server serves MutatingAdmissionPolicies in,
-	// the grace policies' kind (team.ServedPolicyAPI; team.PolicyV1 when empty).
+	// the grace policy's kind (team.ServedPolicyAPI; team.PolicyV1 when empty).
 	PolicyAPI team.PolicyAPI
+	// GracePolicy names the chart's grace policy, which reads each Team's
+	// status.podGrace (DefaultGracePolicy: that of a release named chamber).
+	GracePolicy string
 	// DCGM reads GPU health from a Prometheus that scrapes dcgm-exporter, for nodes
 	// without an agent; off without DCGM.PrometheusURL. Its clock is Clock.
 	DCGM dcgm.Options
@@ -123,8 +126,12 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{PriorityTiers: chamberkueue.DefaultPriorityTiers, AccountingInterval: team.DefaultAccountingInterval, Inventory: inventory.DefaultOptions(),
 		Admission: admission.DefaultOptions(), AdmissionCheck: false, IdleReclaim: idlereclaim.DefaultOptions(), Room: room.DefaultOptions(), RoomForBigJobs: true, PodGracePeriods: true,
-		DCGM: dcgm.DefaultOptions()}
+		GracePolicy: DefaultGracePolicy, DCGM: dcgm.DefaultOptions()}
 }
+
+// DefaultGracePolicy is the grace policy's name where the chart's release is named
+// chamber (the chart passes --pod-grace-policy).
+const DefaultGracePolicy = "chamber-pod-grace"
 
 // What a controller needs to run.
 type needs int
@@ -166,7 +173,7 @@ var controllerList = []struct {
 	}},
 	{"team", kueueAPI, func(mgr ctrl.Manager, cfg Config) error {
 		opts := team.Options{AccountingInterval: cfg.AccountingInterval, Clock: cfg.Clock,
-			PodGracePeriods: cfg.PodGracePeriods, EvictionGrace: cfg.Admission.GracePeriod, PolicyAPI: cfg.PolicyAPI}
+			PodGracePeriods: cfg.PodGracePeriods, EvictionGrace: cfg.Admission.GracePeriod, PolicyAPI: cfg.PolicyAPI, GracePolicy: cfg.GracePolicy}
 		if cfg.AdmissionCheck {
 			opts.AdmissionChecks = []string{chamberkueue.CheckName}
 		}
@@ -175,7 +182,7 @@ var controllerList = []struct {
 	}},
 	{"team-volcano", volcanoAPI, func(mgr ctrl.Manager, cfg Config) error {
 		return team.RegisterVolcano(mgr, team.VolcanoOptions{WithoutKueue: cfg.WithoutKueue, QueueHierarchy: cfg.VolcanoQueueHierarchy,
-			PodGracePeriods: cfg.PodGracePeriods, EvictionGrace: cfg.Admission.GracePeriod, PolicyAPI: cfg.PolicyAPI})
+			PodGracePeriods: cfg.PodGracePeriods, EvictionGrace: cfg.Admission.GracePeriod, PolicyAPI: cfg.PolicyAPI, GracePolicy: cfg.GracePolicy})
 	}},
 	{"dispatch", kueueAPI, func(mgr ctrl.Manager, cfg Config) error {
 		if !cfg.MultiKueueDispatcher {

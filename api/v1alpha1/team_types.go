@@ -12,20 +12,25 @@ const (
 	// ConditionBudgetWarning is True from 80% of the budget.
 	ConditionBudgetWarning = "BudgetWarning"
 	// ConditionPodGrace is True while pods created in the team's namespaces get at
-	// least the team's eviction grace as their terminationGracePeriodSeconds (a
-	// MutatingAdmissionPolicy), False where the cluster cannot do it, with the reason.
+	// least the team's eviction grace as their terminationGracePeriodSeconds (the
+	// chart's MutatingAdmissionPolicy, which reads status.podGrace), False where the
+	// cluster cannot do it, with the reason.
 	ConditionPodGrace = "PodGrace"
 )
 
 // Reasons of a Team's PodGrace condition.
 const (
-	// ReasonGracePolicyApplied: the team's MutatingAdmissionPolicy is in place.
+	// ReasonGracePolicyApplied: the chart's MutatingAdmissionPolicy is in place and
+	// reads the team's status.podGrace.
 	ReasonGracePolicyApplied = "PolicyApplied"
 	// ReasonNoGraceToRaise: every grace the team's tiers have is 0, so nothing is raised.
 	ReasonNoGraceToRaise = "NoGraceToRaise"
 	// ReasonPolicyAPINotServed: the API server serves MutatingAdmissionPolicies in no
-	// version Chamber writes (admissionregistration.k8s.io/v1 or v1beta1).
+	// version the chart installs (admissionregistration.k8s.io/v1 or v1beta1).
 	ReasonPolicyAPINotServed = "MutatingAdmissionPolicyNotServed"
+	// ReasonPolicyNotInstalled: the API server serves MutatingAdmissionPolicies, but
+	// the chart's pod grace policy is not there (podGrace.enabled false, or deleted).
+	ReasonPolicyNotInstalled = "PolicyNotInstalled"
 )
 
 // Reasons of a Team's Ready condition when it is False.
@@ -209,11 +214,39 @@ type TeamStatus struct {
 	// Spend in the current budget period, kept here so a restart loses none.
 	// +optional
 	Spend *TeamSpend `json:"spend,omitempty"`
+	// PodGrace is the least terminationGracePeriodSeconds of pods created in the
+	// team's namespaces, by tier: the team's eviction grace, which the chart's
+	// MutatingAdmissionPolicy gives them so that Kueue's and Volcano's preemptions
+	// leave time to checkpoint. Absent where there is nothing to raise, or pod grace is
+	// off (--pod-grace-from-eviction-policy=false).
+	// +optional
+	PodGrace *PodGrace `json:"podGrace,omitempty"`
 	// Conditions: Ready, BudgetWarning, BudgetExceeded, PodGrace.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// PodGrace is the least terminationGracePeriodSeconds a team's pods get, by tier.
+type PodGrace struct {
+	// Seconds for a pod of a tier not in Tiers, or of none.
+	// +kubebuilder:validation:Minimum=0
+	Seconds int64 `json:"seconds"`
+	// Tiers with a grace of their own. A pod's tier is its
+	// kueue.x-k8s.io/priority-class label, else its priorityClassName (a Volcano
+	// Job's pods).
+	// +listType=map
+	// +listMapKey=tier
+	// +optional
+	Tiers []TierPodGrace `json:"tiers,omitempty"`
+}
+
+// TierPodGrace is the least terminationGracePeriodSeconds of one tier's pods.
+type TierPodGrace struct {
+	Tier string `json:"tier"`
+	// +kubebuilder:validation:Minimum=0
+	Seconds int64 `json:"seconds"`
 }
 
 // TeamModelUsage is a team's quota and use of one GPU model.

@@ -62,9 +62,12 @@ func (o *options) dashboardCommand() *cobra.Command {
 		Long: "Open the fleet page (chamber-controller's /fleet/, the chart's metrics.fleetPage) in a browser, signed in as you.\n" +
 			"It port-forwards to a ready chamber-controller pod (the leader where it can tell), serves the page on 127.0.0.1 and\n" +
 			"sends each request on with your kubeconfig's bearer token (a token, a token file, or an exec or auth provider plugin's).\n" +
+			"Your user needs get on /fleet/* (the chart's <release>-fleet-viewer ClusterRole, value metrics.fleetViewers) and\n" +
+			"create on pods/portforward in the controller's namespace. It uses a port-forward, not the API server's service proxy,\n" +
+			"which keeps your token from the controller.\n" +
 			"A kubeconfig that signs in with a client certificate has no token to send: --service-account NAMESPACE/NAME names a\n" +
-			"ServiceAccount bound to the chart's <release>-metrics-reader ClusterRole, whose 1-hour tokens are sent instead.\n" +
-			"It runs until interrupted.",
+			"ServiceAccount bound to <release>-fleet-viewer, whose 1-hour tokens are sent instead.\n" +
+			"It runs until interrupted, or until you sign out on the page.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			controllerKey, err := parseNamespacedName("--controller", controller, "chamber-controller's Deployment")
@@ -99,7 +102,7 @@ func (o *options) dashboardCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&controller, "controller", "", "chamber-controller's Deployment, NAMESPACE/NAME (default: the one the Helm chart installed, found by its labels, in -n's namespace when given)")
-	cmd.Flags().StringVar(&serviceAccount, "service-account", "", "NAMESPACE/NAME of a ServiceAccount bound to the chart's <release>-metrics-reader ClusterRole, whose tokens are sent where your kubeconfig has no bearer token (a client certificate)")
+	cmd.Flags().StringVar(&serviceAccount, "service-account", "", "NAMESPACE/NAME of a ServiceAccount bound to the chart's <release>-fleet-viewer ClusterRole, whose tokens are sent where your kubeconfig has no bearer token (a client certificate)")
 	cmd.Flags().IntVar(&port, "port", 0, "local port to serve the page on, on 127.0.0.1 (0: any free port)")
 	cmd.Flags().BoolVar(&noBrowser, "no-browser", false, "print the page's address without opening a browser")
 	return cmd
@@ -124,8 +127,8 @@ type dashboardTarget struct {
 	// Port is the pod's metrics port; Secure when it serves HTTPS (metrics-https).
 	Port   int32
 	Secure bool
-	// MetricsReader is the chart's ClusterRole that grants get on /fleet/*.
-	MetricsReader string
+	// FleetViewer is the chart's ClusterRole that grants get on /fleet/*.
+	FleetViewer string
 	// token gives the bearer token each request carries.
 	token tokenSource
 }
@@ -186,7 +189,7 @@ func findDashboardTarget(ctx context.Context, c client.Client, namespace string,
 		}
 	}
 	t := &dashboardTarget{Pod: client.ObjectKeyFromObject(&pod),
-		MetricsReader: strings.TrimSuffix(key.Name, "-controller") + "-metrics-reader"}
+		FleetViewer: strings.TrimSuffix(key.Name, "-controller") + "-fleet-viewer"}
 	for _, ctr := range pod.Spec.Containers {
 		for _, p := range ctr.Ports {
 			switch p.Name {
@@ -236,7 +239,7 @@ func (t *dashboardTarget) checkToken(ctx context.Context, cfg *rest.Config, c cl
 	if account.Name == "" {
 		return fmt.Errorf("your kubeconfig signs in without a bearer token (a client certificate), which the fleet page cannot take: "+
 			"pass --service-account NAMESPACE/NAME of a ServiceAccount bound to the ClusterRole %s "+
-			"(kubectl create clusterrolebinding chamber-viewer --clusterrole=%s --serviceaccount=NAMESPACE:NAME)", t.MetricsReader, t.MetricsReader)
+			"(kubectl create clusterrolebinding chamber-fleet-viewer --clusterrole=%s --serviceaccount=NAMESPACE:NAME)", t.FleetViewer, t.FleetViewer)
 	}
 	t.token = serviceAccountToken(c, account)
 	if _, err := t.token(ctx); err != nil {
@@ -321,12 +324,19 @@ func serviceAccountToken(c client.Client, account types.NamespacedName) tokenSou
 	}
 }
 
+// signOutPath is the page's sign-out (exporter/page), which the dashboard answers
+// itself: the browser holds no token of the dashboard's to clear.
+const signOutPath = page.Path + "sign-out"
+
 // dashboardProxy serves the fleet page from upstream (host:port, HTTPS when secure)
 // with the token's Authorization header. It answers only requests addressed to the
 // host it listens on (localhost, 127.0.0.1), so that a web page whose name resolves
 // to 127.0.0.1 cannot read the fleet with the user's credentials, and only the page's
-// paths. refused, when set, is told of the upstream's 401 and 403.
-func dashboardProxy(upstream string, secure bool, token tokenSource, refused func(code int)) http.Handler {
+// paths. refused, when set, is told of the upstream's 401 and 403. The page's sign-out
+// (a POST from the page itself) is answered here with a page saying so, and then
+// signedOut, when set, is called: the dashboard stops, taking the user's token with
+// it.
+func dashboardProxy(upstream string, secure bool, token tokenSource, refused func(code int), signedOut func()) http.Handler {
 	target := &url.URL{Scheme: "http", Host: upstream}
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	if secure {
@@ -352,6 +362,7 @@ func dashboardProxy(upstream string, secure bool, token tokenSource, refused fun
 			return nil
 		},
 	}
+	csrf := http.NewCrossOriginProtection()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		host, _, err := net.SplitHostPort(r.Host)
 		if err != nil {
@@ -365,6 +376,15 @@ func dashboardProxy(upstream string, secure bool, token tokenSource, refused fun
 			http.Redirect(w, r, page.Path, http.StatusFound)
 			return
 		}
+		if r.URL.Path == signOutPath {
+			csrf.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				serveSignedOut(w, r)
+				if r.Method == http.MethodPost && signedOut != nil {
+					signedOut()
+				}
+			})).ServeHTTP(w, r)
+			return
+		}
 		t, err := token(r.Context())
 		if err != nil {
 			http.Error(w, "kubectl chamber dashboard: "+err.Error(), http.StatusBadGateway)
@@ -376,6 +396,31 @@ func dashboardProxy(upstream string, secure bool, token tokenSource, refused fun
 
 // bearerToken is the context key of the token a proxied request carries.
 type bearerToken struct{}
+
+// signedOutPage is the dashboard's answer to the page's sign-out.
+const signedOutPage = `<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Chamber fleet: signed out</title></head>
+<body style="font: 15px/1.45 system-ui, sans-serif; margin: 3em auto; max-width: 42em; padding: 0 1em">
+<h1>Chamber fleet</h1>
+<p id="message">You are signed out: kubectl chamber dashboard has stopped, and this address no longer sends your
+credentials. Run <code>kubectl chamber dashboard</code> again to sign in.</p>
+</body></html>
+`
+
+// serveSignedOut answers the page's sign-out, a POST.
+func serveSignedOut(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", "POST")
+		http.Error(w, "sign out with a POST, from the fleet page's Sign out button", http.StatusMethodNotAllowed)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; frame-ancestors 'none'")
+	h.Set("Connection", "close")
+	_, _ = io.WriteString(w, signedOutPage)
+}
 
 // serveDashboard port-forwards to the target, serves the page on 127.0.0.1:port and
 // opens it in a browser, until ctx ends or the forward does.
@@ -416,12 +461,15 @@ func (o *options) serveDashboard(ctx context.Context, cfg *rest.Config, t *dashb
 	var once sync.Once
 	refused := func(code int) {
 		once.Do(func() {
-			fmt.Fprintf(o.streams.ErrOut, "chamber-controller refused the page (%d %s): the user your token is of needs get on /fleet/*, as the ClusterRole %s grants\n",
-				code, http.StatusText(code), t.MetricsReader)
+			fmt.Fprintf(o.streams.ErrOut, "chamber-controller refused the page (%d %s): the user your token is of needs get on /fleet/*, as the ClusterRole %s grants (the chart's value metrics.fleetViewers)\n",
+				code, http.StatusText(code), t.FleetViewer)
 		})
 	}
+	signedOut := make(chan struct{})
+	var signOnce sync.Once
 	server := &http.Server{
-		Handler:           dashboardProxy(net.JoinHostPort("127.0.0.1", strconv.Itoa(int(ports[0].Local))), t.Secure, t.token, refused),
+		Handler: dashboardProxy(net.JoinHostPort("127.0.0.1", strconv.Itoa(int(ports[0].Local))), t.Secure, t.token, refused,
+			func() { signOnce.Do(func() { close(signedOut) }) }),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	serveDone := make(chan error, 1)
@@ -434,6 +482,13 @@ func (o *options) serveDashboard(ctx context.Context, cfg *rest.Config, t *dashb
 	}
 	select {
 	case <-ctx.Done():
+		return nil
+	case <-signedOut:
+		// Let the browser have the page saying so before the server goes.
+		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = server.Shutdown(shutdown)
+		fmt.Fprintln(o.streams.Out, "Signed out on the page: stopped")
 		return nil
 	case err := <-forwardDone:
 		return fmt.Errorf("port-forward to pod %s ended: %w", t.Pod, err)

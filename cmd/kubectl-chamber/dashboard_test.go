@@ -86,11 +86,11 @@ func TestDashboardTarget(t *testing.T) {
 		wantErr    string
 	}{
 		"the leader, over HTTPS": {namespace: "dash-https", want: &dashboardTarget{
-			Pod: types.NamespacedName{Namespace: "dash-https", Name: "chamber-controller-b"}, Port: 8443, Secure: true, MetricsReader: "chamber-metrics-reader"}},
+			Pod: types.NamespacedName{Namespace: "dash-https", Name: "chamber-controller-b"}, Port: 8443, Secure: true, FleetViewer: "chamber-fleet-viewer"}},
 		"plain HTTP": {namespace: "dash-http", want: &dashboardTarget{
-			Pod: types.NamespacedName{Namespace: "dash-http", Name: "chamber-controller-c"}, Port: 8080, MetricsReader: "chamber-metrics-reader"}},
+			Pod: types.NamespacedName{Namespace: "dash-http", Name: "chamber-controller-c"}, Port: 8080, FleetViewer: "chamber-fleet-viewer"}},
 		"named by --controller": {namespace: "dash-https", controller: types.NamespacedName{Namespace: "dash-http", Name: "chamber-controller"}, want: &dashboardTarget{
-			Pod: types.NamespacedName{Namespace: "dash-http", Name: "chamber-controller-c"}, Port: 8080, MetricsReader: "chamber-metrics-reader"}},
+			Pod: types.NamespacedName{Namespace: "dash-http", Name: "chamber-controller-c"}, Port: 8080, FleetViewer: "chamber-fleet-viewer"}},
 		"several":       {wantErr: "chamber-controller Deployments (dash-"},
 		"none there":    {namespace: "default", wantErr: "no chamber-controller Deployment of the Helm chart in namespace default: name it with --controller NAMESPACE/NAME"},
 		"no ready pod":  {namespace: "dash-down", wantErr: "deployment dash-down/chamber-controller has no running, ready pod"},
@@ -150,13 +150,13 @@ func TestDashboardToken(t *testing.T) {
 		"the user's own token first": {config: func(*rest.Config) {}, account: types.NamespacedName{Namespace: "dash-token", Name: "viewer"}, wantToken: controllertest.Config.BearerToken},
 		"a ServiceAccount's":         {config: noToken, account: types.NamespacedName{Namespace: "dash-token", Name: "viewer"}, wantUser: "system:serviceaccount:dash-token:viewer"},
 		"no such ServiceAccount":     {config: noToken, account: types.NamespacedName{Namespace: "dash-token", Name: "nobody"}, wantErr: "create a token of serviceaccount dash-token/nobody (--service-account)"},
-		"nothing to send":            {config: noToken, wantErr: "pass --service-account NAMESPACE/NAME of a ServiceAccount bound to the ClusterRole chamber-metrics-reader"},
+		"nothing to send":            {config: noToken, wantErr: "pass --service-account NAMESPACE/NAME of a ServiceAccount bound to the ClusterRole chamber-fleet-viewer"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			cfg := rest.CopyConfig(controllertest.Config)
 			tc.config(cfg)
-			target := &dashboardTarget{MetricsReader: "chamber-metrics-reader"}
+			target := &dashboardTarget{FleetViewer: "chamber-fleet-viewer"}
 			err := target.checkToken(ctx, cfg, k8s, tc.account)
 			if !expectError(t, err, tc.wantErr) {
 				return
@@ -228,7 +228,7 @@ func TestDashboardProxy(t *testing.T) {
 	var refusals []int
 	proxyAs := func(account string) *httptest.Server {
 		token := serviceAccountToken(k8s, types.NamespacedName{Namespace: "dash-proxy", Name: account})
-		return httptest.NewServer(dashboardProxy(upstream.Listener.Addr().String(), true, token, func(code int) { refusals = append(refusals, code) }))
+		return httptest.NewServer(dashboardProxy(upstream.Listener.Addr().String(), true, token, func(code int) { refusals = append(refusals, code) }, nil))
 	}
 	reader, stranger := proxyAs("reader"), proxyAs("stranger")
 	defer reader.Close()
@@ -294,7 +294,7 @@ func TestDashboardProxy(t *testing.T) {
 		}))
 		defer plain.Close()
 		token := func(context.Context) (string, error) { return "t0ken", nil }
-		proxy := httptest.NewServer(dashboardProxy(strings.TrimPrefix(plain.URL, "http://"), false, token, nil))
+		proxy := httptest.NewServer(dashboardProxy(strings.TrimPrefix(plain.URL, "http://"), false, token, nil, nil))
 		defer proxy.Close()
 		code, body := get(t, proxy.URL, "/fleet/data", http.Header{"Cookie": {page.CookieName + "=other"}, "Authorization": {"Bearer browser"}})
 		if code != http.StatusOK || body != "/fleet/data" {
@@ -308,9 +308,54 @@ func TestDashboardProxy(t *testing.T) {
 		}
 	})
 
+	t.Run("signing out", func(t *testing.T) {
+		var upstreamSaw []string
+		plain := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			upstreamSaw = append(upstreamSaw, r.Method+" "+r.URL.Path)
+		}))
+		defer plain.Close()
+		token := func(context.Context) (string, error) { return "t0ken", nil }
+		signedOut := 0
+		proxy := httptest.NewServer(dashboardProxy(strings.TrimPrefix(plain.URL, "http://"), false, token, nil, func() { signedOut++ }))
+		defer proxy.Close()
+		for name, tc := range map[string]struct {
+			method, site  string
+			wantCode      int
+			wantSignedOut int
+		}{
+			"from the page":     {method: http.MethodPost, site: "same-origin", wantCode: http.StatusOK, wantSignedOut: 1},
+			"from another site": {method: http.MethodPost, site: "cross-site", wantCode: http.StatusForbidden},
+			"not a POST":        {method: http.MethodGet, wantCode: http.StatusMethodNotAllowed},
+		} {
+			signedOut = 0
+			req, err := http.NewRequestWithContext(ctx, tc.method, proxy.URL+"/fleet/sign-out", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.site != "" {
+				req.Header.Set("Sec-Fetch-Site", tc.site)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tc.wantCode || signedOut != tc.wantSignedOut {
+				t.Errorf("%s: %d, signed out %d times; want %d, %d times", name, resp.StatusCode, signedOut, tc.wantCode, tc.wantSignedOut)
+			}
+			if tc.wantCode == http.StatusOK && !strings.Contains(string(body), "You are signed out") {
+				t.Errorf("%s: the page says %q", name, body)
+			}
+		}
+		if len(upstreamSaw) != 0 {
+			t.Errorf("the sign-out went upstream: %v", upstreamSaw)
+		}
+	})
+
 	t.Run("no token", func(t *testing.T) {
 		failing := func(context.Context) (string, error) { return "", context.DeadlineExceeded }
-		proxy := httptest.NewServer(dashboardProxy(upstream.Listener.Addr().String(), true, failing, nil))
+		proxy := httptest.NewServer(dashboardProxy(upstream.Listener.Addr().String(), true, failing, nil, nil))
 		defer proxy.Close()
 		if code, body := get(t, proxy.URL, "/fleet/", nil); code != http.StatusBadGateway || !strings.Contains(body, "deadline") {
 			t.Errorf("GET /fleet/: %d %q, want 502 saying why", code, body)

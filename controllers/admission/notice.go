@@ -8,7 +8,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -74,7 +76,11 @@ func (n *notice) Reconcile(ctx context.Context, p *corev1.Pod) (reconcile.Result
 		return reconcile.Result{}, nil
 	}
 	had := *p.DeletionGracePeriodSeconds
-	err := n.client.Delete(ctx, p, client.GracePeriodSeconds(grace), client.Preconditions{UID: &p.UID})
+	// Through the Eviction API, which chamber-controller may use on any pod, rather
+	// than a delete, which it may not: a pod already being deleted is evicted without
+	// a PodDisruptionBudget check, with the grace asked for.
+	err := n.client.SubResource("eviction").Create(ctx, p, &policyv1.Eviction{DeleteOptions: &metav1.DeleteOptions{
+		GracePeriodSeconds: &grace, Preconditions: &metav1.Preconditions{UID: &p.UID}}})
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 		return reconcile.Result{}, nil // gone, or another pod of that name
 	}

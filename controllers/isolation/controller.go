@@ -107,7 +107,8 @@ type Options struct {
 	// counts from the node's taint. 0 means DefaultKueueReplaces (10 s); negative:
 	// no wait.
 	KueueReplaces time.Duration
-	// HoldNamespace is where GPU-level isolation's hold pods live. Default kube-system.
+	// HoldNamespace is where GPU-level isolation's hold pods live (DefaultHoldNamespace
+	// when empty; the chart passes its release's, where its Role lets them be made).
 	HoldNamespace string
 	// NodeConditions are the node condition types that, True, report the node's GPUs
 	// failed: those Node Problem Detector, NVSentinel or another health checker sets.

@@ -52,6 +52,9 @@ type Options struct {
 	// (ServedPolicyAPI); PolicyV1 when empty. With PolicyNotServed, PodGracePeriods
 	// gives no grace, and says why in each team's PodGrace condition.
 	PolicyAPI PolicyAPI
+	// GracePolicy names the chart's MutatingAdmissionPolicy and binding that give
+	// pods the grace in their team's status.podGrace (grace.go).
+	GracePolicy string
 	// UsageRefresh is how often, at most, a ClusterQueue's usage changes reconcile
 	// its team (DefaultUsageRefresh when 0).
 	UsageRefresh time.Duration
@@ -75,7 +78,10 @@ const DefaultUsageRefresh = 5 * time.Second
 
 // Controller reconciles Teams.
 type Controller struct {
-	client   client.Client
+	client client.Client
+	// reader reads the chart's grace policy by name, uncached: a watch would need a
+	// right to list every admission policy.
+	reader   client.Reader
 	recorder events.EventRecorder
 	opts     Options
 }
@@ -94,8 +100,8 @@ func Register(mgr ctrl.Manager, opts Options) error {
 	if opts.PolicyAPI == "" {
 		opts.PolicyAPI = PolicyV1
 	}
-	c := &Controller{client: mgr.GetClient(), recorder: mgr.GetEventRecorder("chamber-team"), opts: opts}
-	b := ctrl.NewControllerManagedBy(mgr).
+	c := &Controller{client: mgr.GetClient(), reader: mgr.GetAPIReader(), recorder: mgr.GetEventRecorder("chamber-team"), opts: opts}
+	return ctrl.NewControllerManagedBy(mgr).
 		Named("team").
 		// The team's spec; its status is this controller's own (each write would
 		// reconcile it again, and read a usage Kueue changed meanwhile).
@@ -131,13 +137,8 @@ func Register(mgr ctrl.Manager, opts Options) error {
 			DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 				c.enqueueTeamsOf(ctx, e.Object, q, 0)
 			},
-		})
-	// A grace policy changed by someone else is put back; where the API server
-	// serves none, there is nothing to watch (a watch of it would never sync).
-	if opts.PodGracePeriods && opts.PolicyAPI != PolicyNotServed {
-		b = b.Owns(ownedPolicy(opts.PolicyAPI))
-	}
-	return b.Complete(reconcile.AsReconciler(mgr.GetClient(), c))
+		}).
+		Complete(reconcile.AsReconciler(mgr.GetClient(), c))
 }
 
 // enqueueTeamsOf queues the teams of the ClusterQueue, after the delay (the
@@ -254,12 +255,13 @@ func (c *Controller) Reconcile(ctx context.Context, team *chamber.Team) (reconci
 			return reconcile.Result{}, err
 		}
 		if c.opts.PodGracePeriods {
-			grace, err := applyGracePolicy(ctx, c.client, team, &pool, c.opts.EvictionGrace, c.opts.PolicyAPI)
+			grace, err := applyPodGrace(ctx, c.reader, team, &pool, c.opts.EvictionGrace, c.opts.PolicyAPI, c.opts.GracePolicy)
 			if err != nil {
 				return reconcile.Result{}, err
 			}
 			apimeta.SetStatusCondition(&team.Status.Conditions, grace)
 		} else {
+			team.Status.PodGrace = nil
 			apimeta.RemoveStatusCondition(&team.Status.Conditions, chamber.ConditionPodGrace)
 		}
 	}

@@ -2,38 +2,36 @@ package team
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
-	admissionv1beta1 "k8s.io/api/admissionregistration/v1beta1"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
-	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
 // Why pods get the team's grace period: Kueue preempts a workload by suspending its
 // Job, and its pods get SIGTERM and their terminationGracePeriodSeconds to exit:
 // Kubernetes' default of 30 s, too short for most checkpoints, so a preempted job
 // goes back to its last periodic checkpoint. Chamber's own evictions give the team's
-// eviction grace period; so that Kueue's do too, a MutatingAdmissionPolicy per team
-// raises the terminationGracePeriodSeconds of every pod created in the team's
-// namespaces to at least that grace (its tier's, by the pod's
-// kueue.x-k8s.io/priority-class label where it has one). A job that saves its
-// checkpoint on SIGTERM and exits frees its GPUs as soon as it is saved; only one
-// that ignores SIGTERM holds them for the whole grace. A pod's own longer grace is
-// kept.
+// eviction grace period; so that Kueue's do too, the chart installs one
+// MutatingAdmissionPolicy (charts/chamber/templates/pod-grace-policy.yaml) whose
+// parameters are the Teams: it raises the terminationGracePeriodSeconds of every pod
+// created in a team's namespaces to at least the grace in the team's status.podGrace
+// (its tier's, by the pod's kueue.x-k8s.io/priority-class label or its
+// priorityClassName). This controller only writes status.podGrace, from the team's,
+// the pool's and the default eviction policy, and reads the policy to say in the
+// PodGrace condition whether it is there: chamber-controller needs no right to write
+// admission policies, which can rewrite any object. A job that saves its checkpoint
+// on SIGTERM and exits frees its GPUs as soon as it is saved; only one that ignores
+// SIGTERM holds them for the whole grace. A pod's own longer grace is kept.
 
 // LabelTier is the pod label that names its priority tier (Kueue's
 // WorkloadPriorityClass label).
@@ -80,200 +78,78 @@ func ServedPolicyAPI(dc discovery.DiscoveryInterface) (PolicyAPI, error) {
 const policyAPINotServed = "this cluster serves MutatingAdmissionPolicies neither in admissionregistration.k8s.io/v1 (Kubernetes 1.36 and later) " +
 	"nor in v1beta1 (1.34 and 1.35 with the MutatingAdmissionPolicy feature gate and --runtime-config=admissionregistration.k8s.io/v1beta1=true), " +
 	"so the team's pods keep their own terminationGracePeriodSeconds (Kubernetes' default is 30 s) when Kueue or Volcano preempts them; " +
-	"Chamber's own evictions still give the team's grace. Turn the API on and restart chamber-controller, or set the grace in the jobs' pod templates"
+	"Chamber's own evictions still give the team's grace. Turn the API on and run helm upgrade (the chart installs the policy where it is served), " +
+	"or set the grace in the jobs' pod templates"
 
-// policyObject returns the policy or binding as api serves it: the v1 object itself,
-// or its v1beta1 twin (the same fields: v1 graduated v1beta1 unchanged).
-func policyObject(obj client.Object, api PolicyAPI) (client.Object, error) {
-	if api != PolicyV1beta1 {
-		return obj, nil
-	}
-	var out client.Object
-	switch obj.(type) {
-	case *admissionv1.MutatingAdmissionPolicy:
-		out = &admissionv1beta1.MutatingAdmissionPolicy{}
-	case *admissionv1.MutatingAdmissionPolicyBinding:
-		out = &admissionv1beta1.MutatingAdmissionPolicyBinding{}
-	default:
-		return nil, fmt.Errorf("%T is not a MutatingAdmissionPolicy or its binding", obj)
-	}
-	return out, convertPolicy(obj, out)
-}
-
-// v1Policy returns a policy or binding read in api's version as its v1 twin.
-func v1Policy(obj client.Object, api PolicyAPI) (client.Object, error) {
-	if api != PolicyV1beta1 {
-		return obj, nil
-	}
-	var out client.Object
-	switch obj.(type) {
-	case *admissionv1beta1.MutatingAdmissionPolicy:
-		out = &admissionv1.MutatingAdmissionPolicy{}
-	case *admissionv1beta1.MutatingAdmissionPolicyBinding:
-		out = &admissionv1.MutatingAdmissionPolicyBinding{}
-	default:
-		return nil, fmt.Errorf("%T is not a v1beta1 MutatingAdmissionPolicy or its binding", obj)
-	}
-	return out, convertPolicy(obj, out)
-}
-
-func convertPolicy(in, out client.Object) error {
-	data, err := json.Marshal(in)
-	if err != nil {
-		return err
-	}
-	return json.Unmarshal(data, out)
-}
-
-// ownedPolicy is the grace policy's type in api, for the controllers' Owns.
-func ownedPolicy(api PolicyAPI) client.Object {
-	if api == PolicyV1beta1 {
-		return &admissionv1beta1.MutatingAdmissionPolicy{}
-	}
-	return &admissionv1.MutatingAdmissionPolicy{}
-}
-
-// GracePolicyName is the name of the team's MutatingAdmissionPolicy and its binding.
-func GracePolicyName(team *chamber.Team) string { return "chamber-pod-grace-" + team.Name }
-
-// gracePolicy is the team's MutatingAdmissionPolicy and binding; nil when every grace
-// it would give is 0 (nothing to raise).
-func gracePolicy(team *chamber.Team, pool *chamber.GPUPool, fallback time.Duration) (*admissionv1.MutatingAdmissionPolicy, *admissionv1.MutatingAdmissionPolicyBinding) {
+// podGrace is the team's status.podGrace: the grace of each tier its or its pool's
+// eviction policy names, and of the rest; nil where every one is 0 or the team has
+// no namespace (nothing to raise).
+func podGrace(team *chamber.Team, pool *chamber.GPUPool, fallback time.Duration) *chamber.PodGrace {
 	policies := []*chamber.EvictionPolicy{team.Spec.Eviction, pool.Spec.Eviction}
 	seconds := func(tier string) int64 {
 		d := chamber.ResolveGracePeriod(tier, fallback, policies...)
 		return int64((d + time.Second - 1) / time.Second)
 	}
-	var tiers []string
+	grace := &chamber.PodGrace{Seconds: seconds("")}
+	longest := grace.Seconds
 	for _, p := range policies {
 		if p == nil {
 			continue
 		}
 		for _, t := range p.TierGracePeriods {
-			if !slices.Contains(tiers, t.Tier) {
-				tiers = append(tiers, t.Tier)
+			if !slices.ContainsFunc(grace.Tiers, func(have chamber.TierPodGrace) bool { return have.Tier == t.Tier }) {
+				grace.Tiers = append(grace.Tiers, chamber.TierPodGrace{Tier: t.Tier, Seconds: seconds(t.Tier)})
+				longest = max(longest, seconds(t.Tier))
 			}
 		}
-	}
-	slices.Sort(tiers)
-	longest := seconds("")
-	expr := fmt.Sprint(seconds(""))
-	for i := len(tiers) - 1; i >= 0; i-- {
-		expr = fmt.Sprintf("variables.tier == %q ? %d : (%s)", tiers[i], seconds(tiers[i]), expr)
-		longest = max(longest, seconds(tiers[i]))
 	}
 	if longest == 0 || len(team.Spec.Namespaces) == 0 {
-		return nil, nil
+		return nil
 	}
-	name := GracePolicyName(team)
-	labels := map[string]string{chamberkueue.LabelManagedBy: chamberkueue.ManagedBy, chamberkueue.LabelTeam: team.Name}
-	policy := &admissionv1.MutatingAdmissionPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
-		Spec: admissionv1.MutatingAdmissionPolicySpec{
-			MatchConstraints: &admissionv1.MatchResources{
-				NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
-					Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpIn, Values: slices.Sorted(slices.Values(team.Spec.Namespaces)),
-				}}},
-				ResourceRules: []admissionv1.NamedRuleWithOperations{{RuleWithOperations: admissionv1.RuleWithOperations{
-					Operations: []admissionv1.OperationType{admissionv1.Create},
-					Rule:       admissionv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}},
-				}}},
-			},
-			Variables: []admissionv1.Variable{
-				// Kueue's tier label, else the pod's PriorityClass (a Volcano Job's
-				// pods name their tier there).
-				{Name: "tier", Expression: fmt.Sprintf("has(object.metadata.labels) && %q in object.metadata.labels ? object.metadata.labels[%q] : "+
-					"(has(object.spec.priorityClassName) ? object.spec.priorityClassName : '')", LabelTier, LabelTier)},
-				{Name: "grace", Expression: expr},
-			},
-			Mutations: []admissionv1.Mutation{{
-				PatchType: admissionv1.PatchTypeApplyConfiguration,
-				ApplyConfiguration: &admissionv1.ApplyConfiguration{Expression: strings.Join([]string{
-					"Object{spec: Object.spec{terminationGracePeriodSeconds:",
-					"has(object.spec.terminationGracePeriodSeconds) && object.spec.terminationGracePeriodSeconds >= variables.grace",
-					"? object.spec.terminationGracePeriodSeconds : variables.grace}}",
-				}, " ")},
-			}},
-			// A pod is never refused for want of a longer grace.
-			FailurePolicy:      ptr.To(admissionv1.Ignore),
-			ReinvocationPolicy: admissionv1.NeverReinvocationPolicy,
-		},
-	}
-	binding := &admissionv1.MutatingAdmissionPolicyBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
-		Spec:       admissionv1.MutatingAdmissionPolicyBindingSpec{PolicyName: name},
-	}
-	return policy, binding
+	slices.SortFunc(grace.Tiers, func(a, b chamber.TierPodGrace) int { return strings.Compare(a.Tier, b.Tier) })
+	return grace
 }
 
-// applyGracePolicy keeps the team's MutatingAdmissionPolicy and binding as
-// gracePolicy says, in the version api names, or deletes them when there is nothing
-// to raise, and returns the team's PodGrace condition. Both Team controllers use it:
-// the pods of a Volcano Job get notice from Volcano's reclaim and preempt as those of
-// a Kueue Job do from Kueue's preemptions.
-func applyGracePolicy(ctx context.Context, c client.Client, team *chamber.Team, pool *chamber.GPUPool, fallback time.Duration, api PolicyAPI) (metav1.Condition, error) {
-	cond := metav1.Condition{Type: chamber.ConditionPodGrace, Status: metav1.ConditionTrue, ObservedGeneration: team.Generation}
+// applyPodGrace sets the team's status.podGrace and returns its PodGrace condition:
+// whether the chart's policy named policy (and its binding of the same name) is there,
+// in the version api names, to read it. The policy is read uncached, by name (the
+// chart's Role grants get on that name alone). Both Team controllers use it: the pods
+// of a Volcano Job get notice from Volcano's reclaim and preempt as those of a Kueue
+// Job do from Kueue's preemptions.
+func applyPodGrace(ctx context.Context, reader client.Reader, team *chamber.Team, pool *chamber.GPUPool, fallback time.Duration, api PolicyAPI, policy string) (metav1.Condition, error) {
+	cond := metav1.Condition{Type: chamber.ConditionPodGrace, Status: metav1.ConditionFalse, ObservedGeneration: team.Generation}
+	team.Status.PodGrace = podGrace(team, pool, fallback)
 	if api == PolicyNotServed {
-		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, chamber.ReasonPolicyAPINotServed, policyAPINotServed
+		cond.Reason, cond.Message = chamber.ReasonPolicyAPINotServed, policyAPINotServed
 		return cond, nil
 	}
-	policy, binding := gracePolicy(team, pool, fallback)
-	if policy == nil {
-		for _, obj := range []client.Object{
-			&admissionv1.MutatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: GracePolicyName(team)}},
-			&admissionv1.MutatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: GracePolicyName(team)}},
-		} {
-			obj, err := policyObject(obj, api)
-			if err != nil {
-				return cond, err
-			}
-			if err := c.Delete(ctx, obj); client.IgnoreNotFound(err) != nil {
-				return cond, fmt.Errorf("delete %T %s: %w", obj, obj.GetName(), err)
-			}
-		}
+	if team.Status.PodGrace == nil {
+		cond.Status = metav1.ConditionTrue
 		cond.Reason, cond.Message = chamber.ReasonNoGraceToRaise, "every grace the team's tiers have is 0: pods keep their own terminationGracePeriodSeconds"
 		return cond, nil
 	}
-	for _, v1Want := range []client.Object{policy, binding} {
-		want, err := policyObject(v1Want, api)
-		if err != nil {
-			return cond, err
-		}
-		if err := controllerutil.SetControllerReference(team, want, c.Scheme()); err != nil {
-			return cond, err
-		}
-		have := want.DeepCopyObject().(client.Object)
-		err = c.Get(ctx, client.ObjectKeyFromObject(want), have)
-		switch {
-		case apierrors.IsNotFound(err):
-			err = c.Create(ctx, want)
-		case err == nil:
-			var v1Have client.Object
-			if v1Have, err = v1Policy(have, api); err == nil && !specEqual(v1Have, v1Want) {
-				want.SetResourceVersion(have.GetResourceVersion())
-				err = c.Update(ctx, want)
-			}
+	notInstalled := func(what string) metav1.Condition {
+		cond.Reason = chamber.ReasonPolicyNotInstalled
+		cond.Message = fmt.Sprintf("%s: the team's pods keep their own terminationGracePeriodSeconds (Kubernetes' default is 30 s) when Kueue or Volcano preempts them; "+
+			"install it with the chart (podGrace.enabled: true), which passes its name to chamber-controller as --pod-grace-policy", what)
+		return cond
+	}
+	if policy == "" {
+		return notInstalled("no pod grace policy is named (--pod-grace-policy)"), nil
+	}
+	for _, kind := range []string{"MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"} {
+		obj := &metav1.PartialObjectMetadata{}
+		obj.SetGroupVersionKind(schema.GroupVersionKind{Group: admissionv1.GroupName, Version: string(api), Kind: kind})
+		err := reader.Get(ctx, client.ObjectKey{Name: policy}, obj)
+		if apierrors.IsNotFound(err) {
+			return notInstalled(fmt.Sprintf("no %s %s", kind, policy)), nil
 		}
 		if err != nil {
-			return cond, fmt.Errorf("apply %T %s: %w", want, want.GetName(), err)
+			return cond, fmt.Errorf("get %s %s: %w", kind, policy, err)
 		}
 	}
-	cond.Reason = chamber.ReasonGracePolicyApplied
-	cond.Message = fmt.Sprintf("pods created in the team's namespaces get at least the team's eviction grace as terminationGracePeriodSeconds (MutatingAdmissionPolicy %s, %s/%s)",
-		policy.Name, admissionv1.GroupName, api)
+	cond.Status, cond.Reason = metav1.ConditionTrue, chamber.ReasonGracePolicyApplied
+	cond.Message = fmt.Sprintf("pods created in the team's namespaces get at least the grace in status.podGrace as terminationGracePeriodSeconds (MutatingAdmissionPolicy %s, %s/%s)",
+		policy, admissionv1.GroupName, api)
 	return cond, nil
-}
-
-func specEqual(have, want client.Object) bool {
-	switch w := want.(type) {
-	case *admissionv1.MutatingAdmissionPolicy:
-		h := have.(*admissionv1.MutatingAdmissionPolicy)
-		// The API server defaults the rest of the match constraints.
-		return h.Spec.MatchConstraints != nil &&
-			equality.Semantic.DeepEqual(h.Spec.MatchConstraints.NamespaceSelector, w.Spec.MatchConstraints.NamespaceSelector) &&
-			equality.Semantic.DeepEqual(h.Spec.Variables, w.Spec.Variables) && equality.Semantic.DeepEqual(h.Spec.Mutations, w.Spec.Mutations)
-	case *admissionv1.MutatingAdmissionPolicyBinding:
-		return have.(*admissionv1.MutatingAdmissionPolicyBinding).Spec.PolicyName == w.Spec.PolicyName
-	}
-	return false
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -31,6 +32,7 @@ type VolcanoOptions struct {
 	PodGracePeriods bool
 	EvictionGrace   time.Duration
 	PolicyAPI       PolicyAPI
+	GracePolicy     string
 	// QueueHierarchy: Volcano's queue hierarchy is on (the capacity plugin's
 	// enableHierarchy), so a team's Queue is a child of its pool's Queue, which the
 	// pool controller makes (integrations/volcano.PoolQueues); else of the root.
@@ -44,21 +46,19 @@ func RegisterVolcano(mgr ctrl.Manager, opts VolcanoOptions) error {
 	if opts.PolicyAPI == "" {
 		opts.PolicyAPI = PolicyV1
 	}
-	c := &volcanoTeams{client: mgr.GetClient(), opts: opts}
-	b := ctrl.NewControllerManagedBy(mgr).
+	c := &volcanoTeams{client: mgr.GetClient(), reader: mgr.GetAPIReader(), opts: opts}
+	return ctrl.NewControllerManagedBy(mgr).
 		Named("team-volcano").
 		For(&chamber.Team{}).
 		// A Queue changed by someone else is put back.
 		Owns(&scheduling.Queue{}).
-		Watches(&chamber.GPUPool{}, handler.EnqueueRequestsFromMapFunc(c.teamsOfPool))
-	if opts.PodGracePeriods && opts.PolicyAPI != PolicyNotServed {
-		b = b.Owns(ownedPolicy(opts.PolicyAPI))
-	}
-	return b.Complete(reconcile.AsReconciler(mgr.GetClient(), c))
+		Watches(&chamber.GPUPool{}, handler.EnqueueRequestsFromMapFunc(c.teamsOfPool)).
+		Complete(reconcile.AsReconciler(mgr.GetClient(), c))
 }
 
 type volcanoTeams struct {
 	client client.Client
+	reader client.Reader // the grace policy, uncached (Controller.reader)
 	opts   VolcanoOptions
 }
 
@@ -123,16 +123,19 @@ func (c *volcanoTeams) Reconcile(ctx context.Context, team *chamber.Team) (recon
 			return reconcile.Result{}, fmt.Errorf("update Volcano Queue %s: %w", want.Name, err)
 		}
 	}
+	hadGrace := team.Status.PodGrace.DeepCopy()
 	var graceChanged bool
 	if c.opts.PodGracePeriods {
-		grace, err := applyGracePolicy(ctx, c.client, team, &pool, c.opts.EvictionGrace, c.opts.PolicyAPI)
+		grace, err := applyPodGrace(ctx, c.reader, team, &pool, c.opts.EvictionGrace, c.opts.PolicyAPI, c.opts.GracePolicy)
 		if err != nil {
 			return reconcile.Result{}, err
 		}
 		graceChanged = apimeta.SetStatusCondition(&team.Status.Conditions, grace)
 	} else {
+		team.Status.PodGrace = nil
 		graceChanged = apimeta.RemoveStatusCondition(&team.Status.Conditions, chamber.ConditionPodGrace)
 	}
+	graceChanged = graceChanged || !equality.Semantic.DeepEqual(hadGrace, team.Status.PodGrace)
 	ready.Message = fmt.Sprintf("Volcano Queue %s: the team's jobs name it in spec.queue", want.Name)
 	return reconcile.Result{}, writeCondition(ctx, c.client, team, graceChanged, ready)
 }

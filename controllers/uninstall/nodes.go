@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -148,9 +149,12 @@ func (h *handBack) gpuHolds(ctx context.Context) error {
 // Kubernetes 1.36, v1beta1 in 1.34 and 1.35 (with the feature and the API turned on).
 var policyVersions = []string{"v1", "v1beta1"}
 
-// policies deletes Chamber's MutatingAdmissionPolicies and their bindings (the teams'
-// pod grace periods), in the first version the API server serves: they would keep
-// raising the grace of new pods with nobody to change them.
+// policies deletes the MutatingAdmissionPolicies and bindings Chamber 0.2 made per
+// team (the teams' pod grace periods), in the first version the API server serves:
+// they would keep raising the grace of new pods with nobody to change them. Chamber
+// makes none since (the chart installs one policy, which helm uninstall deletes), and
+// its controller may not list them: run as its ServiceAccount (the chart's hook),
+// this step notes what to run instead.
 func (h *handBack) policies(ctx context.Context) error {
 	for _, v := range policyVersions {
 		var errs []error
@@ -163,6 +167,11 @@ func (h *handBack) policies(ctx context.Context) error {
 			if apimeta.IsNoMatchError(err) {
 				served = false
 				break
+			}
+			if apierrors.IsForbidden(err) {
+				h.note("%ss: this identity may not list them; where Chamber 0.2 ran, delete the ones it made per team: "+
+					"kubectl delete mutatingadmissionpolicybindings,mutatingadmissionpolicies -l %s=%s", kind, chamberkueue.LabelManagedBy, chamberkueue.ManagedBy)
+				return nil
 			}
 			if err != nil {
 				errs = append(errs, fmt.Errorf("list %ss: %w", kind, err))

@@ -13,6 +13,7 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -142,9 +143,14 @@ func AsServiceAccount(config *rest.Config, namespace, name, node string) *rest.C
 
 // InstallChartRBAC applies the chart's ServiceAccounts, roles, bindings and admission
 // policies (not its Deployment and DaemonSet: the tests run Chamber in-process, as
-// those ServiceAccounts), rendered with helm template's args (e.g. --set k=v).
+// those ServiceAccounts), rendered with helm template's args (e.g. --set k=v) for the
+// MutatingAdmissionPolicy version the API server serves, as helm install would.
 func (cp *ControlPlane) InstallChartRBAC(ctx context.Context, args ...string) error {
-	objs, err := RenderChart(ctx, cp.binDir, args...)
+	served, err := cp.servedPolicyAPIs()
+	if err != nil {
+		return err
+	}
+	objs, err := RenderChart(ctx, cp.binDir, append(served, args...)...)
 	if err != nil {
 		return err
 	}
@@ -152,7 +158,8 @@ func (cp *ControlPlane) InstallChartRBAC(ctx context.Context, args ...string) er
 	for _, obj := range objs {
 		switch obj.GetKind() {
 		case "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
-			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding":
+			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+			"MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding":
 			rbac = append(rbac, obj)
 		}
 	}
@@ -161,4 +168,31 @@ func (cp *ControlPlane) InstallChartRBAC(ctx context.Context, args ...string) er
 		return err
 	}
 	return ApplyObjects(ctx, c, rbac)
+}
+
+// servedPolicyAPIs are helm template's --api-versions for the versions of
+// admissionregistration.k8s.io in which the API server serves MutatingAdmissionPolicies
+// (helm install reads them from the cluster; helm template does not).
+func (cp *ControlPlane) servedPolicyAPIs() ([]string, error) {
+	dc, err := discoveryFor(cp)
+	if err != nil {
+		return nil, err
+	}
+	var args []string
+	for _, version := range []string{"v1", "v1beta1"} {
+		gv := "admissionregistration.k8s.io/" + version
+		resources, err := dc.ServerResourcesForGroupVersion(gv)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("discover %s: %w", gv, err)
+		}
+		for _, r := range resources.APIResources {
+			if r.Kind == "MutatingAdmissionPolicy" {
+				args = append(args, "--api-versions", gv+"/MutatingAdmissionPolicy")
+			}
+		}
+	}
+	return args, nil
 }

@@ -35,6 +35,7 @@ import (
 	testingjob "sigs.k8s.io/kueue/pkg/util/testingjobs/job"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
+	"chamber.dev/chamber/controllers"
 	"chamber.dev/chamber/controllers/controllertest"
 	"chamber.dev/chamber/controllers/idlereclaim"
 	"chamber.dev/chamber/controllers/isolation"
@@ -355,9 +356,10 @@ func Install(t *testing.T, p *Plane, api team.PolicyAPI) {
 	}
 }
 
-// PodGrace: on a cluster that serves MutatingAdmissionPolicies in api, a team's grace
-// policy is written in that version and a pod created in the team's namespace gets the
-// team's grace; where none is served, the team says so in its PodGrace condition.
+// PodGrace: on a cluster that serves MutatingAdmissionPolicies in api, the chart's
+// grace policy is installed in that version and a pod created in the team's namespace
+// gets the team's grace; where none is served, the team says so in its PodGrace
+// condition.
 func PodGrace(t *testing.T, p *Plane, api team.PolicyAPI) {
 	g := p.newG(t, "grace")
 	p.Chamber(t)
@@ -366,8 +368,9 @@ func PodGrace(t *testing.T, p *Plane, api team.PolicyAPI) {
 	podGrace(t, g, p, "grace", api)
 }
 
-// podGrace checks the team's PodGrace condition, its policy in api and what the API
-// server makes of a new pod of the team's namespace (a dry run: nothing is created).
+// podGrace checks the team's PodGrace condition, the chart's policy in api and what the
+// API server makes of a new pod of the team's namespace (a dry run: nothing is
+// created).
 func podGrace(t *testing.T, g *gomega.WithT, p *Plane, name string, api team.PolicyAPI) {
 	t.Helper()
 	dc, err := discovery.NewDiscoveryClientForConfig(p.CP.Config)
@@ -394,7 +397,7 @@ func podGrace(t *testing.T, g *gomega.WithT, p *Plane, name string, api team.Pol
 		g.Expect(cond.Status).To(gomega.Equal(metav1.ConditionTrue), cond.Message)
 		g.Expect(cond.Reason).To(gomega.Equal(chamber.ReasonGracePolicyApplied))
 		for _, obj := range []client.Object{policy, binding} {
-			g.Expect(p.K8s.Get(context.Background(), client.ObjectKey{Name: team.GracePolicyName(tm)}, obj)).To(gomega.Succeed(), "%T", obj)
+			g.Expect(p.K8s.Get(context.Background(), client.ObjectKey{Name: controllers.DefaultGracePolicy}, obj)).To(gomega.Succeed(), "%T", obj)
 		}
 		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{GenerateName: "grace-", Namespace: name},

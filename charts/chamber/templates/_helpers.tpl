@@ -51,3 +51,7 @@ app.kubernetes.io/component: {{ index . 1 }}
 true
 {{- end -}}
 {{- end -}}
+
+{{- /* Whether pods get their team's eviction grace (the flag pod-grace-from-eviction-policy, on unless set false), and the name of the policy that gives it (pod-grace-policy.yaml). */ -}}
+{{- define "chamber.podGrace" -}}{{ ne (toString (index .Values.controller.flags "pod-grace-from-eviction-policy")) "false" }}{{- end -}}
+{{- define "chamber.podGracePolicy" -}}{{ include "chamber.fullname" . }}-pod-grace{{- end -}}
