@@ -579,7 +579,7 @@ func (c *Controller) patchIsolated(ctx context.Context, node *corev1.Node, rep r
 		rec.Healthy, rec.HealthyAt = 0, time.Time{}
 		if level == chamber.IsolateNode {
 			if !slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == chamber.TaintGPUUnhealthy }) {
-				n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: chamber.TaintGPUUnhealthy, Value: primary.reason, Effect: corev1.TaintEffectNoSchedule,
+				n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: chamber.TaintGPUUnhealthy, Value: primary.taintValue(), Effect: corev1.TaintEffectNoSchedule,
 					TimeAdded: &metav1.Time{Time: now}})
 				rec.Tainted = true
 			}

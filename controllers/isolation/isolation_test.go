@@ -372,6 +372,30 @@ func TestNodeConditionIsolates(t *testing.T) {
 	g.Expect(value(g, "chamber_isolations_total", "pool", "condition", "level", "Node", "reason", "XidCriticalError")).To(gomega.Equal(1.0))
 }
 
+// Issue 53: a health checker's reason is free text, and Chamber's taint carries it as
+// a label value. One the API server would refuse as a taint value (spaces, slashes,
+// over 63 characters) still isolates the node: the taint carries it sanitized, the
+// condition's message and the Event the reason itself.
+func TestFreeTextConditionReasonIsolates(t *testing.T) {
+	t.Parallel()
+	g := newG(t)
+	fixture(t, "freetext", nil, 8)
+	nodes(t, "freetext", "freetext-1")
+	reason := "NVRM/Xid 79: GPU has fallen off the bus, PCIe link down on slot 0000:1b:00.0"
+	setNodeCondition(t, "freetext-1", corev1.NodeCondition{Type: gpuProblem, Status: corev1.ConditionTrue, Reason: reason, Message: "from dmesg"})
+	g.Eventually(func(g gomega.Gomega) {
+		isolated(g, "freetext-1", reason)
+		n := getNode(g, "freetext-1")
+		g.Expect(condition(n).Message).To(gomega.ContainSubstring(reason + " on the node"))
+		for _, taint := range n.Spec.Taints {
+			if taint.Key == chamber.TaintGPUUnhealthy {
+				g.Expect(taint.Value).To(gomega.HavePrefix("NVRM_Xid_79__GPU_has_fallen_off_the_bus"))
+				g.Expect(len(taint.Value)).To(gomega.BeNumerically("<=", 63))
+			}
+		}
+	}).Should(gomega.Succeed())
+}
+
 // Test 2. XID 13 is an application error: it isolates nothing and evicts nothing.
 func TestXID13IsolatesNothing(t *testing.T) {
 	t.Parallel()

@@ -2,6 +2,8 @@ package isolation
 
 import (
 	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"slices"
 	"strings"
@@ -9,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/healthcheck"
@@ -169,6 +172,38 @@ func (r report) primary() fault {
 		}
 	}
 	return best
+}
+
+// taintValue is the fault's reason as the value of Chamber's taint, which must be a
+// label value: a node condition's reason is free text ("GPU fell off the bus", a path),
+// and a taint the API server refuses would fail every write that isolates the node.
+// Each character a label value cannot hold becomes "_", the ends are trimmed to a
+// letter or digit, and a reason longer than a label value keeps its head and ends with
+// a hash of the whole; the reason itself stays in the condition's message and the Event.
+func (f fault) taintValue() string {
+	v := strings.Map(func(r rune) rune {
+		if r < 0x80 && (r == '-' || r == '_' || r == '.' || 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9') {
+			return r
+		}
+		return '_'
+	}, f.reason)
+	v = strings.Trim(v, "-_.")
+	if v == "" {
+		return "GPUUnhealthy"
+	}
+	return shortened(v, validation.LabelValueMaxLength)
+}
+
+// shortened keeps name (letters, digits, "-", "_", ".") within max characters: a longer
+// one keeps its head, ending in a letter or digit, and ends with "-" and a hash of the
+// whole, so that two long names stay distinct.
+func shortened(name string, max int) string {
+	if len(name) <= max {
+		return name
+	}
+	sum := sha256.Sum256([]byte(name))
+	hash := hex.EncodeToString(sum[:])[:10]
+	return strings.TrimRight(name[:max-len(hash)-1], "-_.") + "-" + hash
 }
 
 // level is the isolation level of the report's faults under the pool's level, and

@@ -5,6 +5,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
 )
@@ -41,5 +42,33 @@ func TestOperatorFault(t *testing.T) {
 	withXID := report{health: chamber.GPUUnhealthy, faults: []fault{{gpu: 3, reason: "XID79"}}}
 	if withXID.byOperator() {
 		t.Error("an XID is taken for an operator's isolation")
+	}
+}
+
+// A fault's reason becomes the value of Chamber's taint, which the API server takes
+// only as a label value.
+func TestTaintValue(t *testing.T) {
+	long := "NVRM/Xid 79 GPU has fallen off the bus, then the PCIe link went down twice on slot 0000:1b:00"
+	for name, tc := range map[string]struct {
+		reason string
+		want   string
+	}{
+		"an XID":                 {reason: "XID79", want: "XID79"},
+		"spaces and slashes":     {reason: "GPU fell off/the bus", want: "GPU_fell_off_the_bus"},
+		"ends that are no alnum": {reason: " (ECC) ", want: "ECC"},
+		"nothing usable":         {reason: "  //  ", want: "GPUUnhealthy"},
+		"not ASCII":              {reason: "Überhitzung", want: "berhitzung"},
+		// Its head, and the first 10 hex digits of the sha256 of the whole, sanitized.
+		"over 63 characters": {reason: long, want: "NVRM_Xid_79_GPU_has_fallen_off_the_bus__then_the_PCI-f0b9057cfd"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got := fault{reason: tc.reason}.taintValue()
+			if got != tc.want {
+				t.Errorf("taintValue(%q) = %q, want %q", tc.reason, got, tc.want)
+			}
+			if errs := validation.IsValidLabelValue(got); len(errs) > 0 || got == "" {
+				t.Errorf("taintValue(%q) = %q, not a label value: %v", tc.reason, got, errs)
+			}
+		})
 	}
 }
