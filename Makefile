@@ -50,17 +50,18 @@ all: build
 build: ## Compile every package.
 	$(GO) build ./...
 
-# The packages whose tests start no control plane (test/controlplane is not among their
-# test's dependencies), which make test runs a second time under the race detector.
-RACE_PKGS = $(shell $(GO) list -test -f '{{if eq .Name "main"}}{{.ImportPath}}{{range .Deps}}{{if eq . "chamber.dev/chamber/test/controlplane"}} controlplane{{end}}{{end}}{{end}}' ./... \
-	| awk '/\.test$$/ && $$0 !~ /\/test\/controlplane\.test$$/ { sub(/\.test$$/, ""); print }')
+# Where the suite records each kind of request the chart's ServiceAccounts made
+# (test/controlplane.RBACUseDir); test/rbac then fails on any verb the chart grants
+# that no test used.
+RBAC_USE = $(BIN)/rbac-use
 
 .PHONY: test
-test: tools ## Unit and integration tests (builds the tools first when missing, and the image, which test/realnode runs), the image's, the packages without a control plane under -race, then each fuzz target for 20,000 inputs.
+test: tools ## Unit and integration tests under the race detector (builds the tools first when missing, and the image, which test/realnode runs), the image's, the chart's granted verbs against those the suite used, then each fuzz target for 20,000 inputs.
 	@$(MAKE) --no-print-directory image
-	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
-	cd tools/image && $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
-	$(GO) test -count=1 -race -timeout $(TEST_TIMEOUT) $(RACE_PKGS)
+	rm -rf $(RBAC_USE) && mkdir -p $(RBAC_USE)
+	CHAMBER_RBAC_USE=$(RBAC_USE) $(GO) test -count=1 -race -timeout $(TEST_TIMEOUT) ./...
+	cd tools/image && $(GO) test -count=1 -race -timeout $(TEST_TIMEOUT) ./...
+	CHAMBER_RBAC_CHECK=$(RBAC_USE) $(GO) test -count=1 -run TestGrantedVerbsAreUsed -v ./test/rbac/
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME)
 
 # How many inputs make test fuzzes each target with: a count, not a duration, since a

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"sync"
@@ -40,7 +41,14 @@ func (cp *ControlPlane) StartChamber(ctx context.Context, name string, args ...s
 		return nil, err
 	}
 	kubeconfig := filepath.Join(cp.Dir, "chamber-controller.kubeconfig")
-	if err := writeKubeconfig(kubeconfig, AsServiceAccount(cp.Config, ChartNamespace, ControllerAccount, "")); err != nil {
+	config := AsServiceAccount(cp.Config, ChartNamespace, ControllerAccount, "")
+	if os.Getenv(RBACUseDir) != "" {
+		// The binary's requests go through this process, which records them.
+		if config, err = recordingProxy(config); err != nil {
+			return nil, err
+		}
+	}
+	if err := writeKubeconfig(kubeconfig, config); err != nil {
 		return nil, err
 	}
 	metricsPort, err := freePort()

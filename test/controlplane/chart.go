@@ -138,6 +138,7 @@ func AsServiceAccount(config *rest.Config, namespace, name, node string) *rest.C
 	if node != "" {
 		out.Impersonate.Extra = map[string][]string{nodeNameExtra: {node}}
 	}
+	recordRBACUse(out, name)
 	return out
 }
 
