@@ -5,9 +5,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
+	"unicode"
+
+	"sigs.k8s.io/yaml"
 )
 
 func promtool(t *testing.T) string { return tool(t, "promtool") }
@@ -63,4 +67,76 @@ func TestRulesUseDocumentedMetrics(t *testing.T) {
 	if len(used) == 0 || len(missing) > 0 {
 		t.Errorf("rules use %d chamber_ metrics; not in %s: %v", len(used), strings.Join(metricDocFiles, " or "), missing)
 	}
+}
+
+// runbookBase is where the docs are published; a runbook_url is a section of one page.
+const runbookBase = "https://chamber.dev/docs/"
+
+// TestRunbooks: every alert on Chamber itself (group chamber.self) and the isolation
+// breaker's have a runbook_url, and each runbook_url names a section that its page under
+// docs/ has (a heading whose anchor, as GitHub makes it, is the URL's fragment).
+func TestRunbooks(t *testing.T) {
+	data, err := os.ReadFile("prometheus-rules.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rules struct {
+		Groups []struct {
+			Name  string
+			Rules []struct {
+				Alert       string
+				Annotations map[string]string
+			}
+		}
+	}
+	if err := yaml.Unmarshal(data, &rules); err != nil {
+		t.Fatal(err)
+	}
+	heading := regexp.MustCompile(`(?m)^#+ +(.+)$`)
+	anchors := map[string][]string{} // page: its headings' anchors
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			url := r.Annotations["runbook_url"]
+			if url == "" {
+				if r.Alert != "" && (g.Name == "chamber.self" || r.Alert == "ChamberIsolationHalted") {
+					t.Errorf("alert %s has no runbook_url", r.Alert)
+				}
+				continue
+			}
+			page, fragment, ok := strings.Cut(strings.TrimPrefix(url, runbookBase), "#")
+			if !strings.HasPrefix(url, runbookBase) || !ok {
+				t.Errorf("alert %s: runbook_url %s is not %s<page>#<section>", r.Alert, url, runbookBase)
+				continue
+			}
+			if _, read := anchors[page]; !read {
+				doc, err := os.ReadFile(filepath.Join("..", "docs", page+".md"))
+				if err != nil {
+					t.Errorf("alert %s: runbook_url %s: %v", r.Alert, url, err)
+					continue
+				}
+				anchors[page] = []string{}
+				for _, h := range heading.FindAllStringSubmatch(string(doc), -1) {
+					anchors[page] = append(anchors[page], githubAnchor(h[1]))
+				}
+			}
+			if !slices.Contains(anchors[page], fragment) {
+				t.Errorf("alert %s: runbook_url %s: docs/%s.md has no section #%s", r.Alert, url, page, fragment)
+			}
+		}
+	}
+}
+
+// githubAnchor is the fragment GitHub gives a Markdown heading: lower case, spaces to
+// hyphens, punctuation other than hyphens and underscores dropped.
+func githubAnchor(heading string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(strings.TrimSpace(heading)) {
+		switch {
+		case r == ' ':
+			b.WriteRune('-')
+		case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
 }
