@@ -298,6 +298,13 @@ func TestConfigValidate(t *testing.T) {
 		"metrics off":                  {change: func(c *Config) { c.MetricsBindAddress = "0" }},
 		"standalone without metrics": {
 			change: func(c *Config) { c.Standalone, c.MetricsBindAddress = true, "0" }, wantErr: "--standalone serves only /metrics"},
+		"secure metrics": {change: func(c *Config) { c.MetricsSecure = true }},
+		"secure metrics standalone": {
+			change: func(c *Config) { c.MetricsSecure, c.Standalone = true, true }, wantErr: "--metrics-secure needs the API server"},
+		"cert dir without secure metrics": {
+			change: func(c *Config) { c.MetricsCertDir = t.TempDir() }, wantErr: "--metrics-cert-dir needs --metrics-secure"},
+		"cert dir without a certificate": {
+			change: func(c *Config) { c.MetricsSecure, c.MetricsCertDir = true, t.TempDir() }, wantErr: "tls.crt"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -40,6 +41,15 @@ type Config struct {
 	// MetricsBindAddress serves /metrics, /healthz and /readyz (--metrics-bind-address,
 	// default ":9400", dcgm-exporter's port; "0" turns it off).
 	MetricsBindAddress string
+	// MetricsSecure serves the metrics endpoint over HTTPS, its /metrics only to
+	// clients the API server authenticates (TokenReview) and authorizes for get on the
+	// non-resource URL /metrics (SubjectAccessReview), as chamber-controller's
+	// (--metrics-secure, default off: plain HTTP, as dcgm-exporter's). The series name
+	// the pod on each GPU.
+	MetricsSecure bool
+	// MetricsCertDir holds the HTTPS certificate, tls.crt and tls.key, reloaded when
+	// they change (--metrics-cert-dir); empty: a self-signed one made at start.
+	MetricsCertDir string
 	// FaultInjectionAddress serves POST /inject in fake NVML mode
 	// (--fault-injection-address, default off). It must be a loopback address: anyone
 	// who reaches it can make the node's GPUs fail.
@@ -107,6 +117,10 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 		"the span the GPUNode's utilization is averaged over; at least --poll-interval")
 	fs.StringVar(&c.MetricsBindAddress, "metrics-bind-address", c.MetricsBindAddress,
 		`address of /metrics, /healthz and /readyz; "0" turns them off`)
+	fs.BoolVar(&c.MetricsSecure, "metrics-secure", c.MetricsSecure,
+		"serve the metrics endpoint over HTTPS, its /metrics only to clients the API server authenticates and authorizes for get on /metrics (a ServiceAccount token); /healthz and /readyz stay open to the kubelet")
+	fs.StringVar(&c.MetricsCertDir, "metrics-cert-dir", c.MetricsCertDir,
+		"directory of the metrics endpoint's tls.crt and tls.key under --metrics-secure, reloaded when they change (default: a self-signed certificate)")
 	fs.StringVar(&c.FaultInjectionAddress, "fault-injection-address", c.FaultInjectionAddress,
 		"loopback address (e.g. 127.0.0.1:9401) of the fault-injection endpoint POST /inject; fake NVML only; empty turns it off")
 	fs.StringVar(&c.PodResourcesSocket, "pod-resources-socket", c.PodResourcesSocket,
@@ -143,6 +157,19 @@ func (c Config) Validate() error {
 	if c.MetricsBindAddress != "" && c.MetricsBindAddress != "0" {
 		if _, _, err := net.SplitHostPort(c.MetricsBindAddress); err != nil {
 			bad("--metrics-bind-address %q: %v", c.MetricsBindAddress, err)
+		}
+	}
+	if c.MetricsSecure && c.Standalone {
+		bad("--metrics-secure needs the API server to review scrapers' tokens, which --standalone runs without")
+	}
+	if c.MetricsCertDir != "" {
+		if !c.MetricsSecure {
+			bad("--metrics-cert-dir needs --metrics-secure (the certificate is for HTTPS)")
+		}
+		for _, f := range []string{"tls.crt", "tls.key"} {
+			if _, err := os.Stat(filepath.Join(c.MetricsCertDir, f)); err != nil {
+				bad("--metrics-cert-dir: %v", err)
+			}
 		}
 	}
 	if c.FaultInjectionAddress != "" {

@@ -2,10 +2,12 @@ package agent
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"path/filepath"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -16,7 +18,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	certutil "k8s.io/client-go/util/cert"
+	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 
 	chamberv1alpha1 "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/healthcheck"
@@ -26,8 +31,34 @@ import (
 // serves, NVML or not; /readyz once NVML has been tried (polled, or failing and retried),
 // so a node without a driver still gets a ready agent that says why.
 func (a *Agent) Handler() http.Handler {
+	return a.handler(promhttp.HandlerFor(a.registry, promhttp.HandlerOpts{}))
+}
+
+// SecureHandler is Handler with /metrics behind the authentication and authorization
+// of the API server at kube, controller-runtime's filter as on chamber-controller's
+// metrics endpoint: 401 without a token it accepts (TokenReview), 403 for a subject not
+// allowed get on the non-resource URL /metrics (SubjectAccessReview). /healthz and
+// /readyz stay open: the kubelet's probes carry no token, and they tell nothing of the
+// GPUs or their pods.
+func (a *Agent) SecureHandler(kube *rest.Config, log logr.Logger) (http.Handler, error) {
+	hc, err := rest.HTTPClientFor(kube)
+	if err != nil {
+		return nil, fmt.Errorf("HTTP client for %s: %w", kube.Host, err)
+	}
+	filter, err := filters.WithAuthenticationAndAuthorization(kube, hc)
+	if err != nil {
+		return nil, fmt.Errorf("metrics authentication and authorization: %w", err)
+	}
+	metrics, err := filter(log, promhttp.HandlerFor(a.registry, promhttp.HandlerOpts{}))
+	if err != nil {
+		return nil, fmt.Errorf("metrics authentication and authorization: %w", err)
+	}
+	return a.handler(metrics), nil
+}
+
+func (a *Agent) handler(metrics http.Handler) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(a.registry, promhttp.HandlerOpts{}))
+	mux.Handle("GET /metrics", metrics)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !a.Ready() {
@@ -37,6 +68,34 @@ func (a *Agent) Handler() http.Handler {
 		fmt.Fprintln(w, "ok")
 	})
 	return mux
+}
+
+// ServingTLS is the TLS of the secure metrics endpoint: the certificate in certDir
+// (tls.crt, tls.key) through the returned watcher, which reloads it when it changes
+// once started (cert-manager renews it in place), or with no certDir a self-signed one
+// and no watcher. HTTP/1.1 only, as chamber-controller's without --enable-http2:
+// HTTP/2's rapid reset and stream cancellation attacks (CVE-2023-44487,
+// CVE-2023-39325) cost the server far more than the client.
+func ServingTLS(certDir string) (*tls.Config, *certwatcher.CertWatcher, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}}
+	if certDir == "" {
+		cert, key, err := certutil.GenerateSelfSignedCertKey("localhost", []net.IP{net.IPv4(127, 0, 0, 1)}, nil)
+		if err != nil {
+			return nil, nil, fmt.Errorf("self-signed certificate for the metrics endpoint: %w", err)
+		}
+		pair, err := tls.X509KeyPair(cert, key)
+		if err != nil {
+			return nil, nil, fmt.Errorf("self-signed certificate for the metrics endpoint: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+		return cfg, nil, nil
+	}
+	w, err := certwatcher.New(filepath.Join(certDir, "tls.crt"), filepath.Join(certDir, "tls.key"))
+	if err != nil {
+		return nil, nil, fmt.Errorf("--metrics-cert-dir %s: %w", certDir, err)
+	}
+	cfg.GetCertificate = w.GetCertificate
+	return cfg, w, nil
 }
 
 // Scheme knows the built-in types and Chamber's.
@@ -98,23 +157,36 @@ func Serve(ctx context.Context, cfg Config, kube *rest.Config, log logr.Logger) 
 
 	var servers []*http.Server
 	var listeners []net.Listener
-	listen := func(addr string, h http.Handler, what string) error {
+	listen := func(addr string, h http.Handler, tlsConfig *tls.Config, what string) error {
 		l, err := net.Listen("tcp", addr)
 		if err != nil {
 			return fmt.Errorf("%s: listen on %s: %w", what, addr, err)
 		}
-		log.Info("Serving "+what, "address", l.Addr().String())
+		if tlsConfig != nil {
+			l = tls.NewListener(l, tlsConfig)
+		}
+		log.Info("Serving "+what, "address", l.Addr().String(), "https", tlsConfig != nil)
 		servers = append(servers, &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second})
 		listeners = append(listeners, l)
 		return nil
 	}
+	var certs *certwatcher.CertWatcher
 	if cfg.MetricsBindAddress != "" && cfg.MetricsBindAddress != "0" {
-		if err := listen(cfg.MetricsBindAddress, a.Handler(), "/metrics, /healthz and /readyz"); err != nil {
+		h, tlsConfig := a.Handler(), (*tls.Config)(nil)
+		if cfg.MetricsSecure {
+			if h, err = a.SecureHandler(kube, log.WithName("metrics")); err != nil {
+				return err
+			}
+			if tlsConfig, certs, err = ServingTLS(cfg.MetricsCertDir); err != nil {
+				return err
+			}
+		}
+		if err := listen(cfg.MetricsBindAddress, h, tlsConfig, "/metrics, /healthz and /readyz"); err != nil {
 			return err
 		}
 	}
 	if cfg.FaultInjectionAddress != "" && fake != nil {
-		if err := listen(cfg.FaultInjectionAddress, a.FaultInjectionHandler(fake), "fault injection (POST /inject)"); err != nil {
+		if err := listen(cfg.FaultInjectionAddress, a.FaultInjectionHandler(fake), nil, "fault injection (POST /inject)"); err != nil {
 			for _, l := range listeners {
 				_ = l.Close()
 			}
@@ -125,6 +197,15 @@ func Serve(ctx context.Context, cfg Config, kube *rest.Config, log logr.Logger) 
 	log.Info("Starting", "nvml", cfg.NVML, "pollInterval", cfg.PollInterval,
 		"heartbeatInterval", cfg.HeartbeatInterval, "utilizationWindow", cfg.UtilizationWindow)
 	g, ctx := errgroup.WithContext(ctx)
+	if certs != nil {
+		g.Go(func() error {
+			// The certificate is loaded: a watch that fails costs its reloads, not the agent.
+			if err := certs.Start(ctx); err != nil {
+				log.Error(err, "Metrics certificate no longer reloaded", "dir", cfg.MetricsCertDir)
+			}
+			return nil
+		})
+	}
 	for i, srv := range servers {
 		g.Go(func() error {
 			if err := srv.Serve(listeners[i]); !errors.Is(err, http.ErrServerClosed) {
