@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -15,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/testr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -24,12 +24,13 @@ import (
 	"chamber.dev/chamber/test/controlplane/controlplanetest"
 )
 
-// TestSecureMetrics: with --metrics-secure the agent serves /metrics over HTTPS with
-// the certificate of --metrics-cert-dir, and only to a scraper the API server
-// authenticates and authorizes: none without a token (401), none to a ServiceAccount
-// bound to nothing (403), the GPUs' series to one the chart binds to its metrics reader
-// ClusterRole. The agent asks the API server as its own ServiceAccount, with the
-// chart's rules (metrics.agentSecure), on its node. /healthz stays open to the kubelet.
+// TestSecureMetrics: with --metrics-secure chamber-agent (Serve) serves /metrics over
+// HTTPS, HTTP/1.1 only, with the certificate of --metrics-cert-dir, and only to a
+// scraper the API server authenticates and authorizes: none without a token (401), none
+// to a ServiceAccount bound to nothing (403), the GPUs' series to one the chart binds to
+// its metrics reader ClusterRole. The agent asks the API server as its own
+// ServiceAccount, with the chart's rules (metrics.agentSecure), on its node. /healthz
+// and /readyz stay open to the kubelet.
 func TestSecureMetrics(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a control plane")
@@ -86,39 +87,22 @@ func TestSecureMetrics(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The agent as chamber-agent runs it (Serve), on fake GPUs, with no kubelet socket.
 	cfg := testConfig()
 	cfg.MetricsSecure, cfg.MetricsCertDir = true, certDir
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-
-	ta := newTestAgent(t, k8s, func(o *Options) { o.Config = cfg })
+	cfg.MetricsBindAddress = freeAddress(t)
+	cfg.PodResourcesSocket = filepath.Join(t.TempDir(), "kubelet.sock")
 	runCtx, stop := context.WithCancel(ctx)
-	t.Cleanup(func() { stop(); ta.gpus.Close(); _ = ta.monitor.Wait() })
-	ta.startNVML(runCtx)
-	if err := ta.monitor.Poll(); err != nil {
-		t.Fatal(err)
-	}
-	h, err := ta.SecureHandler(controlplane.AsServiceAccount(cp.Config, controlplane.ChartNamespace, agentSA, testNode), ta.log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tlsConfig, certs, err := ServingTLS(cfg.MetricsCertDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = certs.Start(runCtx) }()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan error, 1)
 	go func() {
-		if err := srv.Serve(tls.NewListener(l, tlsConfig)); !errors.Is(err, http.ErrServerClosed) {
-			t.Errorf("serve: %v", err)
-		}
+		served <- Serve(runCtx, cfg, controlplane.AsServiceAccount(cp.Config, controlplane.ChartNamespace, agentSA, testNode), testr.New(t))
 	}()
-	t.Cleanup(func() { _ = srv.Close() })
+	t.Cleanup(func() {
+		stop()
+		if err := <-served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
 
 	// A scraper that verifies the certificate as the ServiceMonitor does: the CA and the
 	// Service's name, offering HTTP/2 too.
@@ -128,7 +112,7 @@ func TestSecureMetrics(t *testing.T) {
 	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsClient, ForceAttemptHTTP2: true}}
 	get := func(path, bearer string) (int, string, string) {
 		t.Helper()
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+l.Addr().String()+path, nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+cfg.MetricsBindAddress+path, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -137,12 +121,17 @@ func TestSecureMetrics(t *testing.T) {
 		}
 		resp, err := hc.Do(req)
 		if err != nil {
-			t.Fatalf("GET %s: %v", path, err)
+			return 0, "", err.Error()
 		}
 		defer resp.Body.Close()
 		body, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, resp.Proto, string(body)
 	}
+	reader := token("reader")
+	eventually(t, "the agent serving its GPUs' series", func() bool {
+		code, _, body := get("/metrics", reader)
+		return code == http.StatusOK && strings.Contains(body, "chamber_gpu_health{")
+	})
 
 	for name, tc := range map[string]struct {
 		path, token string
@@ -153,14 +142,14 @@ func TestSecureMetrics(t *testing.T) {
 		// on chamber-controller's endpoint.
 		"a token that is no token":   {path: "/metrics", token: "not-a-token"},
 		"a stranger":                 {path: "/metrics", token: token("stranger"), wantCode: http.StatusForbidden},
-		"a metrics reader":           {path: "/metrics", token: token("reader"), wantCode: http.StatusOK},
+		"a metrics reader":           {path: "/metrics", token: reader, wantCode: http.StatusOK},
 		"the kubelet's probe":        {path: "/healthz", wantCode: http.StatusOK},
 		"the kubelet's readiness":    {path: "/readyz", wantCode: http.StatusOK},
 		"a stranger at the liveness": {path: "/healthz", token: token("stranger"), wantCode: http.StatusOK},
 	} {
 		code, proto, body := get(tc.path, tc.token)
 		if refused := code >= 300; code != tc.wantCode && (tc.wantCode != 0 || !refused) {
-			t.Errorf("%s: GET %s = %d (%s), want %d", name, tc.path, code, strings.TrimSpace(body), tc.wantCode)
+			t.Errorf("%s: GET %s = %d (%s), want %d", name, tc.path, code, strings.SplitN(strings.TrimSpace(body), "\n", 2)[0], tc.wantCode)
 		}
 		if proto != "HTTP/1.1" {
 			t.Errorf("%s: served over %s, want HTTP/1.1 only", name, proto)
@@ -169,4 +158,15 @@ func TestSecureMetrics(t *testing.T) {
 			t.Errorf("%s: GET %s served the GPUs' series: %t", name, tc.path, got)
 		}
 	}
+}
+
+// freeAddress is a loopback address nothing listens on.
+func freeAddress(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
 }
