@@ -512,7 +512,7 @@ func (c *Controller) withhold(ctx context.Context, node *corev1.Node, pool *cham
 func (c *Controller) reconcileIsolated(ctx context.Context, node *corev1.Node, pool *chamber.GPUPool, policy chamber.IsolationPolicy, rec record, rep report, now time.Time) (reconcile.Result, error) {
 	if node.Annotations[chamber.AnnotationIsolationClear] == "true" {
 		if policy.Preflight != nil {
-			return c.preflight(ctx, node, pool, policy.Preflight, rec, rep, now)
+			return c.preflight(ctx, node, pool, policy.Preflight, rec, rep)
 		}
 		return reconcile.Result{}, c.release(ctx, node, pool, ReasonCleared, "an operator cleared the isolation ("+chamber.AnnotationIsolationClear+")")
 	}

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -27,7 +28,8 @@ const (
 // DefaultPreflightTimeout is a preflight's time limit when its policy sets none.
 const DefaultPreflightTimeout = 30 * time.Minute
 
-// LabelPreflightNode names the node a preflight Job proves.
+// LabelPreflightNode names the node a preflight Job proves (shortened with a hash
+// where the node's name is longer than a label value).
 const LabelPreflightNode = "chamber.dev/preflight-node"
 
 // preflightPoll is how often a running preflight Job is looked at: Chamber does not
@@ -38,7 +40,7 @@ const preflightPoll = 2 * time.Second
 // the agent reports no GPU failing, the preflight Job runs on the node; the node
 // returns to service if it succeeds, and stays isolated, the clear taken back, if it
 // fails.
-func (c *Controller) preflight(ctx context.Context, node *corev1.Node, pool *chamber.GPUPool, p *chamber.Preflight, rec record, rep report, now time.Time) (reconcile.Result, error) {
+func (c *Controller) preflight(ctx context.Context, node *corev1.Node, pool *chamber.GPUPool, p *chamber.Preflight, rec record, rep report) (reconcile.Result, error) {
 	if rec.Preflight == "" {
 		if rep.health == chamber.GPUUnhealthy || rep.health == chamber.GPUUnknown {
 			// The agent's own checks come first: a GPU it still reports failing, or no
@@ -46,7 +48,7 @@ func (c *Controller) preflight(ctx context.Context, node *corev1.Node, pool *cha
 			msg := fmt.Sprintf("%s; an operator cleared it: waiting for the node agent to report every GPU usable before the preflight (%s)", rec.Reason, describeHealth(rep))
 			return reconcile.Result{RequeueAfter: rep.interval}, c.setCondition(ctx, node, corev1.ConditionTrue, primaryReason(node), msg, "")
 		}
-		job, err := c.startPreflight(ctx, node, p, now)
+		job, err := c.startPreflight(ctx, node, p, rec)
 		if err != nil {
 			return reconcile.Result{}, err
 		}
@@ -94,9 +96,47 @@ func (c *Controller) preflight(ctx context.Context, node *corev1.Node, pool *cha
 	return reconcile.Result{}, c.setCondition(ctx, node, corev1.ConditionTrue, primaryReason(node), msg, "")
 }
 
-// startPreflight creates the preflight Job for node from the policy's PodTemplate and
-// returns its namespace/name.
-func (c *Controller) startPreflight(ctx context.Context, node *corev1.Node, p *chamber.Preflight, now time.Time) (string, error) {
+// startPreflight starts the preflight Job of this proof run on the node, from the
+// policy's PodTemplate, in the PodTemplate's namespace, and returns its
+// namespace/name. Its name is the same for every try of one proof run, so that a
+// try whose write of the node failed finds the Job the last one created instead of
+// starting a second: the node, when its isolation began, and the attempt, one more
+// than the failed preflights of this isolation (their Jobs stay a day, for their logs).
+func (c *Controller) startPreflight(ctx context.Context, node *corev1.Node, p *chamber.Preflight, rec record) (string, error) {
+	ref := p.PodTemplate
+	for attempt := 1; ; attempt++ {
+		name := preflightJobName(node.Name, rec.At, attempt)
+		var have batchv1.Job
+		err := c.reader.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: name}, &have)
+		switch {
+		case apierrors.IsNotFound(err):
+			return c.createPreflight(ctx, node, p, name)
+		case err != nil:
+			return "", fmt.Errorf("get preflight Job %s/%s: %w", ref.Namespace, name, err)
+		case have.Labels[LabelPreflightNode] != preflightNodeLabel(node.Name):
+			return "", fmt.Errorf("a Job %s/%s that is not Chamber's preflight of node %s has its name: rename or delete it", ref.Namespace, name, node.Name)
+		case jobCondition(&have, batchv1.JobFailed) == nil:
+			return ref.Namespace + "/" + name, nil
+		}
+	}
+}
+
+// preflightJobName is the name of the node's preflight Job of one proof run (see
+// startPreflight): a DNS-1123 label, so also a label value, shortened with a hash of
+// the whole where the node's name makes it longer than 63 characters.
+func preflightJobName(node string, isolatedAt time.Time, attempt int) string {
+	name := fmt.Sprintf("preflight-%s-%d-%d", strings.ReplaceAll(node, ".", "-"), isolatedAt.Unix(), attempt)
+	return shortened(name, validation.DNS1123LabelMaxLength)
+}
+
+// preflightNodeLabel is the node's name as the value of LabelPreflightNode: a node's
+// name may be longer than a label value.
+func preflightNodeLabel(node string) string {
+	return shortened(node, validation.LabelValueMaxLength)
+}
+
+// createPreflight creates the preflight Job of the given name on the node.
+func (c *Controller) createPreflight(ctx context.Context, node *corev1.Node, p *chamber.Preflight, name string) (string, error) {
 	ref := p.PodTemplate
 	var tmpl corev1.PodTemplate
 	if err := c.reader.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, &tmpl); err != nil {
@@ -112,15 +152,15 @@ func (c *Controller) startPreflight(ctx context.Context, node *corev1.Node, p *c
 	spec.Tolerations = append(spec.Tolerations,
 		corev1.Toleration{Key: chamber.TaintGPUUnhealthy, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
 		corev1.Toleration{Key: corev1.TaintNodeUnschedulable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule})
-	labels := map[string]string{LabelPreflightNode: node.Name}
+	labels := map[string]string{LabelPreflightNode: preflightNodeLabel(node.Name)}
 	for k, v := range tmpl.Template.Labels {
 		labels[k] = v
 	}
 	job := &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: ref.Namespace,
-			Name:      fmt.Sprintf("preflight-%s-%d", node.Name, now.Unix()),
-			Labels:    map[string]string{LabelPreflightNode: node.Name},
+			Name:      name,
+			Labels:    map[string]string{LabelPreflightNode: preflightNodeLabel(node.Name)},
 		},
 		Spec: batchv1.JobSpec{
 			BackoffLimit:            ptr.To[int32](0),
@@ -132,9 +172,7 @@ func (c *Controller) startPreflight(ctx context.Context, node *corev1.Node, p *c
 			},
 		},
 	}
-	if len(job.Name) > 63 {
-		job.Name = job.Name[len(job.Name)-63:]
-	}
+	// AlreadyExists: another try created it since startPreflight looked.
 	if err := c.client.Create(ctx, job); err != nil && !apierrors.IsAlreadyExists(err) {
 		return "", fmt.Errorf("create preflight Job for node %s: %w", node.Name, err)
 	}

@@ -19,20 +19,19 @@ import (
 )
 
 // preflightFixture is a pool whose isolation returns a node only after the preflight
-// in the PodTemplate "gpu-check" (whose pod carries annotations) succeeds on it, with
+// in the PodTemplate "<pool>-gpu-check" (whose pod carries annotations) succeeds on it, with
 // one node that an agent reports; its GPU 2 raises a double-bit ECC error and the node
 // is isolated. It returns the fake GPUs and the agent's stop.
 func preflightFixture(t *testing.T, pool string, annotations map[string]string) (stop func(), restart func()) {
 	t.Helper()
 	g := newG(t)
-	// The preflight runs in a namespace of the operators', not a team's: Kueue would
-	// queue a Job in a team's namespace (its LocalQueue "default" is defaulted).
-	ops := pool + "-ops"
+	// The preflight runs in Chamber's own namespace, the only one where the chart lets
+	// it create a Job (and not a team's, where Kueue would queue the Job).
+	ops := controlplane.ChartNamespace
 	fixture(t, pool, &chamber.IsolationPolicy{Level: chamber.IsolateNode, MaxIsolatedPercent: ptr.To[int32](100),
-		Preflight: &chamber.Preflight{PodTemplate: chamber.PodTemplateReference{Namespace: ops, Name: "gpu-check"},
+		Preflight: &chamber.Preflight{PodTemplate: chamber.PodTemplateReference{Namespace: ops, Name: pool + "-gpu-check"},
 			Timeout: &metav1.Duration{Duration: time.Minute}}}, 8)
-	create(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ops}})
-	create(t, &corev1.PodTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: ops, Name: "gpu-check"},
+	create(t, &corev1.PodTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: ops, Name: pool + "-gpu-check"},
 		Template: corev1.PodTemplateSpec{
 			ObjectMeta: metav1.ObjectMeta{Annotations: annotations},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "diag", Image: "nvcr.io/nvidia/cloud-native/dcgm:4.2.3-1-ubuntu22.04",
@@ -85,12 +84,12 @@ func TestPreflightProvesTheNode(t *testing.T) {
 	}).Should(gomega.Succeed())
 	g.Consistently(func(g gomega.Gomega) {
 		isolated(g, "proof-1", "ECCDoubleBit")
-		g.Expect(preflightJobs(g, "proof-ops", "proof-1")).To(gomega.BeEmpty(), "no preflight while the agent reports the fault")
+		g.Expect(preflightJobs(g, controlplane.ChartNamespace, "proof-1")).To(gomega.BeEmpty(), "no preflight while the agent reports the fault")
 	}, 3*time.Second).Should(gomega.Succeed())
 
 	restart()
 	g.Eventually(func(g gomega.Gomega) {
-		jobs := preflightJobs(g, "proof-ops", "proof-1")
+		jobs := preflightJobs(g, controlplane.ChartNamespace, "proof-1")
 		g.Expect(jobs).To(gomega.HaveLen(1))
 		g.Expect(jobs[0].Spec.Template.Spec.NodeName).To(gomega.Equal("proof-1"))
 	}).Should(gomega.Succeed())
@@ -98,7 +97,7 @@ func TestPreflightProvesTheNode(t *testing.T) {
 		n := getNode(g, "proof-1")
 		inService(g, "proof-1")
 		g.Expect(condition(n).Reason).To(gomega.Equal(isolation.ReasonCleared))
-		g.Expect(condition(n).Message).To(gomega.MatchRegexp(`preflight Job proof-ops/preflight-proof-1-\d+ succeeded`))
+		g.Expect(condition(n).Message).To(gomega.MatchRegexp(`preflight Job chamber-system/preflight-proof-1-\d+-1 succeeded`))
 		g.Expect(n.Annotations).NotTo(gomega.HaveKey(chamber.AnnotationIsolationPreflight))
 		g.Expect(n.Annotations).NotTo(gomega.HaveKey(chamber.AnnotationIsolationClear))
 	}).Should(gomega.Succeed())
@@ -124,7 +123,7 @@ func TestFailedPreflightKeepsTheNodeIsolated(t *testing.T) {
 	clearIsolation(t, g, "unproven-1")
 	g.Eventually(func(g gomega.Gomega) {
 		n := getNode(g, "unproven-1")
-		g.Expect(condition(n).Message).To(gomega.MatchRegexp(`preflight Job unproven-ops/preflight-unproven-1-\d+ failed \(BackoffLimitExceeded`))
+		g.Expect(condition(n).Message).To(gomega.MatchRegexp(`preflight Job chamber-system/preflight-unproven-1-\d+-1 failed \(BackoffLimitExceeded`))
 		g.Expect(n.Annotations).NotTo(gomega.HaveKey(chamber.AnnotationIsolationClear))
 		g.Expect(n.Annotations).NotTo(gomega.HaveKey(chamber.AnnotationIsolationPreflight))
 	}).Should(gomega.Succeed())
