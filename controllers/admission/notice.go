@@ -12,9 +12,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -61,11 +63,24 @@ func RegisterNotice(mgr ctrl.Manager, afterNotice time.Duration) error {
 	n := &notice{client: mgr.GetClient(), recorder: mgr.GetEventRecorder(eventsComponent), grace: wholeSeconds(afterNotice), ranOut: m.noticesRanOut}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("eviction-notice").
-		For(&corev1.Pod{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
-			a := o.GetAnnotations()
-			return o.GetDeletionTimestamp() != nil && a[chamber.AnnotationCheckpointOnNotice] == "true" && a[chamber.AnnotationEvictionDeadline] != ""
-		}))).
+		For(&corev1.Pod{}, builder.WithPredicates(predicate.NewPredicateFuncs(stoppedAfterNotice), predicate.Funcs{
+			// A pod already being deleted with a notice is looked at again only when
+			// its deletion changes: the Eviction API writes a DisruptionTarget
+			// condition before it shortens the grace, and a reconcile of that version
+			// would stop the pod (and count it) a second time.
+			UpdateFunc: func(e event.UpdateEvent) bool {
+				return !stoppedAfterNotice(e.ObjectOld) || !e.ObjectOld.GetDeletionTimestamp().Equal(e.ObjectNew.GetDeletionTimestamp()) ||
+					!ptr.Equal(e.ObjectOld.GetDeletionGracePeriodSeconds(), e.ObjectNew.GetDeletionGracePeriodSeconds())
+			},
+		})).
 		Complete(reconcile.AsReconciler(mgr.GetClient(), n))
+}
+
+// stoppedAfterNotice says whether o is a pod being deleted that had a notice and
+// checkpoints on it.
+func stoppedAfterNotice(o client.Object) bool {
+	a := o.GetAnnotations()
+	return o.GetDeletionTimestamp() != nil && a[chamber.AnnotationCheckpointOnNotice] == "true" && a[chamber.AnnotationEvictionDeadline] != ""
 }
 
 // Reconcile deletes a pod whose notice ran out again, with the shorter grace: the API
