@@ -94,6 +94,22 @@ bench-controllers: tools ## Admission check overhead on Kueue's own benchmark sh
 	CHAMBER_PERF_SCALE=$(CHAMBER_PERF_SCALE) $(GO) test -count=1 -timeout 60m -run '^$$' -bench SchedulerShape -benchtime 1x -v ./test/schedulershape/
 	$(GO) test -count=1 -timeout 30m -run '^$$' -bench FaultIsolation -benchtime 1x ./controllers/isolation/
 
+# Performance gates (test/perf): the admission check's cost (Kueue's shape twice at
+# once on one Kueue, with and without the check: time to admission and API writes per
+# workload, check over plain) and fault-to-taint p99 over an echo's (a reconciler that
+# only taints, timed beside each fault), each a ratio within one run, against
+# test/perf/baseline.json, which also holds the sizes the benchmarks run at: a figure
+# more than 20% above its baseline fails. About 6 minutes here; CI runs it after make
+# test. make perf-baseline rewrites the baseline as the median of PERF_RUNS runs.
+PERF_RUNS ?= 3
+.PHONY: perf-check
+perf-check: tools ## Fail when the admission check's ratio or fault-to-taint p99 ratio regressed past test/perf/baseline.json by more than its margin.
+	$(GO) run ./test/perf/perfcheck
+
+.PHONY: perf-baseline
+perf-baseline: tools ## Rewrite test/perf/baseline.json from PERF_RUNS runs of the gated benchmarks (each figure's median).
+	$(GO) run ./test/perf/perfcheck -update -runs $(PERF_RUNS)
+
 # Chamber at fleet scale: the chamber-controller binary, every controller on, 1,000 kwok
 # nodes x 8 GPUs heartbeating, 30 teams, 10,000 workloads, a fault every 15 s; the table
 # over time and the figures in chamber-report-scale/report.md. About 35 minutes here

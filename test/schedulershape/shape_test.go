@@ -63,6 +63,10 @@ const (
 	perfRunTimeout    = 30 * time.Minute
 	perfScaleVariable = "CHAMBER_PERF_SCALE"
 	perfPairsVariable = "CHAMBER_PERF_PAIRS"
+	// perfCheckArgsVariable adds flags to BenchmarkCheckSideBySide's
+	// chamber-controller: a slower check on purpose (--kube-api-qps=5) shows what
+	// make perf-check does with a regression.
+	perfCheckArgsVariable = "CHAMBER_PERF_CHECK_ARGS"
 )
 
 const h100 = "NVIDIA-H100-80GB-HBM3"
@@ -127,21 +131,7 @@ type shapeResult struct {
 //
 //	go test -run '^$' -bench SchedulerShape -benchtime 1x ./test/schedulershape/
 func BenchmarkSchedulerShape(b *testing.B) {
-	scale, rounds := 1.0, 3
-	if s := os.Getenv(perfScaleVariable); s != "" {
-		v, err := strconv.ParseFloat(s, 64)
-		if err != nil || v <= 0 || v > 1 {
-			b.Fatalf("%s=%q: want a number in (0, 1]", perfScaleVariable, s)
-		}
-		scale = v
-	}
-	if s := os.Getenv(perfPairsVariable); s != "" {
-		v, err := strconv.Atoi(s)
-		if err != nil || v < 1 {
-			b.Fatalf("%s=%q: want a whole number of at least 1", perfPairsVariable, s)
-		}
-		rounds = v
-	}
+	scale, rounds := perfSettings(b)
 	perfNodesOnce(b)
 	for i := range b.N {
 		wallRatios := make([][]float64, len(arms))
@@ -176,11 +166,90 @@ func BenchmarkSchedulerShape(b *testing.B) {
 	}
 }
 
+// perfSettings reads CHAMBER_PERF_SCALE (default 1) and CHAMBER_PERF_PAIRS (default 3).
+func perfSettings(b *testing.B) (scale float64, rounds int) {
+	scale, rounds = 1.0, 3
+	if s := os.Getenv(perfScaleVariable); s != "" {
+		v, err := strconv.ParseFloat(s, 64)
+		if err != nil || v <= 0 || v > 1 {
+			b.Fatalf("%s=%q: want a number in (0, 1]", perfScaleVariable, s)
+		}
+		scale = v
+	}
+	if s := os.Getenv(perfPairsVariable); s != "" {
+		v, err := strconv.Atoi(s)
+		if err != nil || v < 1 {
+			b.Fatalf("%s=%q: want a whole number of at least 1", perfPairsVariable, s)
+		}
+		rounds = v
+	}
+	return scale, rounds
+}
+
+// BenchmarkCheckSideBySide runs Kueue's shape twice at once on one Kueue, in rounds:
+// one copy's ClusterQueues with Chamber's admission check (chamber-controller with
+// --admission-check=true, fresh each round), the other's without, each copy in
+// cohorts of its own, their workloads created on the same schedule. Both copies meet
+// the same machine at the same moment, so the ratios of their figures (check over
+// plain) hold still where the machine does not: on a shared 2-core machine the
+// sequential arms of BenchmarkSchedulerShape move by half from round to round with
+// the neighbours' load. What the ratio measures is what the check adds to a
+// workload's way to admission (its round trip, the quota held meanwhile); the
+// chamber-controller's CPU, which both copies share, cancels out: that is
+// BenchmarkSchedulerShape's "Kueue + Chamber" arm. It reports the median over the
+// rounds of the ratios of mean and p99 time to admission, of wall time and of API
+// writes per workload; make perf-check gates the mean's and the writes'. The writes
+// ratio is what the time ratio cannot see: the API server's and Kueue's extra work
+// for the check's copy, which slows both copies alike. CHAMBER_PERF_SCALE sizes each
+// copy as in BenchmarkSchedulerShape, CHAMBER_PERF_PAIRS sets the number of rounds and
+// CHAMBER_PERF_CHECK_ARGS adds flags to chamber-controller.
+//
+//	CHAMBER_PERF_SCALE=0.02 go test -run '^$' -bench CheckSideBySide -benchtime 1x ./test/schedulershape/
+func BenchmarkCheckSideBySide(b *testing.B) {
+	scale, rounds := perfSettings(b)
+	perfNodesOnce(b)
+	for i := range b.N {
+		var mean, p99, wall, writes []float64
+		for r := range rounds {
+			ns := fmt.Sprintf("side%d-%d", i, r)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			args := append([]string{"--leader-elect=false", "--admission-check=true"}, strings.Fields(os.Getenv(perfCheckArgsVariable))...)
+			ch, err := cp.StartChamber(ctx, "chamber-controller-"+ns, args...)
+			cancel()
+			if err != nil {
+				b.Fatal(err)
+			}
+			res := runShapes(b, []shapeCopy{{ns: ns + "-plain"}, {ns: ns + "-check", check: true}}, scale, ch)
+			ch.Kill()
+			plain, check := res[0], res[1]
+			for k, c := range []shapeCopy{{ns: "plain"}, {ns: "check"}} {
+				b.Logf("round %d, %-5s %5d workloads: wall %6.1fs, time to admission mean %6.0f ms, p50 %6.0f ms, p99 %6.0f ms, %.1f writes per workload",
+					r+1, c.ns, res[k].Workloads, res[k].Wall.Seconds(), ms(res[k].MeanAdmission), ms(res[k].P50), ms(res[k].P99), res[k].WritesPerWorkload)
+			}
+			mean = append(mean, ms(check.MeanAdmission)/math.Max(ms(plain.MeanAdmission), 1e-3))
+			p99 = append(p99, ms(check.P99)/math.Max(ms(plain.P99), 1e-3))
+			wall = append(wall, check.Wall.Seconds()/plain.Wall.Seconds())
+			writes = append(writes, check.WritesPerWorkload/plain.WritesPerWorkload)
+			b.Logf("round %d, check over plain: admission mean %.2f, p99 %.2f, wall %.2f, writes per workload %.2f", r+1, mean[r], p99[r], wall[r], writes[r])
+		}
+		for _, v := range [][]float64{mean, p99, wall, writes} {
+			slices.Sort(v)
+		}
+		b.Logf("check over plain, %d rounds: admission mean ratio median %.2f (range %.2f-%.2f), p99 %.2f (%.2f-%.2f), wall %.2f (%.2f-%.2f), writes per workload %.2f (%.2f-%.2f)",
+			rounds, median(mean), mean[0], mean[len(mean)-1], median(p99), p99[0], p99[len(p99)-1], median(wall), wall[0], wall[len(wall)-1],
+			median(writes), writes[0], writes[len(writes)-1])
+		b.ReportMetric(median(mean), "check-side-admit-mean-ratio")
+		b.ReportMetric(median(p99), "check-side-admit-p99-ratio")
+		b.ReportMetric(median(wall), "check-side-wall-ratio")
+		b.ReportMetric(median(writes), "check-side-writes-ratio")
+	}
+}
+
 // runArm runs the scenario once in namespace ns with the arm's chamber-controller
 // running, and stops that process afterwards.
 func runArm(b *testing.B, ns string, a arm, scale float64) shapeResult {
 	if a.args == nil {
-		return runShape(b, ns, a.check, scale, nil)
+		return runShapes(b, []shapeCopy{{ns: ns, check: a.check}}, scale, nil)[0]
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -189,7 +258,7 @@ func runArm(b *testing.B, ns string, a arm, scale float64) shapeResult {
 		b.Fatal(err)
 	}
 	defer ch.Kill()
-	return runShape(b, ns, a.check, scale, ch)
+	return runShapes(b, []shapeCopy{{ns: ns, check: a.check}}, scale, ch)[0]
 }
 
 // peakRSSMiB is the process's peak resident memory (VmHWM), in MiB.
@@ -240,10 +309,18 @@ func perfNodesOnce(b *testing.B) {
 	})
 }
 
-// runShape creates the ClusterQueues and workloads of one run in namespace ns, plays
-// the workloads (each finishes its runtime after admission, as Kueue's runner does)
-// and measures; ch is the chamber-controller running, if any.
-func runShape(b *testing.B, ns string, withCheck bool, scale float64, ch *controlplane.Chamber) shapeResult {
+// shapeCopy is one copy of the scenario: its namespace (which names its queues and
+// cohorts) and whether its ClusterQueues have Chamber's admission check.
+type shapeCopy struct {
+	ns    string
+	check bool
+}
+
+// runShapes creates the ClusterQueues and workloads of each copy, the copies side by
+// side on the same schedule, plays the workloads (each finishes its runtime after
+// admission, as Kueue's runner does) and measures each copy with a runner of its
+// own; ch is the chamber-controller running, if any.
+func runShapes(b *testing.B, copies []shapeCopy, scale float64, ch *controlplane.Chamber) []shapeResult {
 	ctx, cancel := context.WithTimeout(context.Background(), perfRunTimeout)
 	defer cancel()
 	must := func(err error) {
@@ -251,77 +328,102 @@ func runShape(b *testing.B, ns string, withCheck bool, scale float64, ch *contro
 			b.Fatal(err)
 		}
 	}
-	must(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
-	var queues []string
-	for c := range perfCohorts {
-		for q := range perfQueuesPerCoh {
-			name := fmt.Sprintf("%s-c%d-q%d", ns, c, q)
-			cq := &kueue.ClusterQueue{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: kueue.ClusterQueueSpec{
-				CohortName:        kueue.CohortReference(fmt.Sprintf("%s-c%d", ns, c)),
-				NamespaceSelector: &metav1.LabelSelector{},
-				Preemption:        &kueue.ClusterQueuePreemption{ReclaimWithinCohort: kueue.PreemptionPolicyAny, WithinClusterQueue: kueue.PreemptionPolicyLowerPriority},
-				ResourceGroups: []kueue.ResourceGroup{{CoveredResources: []corev1.ResourceName{chamberkueue.ResourceGPU}, Flavors: []kueue.FlavorQuotas{{
-					Name: perfFlavor, Resources: []kueue.ResourceQuota{{Name: chamberkueue.ResourceGPU,
-						NominalQuota: *resource.NewQuantity(perfNominalQuota, resource.DecimalSI), BorrowingLimit: resource.NewQuantity(perfBorrowLimit, resource.DecimalSI)}},
-				}}}},
-			}}
-			if withCheck {
-				cq.Spec.AdmissionChecksStrategy = &kueue.AdmissionChecksStrategy{AdmissionChecks: []kueue.AdmissionCheckStrategyRule{{Name: chamberkueue.CheckName}}}
+	queues := make([][]string, len(copies))
+	for k, c := range copies {
+		must(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: c.ns}}))
+		for co := range perfCohorts {
+			for q := range perfQueuesPerCoh {
+				name := fmt.Sprintf("%s-c%d-q%d", c.ns, co, q)
+				must(k8s.Create(ctx, perfClusterQueue(name, fmt.Sprintf("%s-c%d", c.ns, co), c.check)))
+				must(k8s.Create(ctx, &kueue.LocalQueue{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.ns}, Spec: kueue.LocalQueueSpec{ClusterQueue: kueue.ClusterQueueReference(name)}}))
+				queues[k] = append(queues[k], name)
 			}
-			must(k8s.Create(ctx, cq))
-			must(k8s.Create(ctx, &kueue.LocalQueue{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: kueue.LocalQueueSpec{ClusterQueue: kueue.ClusterQueueReference(name)}}))
-			queues = append(queues, name)
 		}
 	}
-	for _, name := range queues {
-		waitActive(b, ctx, name)
+	for _, qs := range queues {
+		for _, name := range qs {
+			waitActive(b, ctx, name)
+		}
 	}
 
-	rec, err := controllertest.NewRunner(controllertest.Config)
-	must(err)
-	stop, err := rec.Watch(ctx, controllertest.Config, ns)
-	must(err)
-	defer stop()
+	runners := make([]*controllertest.Runner, len(copies))
+	for k, c := range copies {
+		rec, err := controllertest.NewRunner(controllertest.Config)
+		must(err)
+		stop, err := rec.Watch(ctx, controllertest.Config, c.ns)
+		must(err)
+		defer stop()
+		runners[k] = rec
+	}
 
-	total := 0
+	totals := make([]int, len(copies))
 	var wg sync.WaitGroup
 	start := time.Now()
-	for _, q := range queues {
-		for _, class := range baseline {
-			count := max(1, int(float64(class.count)*scale))
-			total += count
-			wg.Go(func() {
-				for i := range count {
-					at := start.Add(time.Duration(i) * class.interval)
-					time.Sleep(time.Until(at))
-					wl := perfWorkload(ns, fmt.Sprintf("%s-%s-%d", q, class.name, i), q, class)
-					if err := rec.Create(ctx, wl, class.runtime); err != nil {
-						b.Error(err)
-						return
+	for k, c := range copies {
+		for _, q := range queues[k] {
+			for _, class := range baseline {
+				count := max(1, int(float64(class.count)*scale))
+				totals[k] += count
+				wg.Go(func() {
+					for i := range count {
+						at := start.Add(time.Duration(i) * class.interval)
+						time.Sleep(time.Until(at))
+						wl := perfWorkload(c.ns, fmt.Sprintf("%s-%s-%d", q, class.name, i), q, class)
+						if err := runners[k].Create(ctx, wl, class.runtime); err != nil {
+							b.Error(err)
+							return
+						}
 					}
-				}
-			})
+				})
+			}
 		}
 	}
 	wg.Wait()
-	defer cleanShape(b, rec.Client(), ns, queues)
-	done := rec.WaitFinished(total)
+	results := make([]shapeResult, len(copies))
+	for k, c := range copies {
+		defer cleanShape(b, runners[k].Client(), c.ns, queues[k])
+	}
 	progress := time.NewTicker(10 * time.Second)
 	defer progress.Stop()
-	for {
-		select {
-		case <-done:
-			res := shapeResult{RunResult: rec.Result(start)}
-			if ch != nil {
-				res.rssMiB = peakRSSMiB(ch.Pid())
+	for k, c := range copies {
+		done := runners[k].WaitFinished(totals[k])
+	wait:
+		for {
+			select {
+			case <-done:
+				results[k] = shapeResult{RunResult: runners[k].Result(start)}
+				break wait
+			case <-progress.C:
+				fmt.Fprintf(os.Stderr, "%s: %d of %d workloads admitted, %d finished, %s\n", c.ns, runners[k].AdmittedCount(), totals[k], runners[k].FinishedCount(), time.Since(start).Round(time.Second))
+			case <-ctx.Done():
+				b.Fatalf("%s: %d of %d workloads finished within %s", c.ns, runners[k].FinishedCount(), totals[k], perfRunTimeout)
 			}
-			return res
-		case <-progress.C:
-			fmt.Fprintf(os.Stderr, "%s: %d of %d workloads admitted, %d finished, %s\n", ns, rec.AdmittedCount(), total, rec.FinishedCount(), time.Since(start).Round(time.Second))
-		case <-ctx.Done():
-			b.Fatalf("%s: %d of %d workloads finished within %s", ns, rec.FinishedCount(), total, perfRunTimeout)
 		}
 	}
+	if ch != nil {
+		for k := range results {
+			results[k].rssMiB = peakRSSMiB(ch.Pid())
+		}
+	}
+	return results
+}
+
+// perfClusterQueue is one ClusterQueue of the scenario in the cohort, with Chamber's
+// admission check if check.
+func perfClusterQueue(name, cohort string, check bool) *kueue.ClusterQueue {
+	cq := &kueue.ClusterQueue{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: kueue.ClusterQueueSpec{
+		CohortName:        kueue.CohortReference(cohort),
+		NamespaceSelector: &metav1.LabelSelector{},
+		Preemption:        &kueue.ClusterQueuePreemption{ReclaimWithinCohort: kueue.PreemptionPolicyAny, WithinClusterQueue: kueue.PreemptionPolicyLowerPriority},
+		ResourceGroups: []kueue.ResourceGroup{{CoveredResources: []corev1.ResourceName{chamberkueue.ResourceGPU}, Flavors: []kueue.FlavorQuotas{{
+			Name: perfFlavor, Resources: []kueue.ResourceQuota{{Name: chamberkueue.ResourceGPU,
+				NominalQuota: *resource.NewQuantity(perfNominalQuota, resource.DecimalSI), BorrowingLimit: resource.NewQuantity(perfBorrowLimit, resource.DecimalSI)}},
+		}}}},
+	}}
+	if check {
+		cq.Spec.AdmissionChecksStrategy = &kueue.AdmissionChecksStrategy{AdmissionChecks: []kueue.AdmissionCheckStrategyRule{{Name: chamberkueue.CheckName}}}
+	}
+	return cq
 }
 
 // cleanShape deletes a run's workloads, queues and namespace, and waits until the
