@@ -81,7 +81,11 @@ func (r *VolcanoJobs) Reconcile(ctx context.Context, job *batch.Job) (reconcile.
 	if job.Annotations[AnnotationHeld] == "true" {
 		return r.reconcilePaused(ctx, job, now)
 	}
-	if req, ok := volcano.RequestOf(job); ok {
+	req, requested, err := volcano.DatedRequestOf(ctx, r.client, job, now)
+	if err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if requested {
 		if req.Reason != ReasonIdleReclaim {
 			return again, nil // fault isolation's: it restarts the job
 		}
@@ -163,7 +167,7 @@ func (r *VolcanoJobs) Reconcile(ctx context.Context, job *batch.Job) (reconcile.
 	if pool != nil {
 		policies = append(policies, pool.Spec.Eviction)
 	}
-	req := volcano.Request{Reason: ReasonIdleReclaim, RequestedAt: now,
+	req = volcano.Request{Reason: ReasonIdleReclaim, RequestedAt: now,
 		GracePeriod: chamber.ResolveGracePeriod(job.Spec.PriorityClassName, r.opts.GracePeriod, policies...),
 		Message: fmt.Sprintf("idle reclaim: its %d GPUs stayed below %d%% utilization for %s, and %s/%s waits for them; the job is paused (Volcano AbortJob) and resumed when GPUs free",
 			use.gpus, policy.UtilizationPercent, idleFor.Round(time.Second), waiting.Namespace, waiting.Name)}

@@ -202,7 +202,10 @@ func (r *VolcanoRestarts) restart(ctx context.Context, node *corev1.Node, pool *
 	if volcano.Restarting(job) || r.issuedAt(job) {
 		return r.reissue(ctx, job, now)
 	}
-	req, asked := volcano.RequestOf(job)
+	req, asked, err := volcano.DatedRequestOf(ctx, r.client, job, now)
+	if err != nil {
+		return 0, client.IgnoreNotFound(err)
+	}
 	if !asked || req.Reason != chamberkueue.ReasonGPUFault {
 		grace := r.opts.EvictionGracePeriod
 		msg := fmt.Sprintf("restarted whole, off node %s, isolated for a GPU fault (%s); Volcano places it again on healthy GPUs", node.Name, rec.Reason)

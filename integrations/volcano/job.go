@@ -11,11 +11,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	batch "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 	bus "volcano.sh/apis/pkg/apis/bus/v1alpha1"
 	scheduling "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
+	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
 // Chamber acts on a Volcano Job (batch.volcano.sh/v1alpha1) the way vcctl does: it
@@ -192,7 +194,7 @@ func ClearRequest() map[string]any {
 }
 
 // RequestOf is the request on the job, if any. A request whose time or grace period
-// cannot be read has a zero time (it is due) or no grace.
+// cannot be read has a zero time or no grace: DatedRequestOf gives the first a time.
 func RequestOf(job *batch.Job) (Request, bool) {
 	a := job.Annotations
 	if a[chamber.AnnotationEvictionReason] == "" {
@@ -206,6 +208,27 @@ func RequestOf(job *batch.Job) (Request, bool) {
 		r.GracePeriod = d
 	}
 	return r, true
+}
+
+// DatedRequestOf is the request on the job (RequestOf), with a time its grace period
+// runs from. A request whose time cannot be read (annotated by hand, or malformed)
+// would have a deadline long past and stop the job without its grace: its grace runs
+// from now instead, written on the job so that every later look reads the same
+// deadline, as Chamber's admission controller does for a Kueue Workload. The log
+// says so.
+func DatedRequestOf(ctx context.Context, c client.Client, job *batch.Job, now time.Time) (Request, bool, error) {
+	r, ok := RequestOf(job)
+	if !ok || !r.RequestedAt.IsZero() {
+		return r, ok, nil
+	}
+	log.FromContext(ctx).Info("eviction request without a readable time: its grace period runs from now",
+		"job", client.ObjectKeyFromObject(job), "reason", r.Reason, chamber.AnnotationEvictionRequestedAt, job.Annotations[chamber.AnnotationEvictionRequestedAt])
+	r.RequestedAt = now
+	at := map[string]any{chamber.AnnotationEvictionRequestedAt: now.UTC().Format(time.RFC3339)}
+	if err := chamberkueue.PatchAnnotations(ctx, c, job, at); err != nil {
+		return Request{}, false, fmt.Errorf("date the request on Volcano Job %s/%s: %w", job.Namespace, job.Name, err)
+	}
+	return r, true, nil
 }
 
 // Restart is Chamber's record of the restart it issued on a job.

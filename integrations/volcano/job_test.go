@@ -1,15 +1,21 @@
 package volcano
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	batch "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 	bus "volcano.sh/apis/pkg/apis/bus/v1alpha1"
+
+	chamber "chamber.dev/chamber/api/v1alpha1"
 )
 
 func vcjob(annotations map[string]string, retry, maxRetry int32) *batch.Job {
@@ -131,5 +137,34 @@ func TestPodsOfAJob(t *testing.T) {
 	}
 	if !CurrentPod(job, owned("2")) || CurrentPod(job, owned("1")) {
 		t.Error("a pod of version 1 is current, or one of version 2 is not, for a job at version 2")
+	}
+}
+
+// A request whose time cannot be read gets its grace from when Chamber first sees it,
+// written on the job so that every later look reads the same deadline: read as due,
+// the job was stopped with no grace.
+func TestUnreadableRequestTimeStartsTheGrace(t *testing.T) {
+	now := time.Date(2026, 12, 7, 16, 0, 0, 0, time.UTC)
+	job := vcjob(map[string]string{chamber.AnnotationEvictionReason: "GPUFault",
+		chamber.AnnotationEvictionRequestedAt: "yesterday", chamber.AnnotationEvictionGracePeriod: "5m"}, 0, 3)
+	scheme := runtime.NewScheme()
+	if err := batch.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(job).Build()
+	r, ok, err := DatedRequestOf(context.Background(), c, job, now)
+	if err != nil || !ok {
+		t.Fatalf("DatedRequestOf = %v, %v", ok, err)
+	}
+	if want := now.Add(5 * time.Minute); !r.Deadline().Equal(want) {
+		t.Errorf("deadline %s, want %s: the grace from now", r.Deadline(), want)
+	}
+	var stored batch.Job
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(job), &stored); err != nil {
+		t.Fatal(err)
+	}
+	later, _, err := DatedRequestOf(context.Background(), c, &stored, now.Add(time.Minute))
+	if err != nil || !later.Deadline().Equal(r.Deadline()) {
+		t.Errorf("a later look reads deadline %s (%v), want %s", later.Deadline(), err, r.Deadline())
 	}
 }

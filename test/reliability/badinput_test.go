@@ -57,6 +57,14 @@ func TestMalformedObjectsAreRefused(t *testing.T) {
 			obj:  pool(map[string]any{"eviction": map[string]any{"gracePeriod": "-1m"}}),
 			want: "must be a duration such as 90s, 5m or 1h",
 		},
+		"an eviction grace over a day": {
+			obj:  pool(map[string]any{"eviction": map[string]any{"gracePeriod": "25h"}}),
+			want: "must be at most 24h",
+		},
+		"a tier's eviction grace over a day": {
+			obj:  pool(map[string]any{"eviction": map[string]any{"tierGracePeriods": []any{map[string]any{"tier": "batch", "gracePeriod": "168h"}}}}),
+			want: "must be at most 24h",
+		},
 		"an unknown isolation level": {
 			obj:  pool(map[string]any{"isolation": map[string]any{"level": "Rack"}}),
 			want: "level",
