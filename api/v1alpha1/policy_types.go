@@ -58,7 +58,27 @@ type IdleReclaimPolicy struct {
 	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="must be a positive duration such as 30m or 2h"
 	// +optional
 	InteractiveIdleLimit *metav1.Duration `json:"interactiveIdleLimit,omitempty"`
+	// WorkloadOptOut says whether a workload's own opt-out (chamber.dev/idle-reclaim:
+	// "false" on the Workload, its Job or its pods, which anyone who may create them can
+	// set) keeps it from idle reclaim and the interactive idle limit. Allowed (default)
+	// honours it; Ignored reclaims an opted-out workload like any other.
+	// +optional
+	WorkloadOptOut WorkloadOptOut `json:"workloadOptOut,omitempty"`
 }
+
+// WorkloadOptOut says whether workloads may opt out of idle reclaim.
+// +kubebuilder:validation:Enum=Allowed;Ignored
+type WorkloadOptOut string
+
+// Whether workloads may opt out of idle reclaim.
+const (
+	// OptOutAllowed: a workload annotated chamber.dev/idle-reclaim: "false" is never
+	// reclaimed or paused for idling.
+	OptOutAllowed WorkloadOptOut = "Allowed"
+	// OptOutIgnored: the annotation counts for nothing; an idle workload is reclaimed
+	// for a waiting one whatever its users say.
+	OptOutIgnored WorkloadOptOut = "Ignored"
+)
 
 // MaxGracePeriod is the longest eviction grace period the API takes (24h, in the CRDs'
 // validation): a grace period is how long an evicted workload keeps its GPUs, from a

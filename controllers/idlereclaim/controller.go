@@ -187,7 +187,7 @@ func (c *Controller) reconcile(ctx context.Context, wl *kueue.Workload) (reconci
 		return reconcile.Result{}, err
 	}
 	team, policy := owner.team, owner.policy
-	if !policy.Enabled || policy.exempt(tierOf(wl)) || optedOut(wl) {
+	if !policy.Enabled || policy.exempt(tierOf(wl)) || policy.optedOut(wl) {
 		c.forget(key)
 		return again, nil
 	}
@@ -218,7 +218,7 @@ func (c *Controller) reconcile(ctx context.Context, wl *kueue.Workload) (reconci
 		c.mu.Unlock()
 		if limit := policy.InteractiveIdleLimit; limit > 0 && chamberkueue.Interactive(wl, pods) {
 			if idleFor := now.Sub(lowSince); idleFor >= limit {
-				if out, err := c.ownerOptedOut(ctx, wl, pods); err != nil || out {
+				if out, err := c.ownerOptedOut(ctx, policy, wl, pods); err != nil || out {
 					return again, err
 				}
 				return c.pauseAtLimit(ctx, key, wl, owner, use, idleFor, now)
@@ -228,7 +228,7 @@ func (c *Controller) reconcile(ctx context.Context, wl *kueue.Workload) (reconci
 		return again, nil
 	}
 	// Opt-outs on pods and owner are read only now: the owner costs an API call.
-	if out, err := c.ownerOptedOut(ctx, wl, pods); err != nil {
+	if out, err := c.ownerOptedOut(ctx, policy, wl, pods); err != nil {
 		return reconcile.Result{}, err
 	} else if out {
 		c.forget(key)
@@ -372,8 +372,12 @@ func tierOf(wl *kueue.Workload) string {
 	return ""
 }
 
-// optedOut reads the annotation on one object.
-func optedOut(obj metav1.Object) bool {
+// optedOut reads the annotation on one object; it counts only where the policy
+// allows workloads to opt out.
+func (p Policy) optedOut(obj metav1.Object) bool {
+	if p.WorkloadOptOut == chamber.OptOutIgnored {
+		return false
+	}
 	v, ok := obj.GetAnnotations()[chamber.AnnotationIdleReclaim]
 	if !ok {
 		return false
@@ -383,10 +387,14 @@ func optedOut(obj metav1.Object) bool {
 }
 
 // ownerOptedOut reads the annotation on the workload's pods and its owner (the Job
-// users annotate). An owner that is gone opts out of nothing.
-func (c *Controller) ownerOptedOut(ctx context.Context, wl *kueue.Workload, pods []corev1.Pod) (bool, error) {
+// users annotate), where the policy lets them opt out. An owner that is gone opts out
+// of nothing.
+func (c *Controller) ownerOptedOut(ctx context.Context, policy Policy, wl *kueue.Workload, pods []corev1.Pod) (bool, error) {
+	if policy.WorkloadOptOut == chamber.OptOutIgnored {
+		return false, nil
+	}
 	for i := range pods {
-		if optedOut(&pods[i]) {
+		if policy.optedOut(&pods[i]) {
 			return true, nil
 		}
 	}
@@ -404,7 +412,7 @@ func (c *Controller) ownerOptedOut(ctx context.Context, wl *kueue.Workload, pods
 		if err != nil {
 			return false, fmt.Errorf("read %s %s/%s, owner of workload %s: %w", ref.Kind, wl.Namespace, ref.Name, wl.Name, err)
 		}
-		if optedOut(owner) {
+		if policy.optedOut(owner) {
 			return true, nil
 		}
 	}

@@ -245,6 +245,15 @@ func TestReclaim(t *testing.T) {
 		"opted out on the pod": {
 			change: func(w *world) { w.pod.Annotations = map[string]string{chamber.AnnotationIdleReclaim: "false"} },
 		},
+		"opted out on the Job, Workload and pod, in a pool that ignores opt-outs": {
+			change: func(w *world) {
+				for _, obj := range []metav1.Object{w.job, w.wl, w.pod} {
+					obj.SetAnnotations(map[string]string{chamber.AnnotationIdleReclaim: "false"})
+				}
+				w.pool.Spec.IdleReclaim.WorkloadOptOut = chamber.OptOutIgnored
+			},
+			wantWarned: true, wantEvicted: true,
+		},
 		"an annotation that opts out of nothing": {
 			change:     func(w *world) { w.job.Annotations = map[string]string{chamber.AnnotationIdleReclaim: "yes please"} },
 			wantWarned: true, wantEvicted: true,
@@ -827,6 +836,14 @@ func TestInteractiveIdleLimit(t *testing.T) {
 				interactivePod(w)
 				w.job.Annotations = map[string]string{chamber.AnnotationIdleReclaim: "false"}
 			},
+		},
+		"interactive and opted out, in a pool that ignores opt-outs": {
+			change: func(w *world) {
+				interactivePod(w)
+				w.job.Annotations = map[string]string{chamber.AnnotationIdleReclaim: "false"}
+				w.pool.Spec.IdleReclaim.WorkloadOptOut = chamber.OptOutIgnored
+			},
+			wantPause: true,
 		},
 		"interactive but busy": {
 			change: func(w *world) { interactivePod(w); w.node.Status.GPUs[3].Utilization.GPUPercent = 40 },

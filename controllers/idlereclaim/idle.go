@@ -27,6 +27,9 @@ type Policy struct {
 	// InteractiveIdleLimit pauses an interactive workload idle this long, waiters or
 	// not; 0 means no limit.
 	InteractiveIdleLimit time.Duration
+	// WorkloadOptOut: whether a workload's chamber.dev/idle-reclaim: "false" counts
+	// (empty: Allowed).
+	WorkloadOptOut chamber.WorkloadOptOut
 }
 
 // ResolvePolicy is the pool's policy with the team's set fields over it. Either may be
@@ -51,6 +54,9 @@ func ResolvePolicy(pool, team *chamber.IdleReclaimPolicy) Policy {
 		}
 		if layer.InteractiveIdleLimit != nil && layer.InteractiveIdleLimit.Duration >= 0 {
 			p.InteractiveIdleLimit = layer.InteractiveIdleLimit.Duration
+		}
+		if layer.WorkloadOptOut != "" {
+			p.WorkloadOptOut = layer.WorkloadOptOut
 		}
 	}
 	return p

@@ -55,6 +55,10 @@ func TestResolvePolicy(t *testing.T) {
 			team: &chamber.IdleReclaimPolicy{ExemptTiers: []string{}},
 			want: Policy{Enabled: true, UtilizationPercent: 5, Window: DefaultWindow, ExemptTiers: []string{}},
 		},
+		"the pool ignores opt-outs": {
+			pool: &chamber.IdleReclaimPolicy{Enabled: ptr.To(true), WorkloadOptOut: chamber.OptOutIgnored},
+			want: Policy{Enabled: true, UtilizationPercent: 5, Window: DefaultWindow, ExemptTiers: []string{"production"}, WorkloadOptOut: chamber.OptOutIgnored},
+		},
 		"negative window ignored": {
 			pool: &chamber.IdleReclaimPolicy{Enabled: ptr.To(true), Window: &metav1.Duration{Duration: -time.Minute}},
 			want: on(defaults),

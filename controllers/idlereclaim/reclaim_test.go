@@ -172,6 +172,55 @@ func TestIdleWorkloadReclaimed(t *testing.T) {
 	g.Expect(workload(g, "reclaim-a", "idle").Annotations[idlereclaim.AnnotationReclaims]).To(gomega.Equal("1"))
 }
 
+// Issue 53: a pool whose admin set idleReclaim.workloadOptOut: Ignored reclaims an idle
+// workload whose users opted it out (chamber.dev/idle-reclaim: "false" on its Job) for
+// a team that waits, as TestIdleWorkloadReclaimed's pool, which allows opt-outs, never does.
+func TestOptOutIgnoredByThePool(t *testing.T) {
+	g := gomega.NewWithT(t)
+	g.SetDefaultEventuallyTimeout(2 * time.Minute)
+	g.SetDefaultEventuallyPollingInterval(250 * time.Millisecond)
+	const window = 30 * time.Second
+
+	labels := map[string]string{"chamber.dev/test-pool": "strict"}
+	create(t, &chamber.GPUPool{ObjectMeta: metav1.ObjectMeta{Name: "strict"}, Spec: chamber.GPUPoolSpec{
+		NodeLabels: labels,
+		IdleReclaim: &chamber.IdleReclaimPolicy{Enabled: ptr.To(true), Window: &metav1.Duration{Duration: window},
+			WorkloadOptOut: chamber.OptOutIgnored},
+	}})
+	if err := controlplane.CreateGPUNodes(context.Background(), k8s, controlplane.GPUNode{Name: "strict-1", GPUs: 8, Product: h100, Labels: labels}); err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range []string{"strict-a", "strict-b"} {
+		create(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	}
+	create(t, &chamber.Team{ObjectMeta: metav1.ObjectMeta{Name: "strict-a"}, Spec: chamber.TeamSpec{
+		Pool: "strict", Namespaces: []string{"strict-a"}, Quotas: []chamber.TeamQuota{{Model: h100, GPUs: 0}},
+		Eviction: &chamber.EvictionPolicy{GracePeriod: &metav1.Duration{}},
+	}})
+	create(t, &chamber.Team{ObjectMeta: metav1.ObjectMeta{Name: "strict-b"}, Spec: chamber.TeamSpec{
+		Pool: "strict", Namespaces: []string{"strict-b"}, Quotas: []chamber.TeamQuota{{Model: h100, GPUs: 8}},
+		Preemption: &chamber.TeamPreemption{ReclaimWithinCohort: "Never"},
+	}})
+
+	startAgents(t, []string{"strict-1"}, "")
+	submit(t, "strict-a", "optout", "strict-1", "10m", func(j *testingjob.JobWrapper) {
+		j.SetAnnotation(chamber.AnnotationIdleReclaim, "false")
+	})
+	g.Eventually(func(g gomega.Gomega) {
+		g.Expect(podPhase(g, "strict-a", "optout")).To(gomega.Equal(corev1.PodRunning))
+	}).Should(gomega.Succeed())
+	submit(t, "strict-b", "waits", "", "15s", nil)
+	g.Eventually(func(g gomega.Gomega) {
+		g.Expect(eventReasons(g, "strict-a", "optout")).To(gomega.ContainElement(idlereclaim.ReasonIdleGPUs))
+	}).Should(gomega.Succeed())
+
+	clock.Step(window)
+	g.Eventually(func(g gomega.Gomega) {
+		g.Expect(evictedByCheck(workload(g, "strict-a", "optout"))).To(gomega.BeTrue())
+		g.Expect(admitted(g, "strict-b", "waits")).To(gomega.BeTrue())
+	}).Should(gomega.Succeed())
+}
+
 // startAgents runs a real node agent on go-nvml's DGX H100 fakes for each node, on the
 // test's clock. The GPUs of busy are at 90% from the start; the others stay at 0%.
 // Without a kubelet the agents name no pod on the GPUs, and idle reclaim judges a pod

@@ -91,8 +91,8 @@ func (r *VolcanoJobs) Reconcile(ctx context.Context, job *batch.Job) (reconcile.
 		}
 		return r.pause(ctx, job, req, now)
 	}
-	if job.Status.State.Phase != batch.Running || optedOut(job) {
-		// Not running: its next phase (or annotation) brings it back here.
+	if job.Status.State.Phase != batch.Running {
+		// Not running: its next phase brings it back here.
 		r.forget(job.UID)
 		return reconcile.Result{}, nil
 	}
@@ -105,7 +105,7 @@ func (r *VolcanoJobs) Reconcile(ctx context.Context, job *batch.Job) (reconcile.
 		poolPolicy = pool.Spec.IdleReclaim
 	}
 	policy := ResolvePolicy(poolPolicy, team.Spec.IdleReclaim)
-	if !policy.Enabled || policy.exempt(job.Spec.PriorityClassName) {
+	if !policy.Enabled || policy.exempt(job.Spec.PriorityClassName) || policy.optedOut(job) {
 		r.forget(job.UID)
 		return again, nil
 	}
