@@ -45,12 +45,12 @@ import (
 // With each fault the harness times an echo (startEcho), written at the same moment
 // from another goroutine: the same GPUNode write on a node outside every pool,
 // answered by a reconciler that does nothing but taint that node the way isolation
-// does. The echo is the floor of the path on this
-// machine at this moment: the same write, watch, cache, reconcile queue, Node patch
-// and watch again, with none of isolation's decisions. taint-p99-ratio, fault to
-// taint p99 over echo p99, is the machine-independent figure make perf-check gates:
-// a slower or busier machine slows both alike, while a slower isolation path (more
-// reads before the taint, a requeue, a slower check) moves the numerator only.
+// does. The echo is the floor of the path on this machine at this moment: the same
+// write, watch, cache, reconcile queue, Node patch and watch again, with none of
+// isolation's decisions. taint-p99-ratio, fault to taint p99 over echo p99, is the
+// machine-independent figure make perf-check gates: a slower or busier machine slows
+// both alike (a stall lands on both, written together), while a slower isolation
+// path (more reads before the taint, a requeue) moves the numerator only.
 func BenchmarkFaultIsolation(b *testing.B) {
 	nodeCount, jobs, injections := 100, 40, 50
 	if os.Getenv("CHAMBER_BENCH_SMALL") != "" {

@@ -46,7 +46,7 @@ type Figure struct {
 	Metric string `json:"metric"`
 	// About says what the figure is, for the table and the reader of the file.
 	About string `json:"about"`
-	// Baseline is the median of Runs.
+	// Baseline is the highest of Runs.
 	Baseline float64 `json:"baseline"`
 	// Runs are the values the baseline was taken from.
 	Runs []float64 `json:"runs,omitempty"`
