@@ -7,7 +7,7 @@
 // when asked. The image runs as user 65532 (nonroot), like the Dockerfile's distroless
 // base, and has no shell and no package manager.
 //
-//	go run . --root ../.. --out ../../bin/image --tag ghcr.io/chamber-dev/chamber:0.2.0 [--push]
+//	go run . --root ../.. --out ../../bin/image --tag ghcr.io/chamber-dev/chamber:0.3.0 [--push]
 //
 // It needs a Debian (or Ubuntu) machine: the libc files are those `dpkg -L libc6`
 // lists. Elsewhere, build the Dockerfile.
@@ -67,12 +67,12 @@ type Options struct {
 func main() {
 	root := flag.String("root", "../..", "the repository's root")
 	out := flag.String("out", "../../bin/image", "where the OCI layout (OUT/oci) and the tarball (OUT/chamber.tar) go")
-	tag := flag.String("tag", "ghcr.io/chamber-dev/chamber:0.2.0", "the image's name and tag")
+	tag := flag.String("tag", "ghcr.io/chamber-dev/chamber:0.3.0", "the image's name and tag")
 	push := flag.Bool("push", false, "push the image to the tag's registry (credentials from docker's config, as `docker login` writes it)")
 	flag.Parse()
 	t, err := name.NewTag(*tag, name.StrictValidation)
 	if err != nil {
-		fail("--tag %q: %v (want a name such as ghcr.io/you/chamber:0.2.0)", *tag, err)
+		fail("--tag %q: %v (want a name such as ghcr.io/you/chamber:0.3.0)", *tag, err)
 	}
 	o := Options{Root: *root, Out: *out, Tag: t, Epoch: sourceDateEpoch()}
 	if *push {
