@@ -37,12 +37,6 @@ func endpoint(t *testing.T, objs []*unstructured.Unstructured, name string) map[
 	return eps[0].(map[string]any)
 }
 
-// podSpecString is a string at path in a Deployment's or DaemonSet's pod spec.
-func podSpecString(obj *unstructured.Unstructured, path ...string) string {
-	s, _, _ := unstructured.NestedString(obj.Object, append([]string{"spec", "template", "spec"}, path...)...)
-	return s
-}
-
 // secretVolume is the Secret of the pod volume metrics-tls ("" without one).
 func secretVolume(obj *unstructured.Unstructured) string {
 	volumes, _, _ := unstructured.NestedSlice(obj.Object, "spec", "template", "spec", "volumes")
