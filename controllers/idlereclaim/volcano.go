@@ -327,7 +327,9 @@ func (r *VolcanoJobs) waiter(ctx context.Context, job *batch.Job, team *chamber.
 		if want.Value() == 0 || want.Value() > gpus {
 			continue
 		}
-		if pool, ok := poolOf[pg.Namespace]; ok && pool != team.Spec.Pool {
+		// A waiting job of another pool cannot use these GPUs; nor can Chamber say
+		// which it could use where no team lists its namespace.
+		if team != nil && poolOf[pg.Namespace] != team.Spec.Pool {
 			continue
 		}
 		// A job reclaimed for idling gets no other reclaimed while it waits (as for
