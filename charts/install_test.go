@@ -21,7 +21,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 	testingjob "sigs.k8s.io/kueue/pkg/util/testingjobs/job"
@@ -335,16 +334,8 @@ func replaceArgs(t *testing.T, args []string, with map[string]string) []string {
 // as a pod on node, if set), the way the container's token would.
 func kubeconfigAs(t *testing.T, cp *controlplane.ControlPlane, dir, name, node string) string {
 	t.Helper()
-	kc, err := clientcmd.LoadFromFile(cp.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	as := controlplane.AsServiceAccount(cp.Config, controlplane.ChartNamespace, name, node).Impersonate
-	for _, auth := range kc.AuthInfos {
-		auth.Impersonate, auth.ImpersonateGroups, auth.ImpersonateUserExtra = as.UserName, as.Groups, as.Extra
-	}
 	path := filepath.Join(dir, "kubeconfig-"+name+"-"+node)
-	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+	if err := cp.WriteKubeconfigAs(path, name, node); err != nil {
 		t.Fatal(err)
 	}
 	return path

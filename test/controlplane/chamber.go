@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"sync"
@@ -41,14 +40,7 @@ func (cp *ControlPlane) StartChamber(ctx context.Context, name string, args ...s
 		return nil, err
 	}
 	kubeconfig := filepath.Join(cp.Dir, "chamber-controller.kubeconfig")
-	config := AsServiceAccount(cp.Config, ChartNamespace, ControllerAccount, "")
-	if os.Getenv(RBACUseDir) != "" {
-		// The binary's requests go through this process, which records them.
-		if config, err = recordingProxy(config); err != nil {
-			return nil, err
-		}
-	}
-	if err := writeKubeconfig(kubeconfig, config); err != nil {
+	if err := cp.WriteKubeconfigAs(kubeconfig, ControllerAccount, ""); err != nil {
 		return nil, err
 	}
 	metricsPort, err := freePort()

@@ -93,6 +93,21 @@ func writeRBACUse(dir string, use RBACUse) error {
 	return f.Close()
 }
 
+// WriteKubeconfigAs writes a kubeconfig at path for a process of its own (a binary
+// the test runs) acting as the chart's ServiceAccount account, as AsServiceAccount
+// does: where RBACUseDir is set, through a recording proxy in this process, so its
+// requests are recorded too.
+func (cp *ControlPlane) WriteKubeconfigAs(path, account, node string) error {
+	config := AsServiceAccount(cp.Config, ChartNamespace, account, node)
+	if os.Getenv(RBACUseDir) != "" {
+		var err error
+		if config, err = recordingProxy(config); err != nil {
+			return err
+		}
+	}
+	return writeKubeconfig(path, config)
+}
+
 // recordingProxy serves config's API server on a loopback port, in plain HTTP, and
 // forwards each request as config (recording it, as recordRBACUse does): the config
 // it returns is for a process of its own, such as chamber-controller's binary.
