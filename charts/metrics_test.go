@@ -23,6 +23,15 @@ func withMonitoring(t *testing.T, args ...string) []*unstructured.Unstructured {
 	return render(t, append([]string{"--api-versions", "monitoring.coreos.com/v1"}, args...)...)
 }
 
+// sets is helm's arguments for the values, each name=value: --set name=value ...
+func sets(values []string) []string {
+	var args []string
+	for _, v := range values {
+		args = append(args, "--set", v)
+	}
+	return args
+}
+
 // endpoint is the first endpoint of a ServiceMonitor.
 func endpoint(t *testing.T, objs []*unstructured.Unstructured, name string) map[string]any {
 	t.Helper()
@@ -111,11 +120,7 @@ func TestMetricsTLS(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			var args []string
-			for _, s := range tc.set {
-				args = append(args, "--set", s)
-			}
-			objs := withMonitoring(t, args...)
+			objs := withMonitoring(t, sets(tc.set)...)
 			deploy, ds := find(objs, "Deployment", "chamber-controller"), find(objs, "DaemonSet", "chamber-agent")
 			controller, agent := endpoint(t, objs, "chamber-controller"), endpoint(t, objs, "chamber-agent")
 			agentArgs := containerArgs(t, ds)
@@ -187,11 +192,7 @@ func TestMonitoringSelectorLabels(t *testing.T) {
 		"and the objects' own": {set: []string{"metrics.serviceMonitor.labels.team=infra", "metrics.prometheusRule.labels.team=infra"},
 			want: map[string]string{"release": "kube-prometheus-stack", "team": "infra"}},
 	} {
-		var args []string
-		for _, s := range tc.set {
-			args = append(args, "--set", s)
-		}
-		objs := withMonitoring(t, args...)
+		objs := withMonitoring(t, sets(tc.set)...)
 		for _, o := range objs {
 			if o.GetKind() != "ServiceMonitor" && o.GetKind() != "PrometheusRule" {
 				continue
@@ -252,11 +253,7 @@ func TestControllerDisruptionBudget(t *testing.T) {
 		{set: []string{"controller.replicas=3", "controller.podDisruptionBudget.maxUnavailable=2"}, want: "2"},
 		{set: []string{"controller.replicas=2", "controller.podDisruptionBudget.enabled=false"}, want: ""},
 	} {
-		var args []string
-		for _, s := range tc.set {
-			args = append(args, "--set", s)
-		}
-		objs := render(t, args...)
+		objs := render(t, sets(tc.set)...)
 		pdb := find(objs, "PodDisruptionBudget", "")
 		var got string
 		if pdb != nil {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"flag"
 	"net/http"
 	"testing"
 	"time"
@@ -19,7 +18,6 @@ import (
 func TestMetricsServerHTTP2(t *testing.T) {
 	for enable, want := range map[bool]string{false: "http/1.1", true: "h2"} {
 		o := options.New()
-		o.AddFlags(flag.NewFlagSet("chamber-controller", flag.ContinueOnError))
 		o.MetricsSecure, o.MetricsAddr = true, "127.0.0.1:0"
 		srv, err := metricsserver.NewServer(metricsServer(o, enable), &rest.Config{Host: "https://127.0.0.1:1"}, http.DefaultClient)
 		if err != nil {
