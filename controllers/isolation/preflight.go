@@ -152,7 +152,8 @@ func (c *Controller) createPreflight(ctx context.Context, node *corev1.Node, p *
 	spec.Tolerations = append(spec.Tolerations,
 		corev1.Toleration{Key: chamber.TaintGPUUnhealthy, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
 		corev1.Toleration{Key: corev1.TaintNodeUnschedulable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule})
-	labels := map[string]string{LabelPreflightNode: preflightNodeLabel(node.Name)}
+	nodeLabel := preflightNodeLabel(node.Name)
+	labels := map[string]string{LabelPreflightNode: nodeLabel}
 	for k, v := range tmpl.Template.Labels {
 		labels[k] = v
 	}
@@ -160,7 +161,7 @@ func (c *Controller) createPreflight(ctx context.Context, node *corev1.Node, p *
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: ref.Namespace,
 			Name:      name,
-			Labels:    map[string]string{LabelPreflightNode: preflightNodeLabel(node.Name)},
+			Labels:    map[string]string{LabelPreflightNode: nodeLabel},
 		},
 		Spec: batchv1.JobSpec{
 			BackoffLimit:            ptr.To[int32](0),

@@ -19,7 +19,7 @@ import (
 )
 
 func TestPreflightJobName(t *testing.T) {
-	long := strings.Repeat("gpu-node-", 27) + "a.cluster.example.com"
+	long := strings.Repeat("gpu-node-", 25) + "rack-7.a.cluster.example.com" // 253, the most a node name has
 	for name, tc := range map[string]struct {
 		node    string
 		attempt int
