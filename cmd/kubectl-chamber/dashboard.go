@@ -324,10 +324,6 @@ func serviceAccountToken(c client.Client, account types.NamespacedName) tokenSou
 	}
 }
 
-// signOutPath is the page's sign-out (exporter/page), which the dashboard answers
-// itself: the browser holds no token of the dashboard's to clear.
-const signOutPath = page.Path + "sign-out"
-
 // dashboardProxy serves the fleet page from upstream (host:port, HTTPS when secure)
 // with the token's Authorization header. It answers only requests addressed to the
 // host it listens on (localhost, 127.0.0.1), so that a web page whose name resolves
@@ -362,7 +358,7 @@ func dashboardProxy(upstream string, secure bool, token tokenSource, refused fun
 			return nil
 		},
 	}
-	csrf := http.NewCrossOriginProtection()
+	signOut := signOutHandler(signedOut)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		host, _, err := net.SplitHostPort(r.Host)
 		if err != nil {
@@ -376,13 +372,8 @@ func dashboardProxy(upstream string, secure bool, token tokenSource, refused fun
 			http.Redirect(w, r, page.Path, http.StatusFound)
 			return
 		}
-		if r.URL.Path == signOutPath {
-			csrf.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				serveSignedOut(w, r)
-				if r.Method == http.MethodPost && signedOut != nil {
-					signedOut()
-				}
-			})).ServeHTTP(w, r)
+		if r.URL.Path == page.SignOutPath {
+			signOut.ServeHTTP(w, r)
 			return
 		}
 		t, err := token(r.Context())
@@ -407,19 +398,26 @@ credentials. Run <code>kubectl chamber dashboard</code> again to sign in.</p>
 </body></html>
 `
 
-// serveSignedOut answers the page's sign-out, a POST.
-func serveSignedOut(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", "POST")
-		http.Error(w, "sign out with a POST, from the fleet page's Sign out button", http.StatusMethodNotAllowed)
-		return
-	}
-	h := w.Header()
-	h.Set("Content-Type", "text/html; charset=utf-8")
-	h.Set("Cache-Control", "no-store")
-	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; frame-ancestors 'none'")
-	h.Set("Connection", "close")
-	_, _ = io.WriteString(w, signedOutPage)
+// signOutHandler answers the page's sign-out (page.SignOutPath) itself, the browser
+// holding no token of the dashboard's to clear: a POST from the page's own origin
+// gets signedOutPage, and then signedOut, when set, is called.
+func signOutHandler(signedOut func()) http.Handler {
+	return http.NewCrossOriginProtection().Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", "POST")
+			http.Error(w, "sign out with a POST, from the fleet page's Sign out button", http.StatusMethodNotAllowed)
+			return
+		}
+		h := w.Header()
+		h.Set("Content-Type", "text/html; charset=utf-8")
+		h.Set("Cache-Control", "no-store")
+		h.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; frame-ancestors 'none'")
+		h.Set("Connection", "close")
+		_, _ = io.WriteString(w, signedOutPage)
+		if signedOut != nil {
+			signedOut()
+		}
+	}))
 }
 
 // serveDashboard port-forwards to the target, serves the page on 127.0.0.1:port and

@@ -16,9 +16,10 @@ const CookieName = "chamber-fleet-token"
 // signInPath is the sign-in form and its action, answered before authentication.
 const signInPath = Path + "sign-in"
 
-// signOutPath is the sign-out action (POST), answered before authentication too: a
-// browser whose token has expired or lost its role may still sign out.
-const signOutPath = Path + "sign-out"
+// SignOutPath is the page's sign-out action (POST), answered before authentication
+// too: a browser whose token has expired or lost its role may still sign out.
+// kubectl chamber dashboard answers it itself.
+const SignOutPath = Path + "sign-out"
 
 // maxToken bounds a token taken from the form; ServiceAccount tokens are about 1 KB.
 const maxToken = 16 << 10
@@ -67,7 +68,7 @@ func (s *signIn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case signInPath:
 		s.csrf.Handler(http.HandlerFunc(s.serveForm)).ServeHTTP(w, r)
 		return
-	case signOutPath:
+	case SignOutPath:
 		s.csrf.Handler(http.HandlerFunc(signOut)).ServeHTTP(w, r)
 		return
 	}
@@ -152,8 +153,7 @@ func (s *signIn) serveForm(w http.ResponseWriter, r *http.Request) {
 			s.form(w, http.StatusBadRequest, "malformed")
 			return
 		}
-		http.SetCookie(w, &http.Cookie{Name: CookieName, Value: token, Path: Path,
-			HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
+		http.SetCookie(w, tokenCookie(r, token))
 		http.Redirect(w, r, Path, http.StatusSeeOther)
 	case http.MethodGet, http.MethodHead:
 		s.form(w, http.StatusOK, r.URL.Query().Get("why"))
@@ -188,9 +188,17 @@ func signOut(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Cache-Control", "no-store")
-	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: "", Path: Path, MaxAge: -1,
-		HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
+	cleared := tokenCookie(r, "")
+	cleared.MaxAge = -1
+	http.SetCookie(w, cleared)
 	http.Redirect(w, r, signInPath+"?why=signed-out", http.StatusSeeOther)
+}
+
+// tokenCookie is CookieName holding token, for Path only: HttpOnly, SameSite=Strict,
+// and Secure when r came over TLS. Sign-out clears it with the same attributes.
+func tokenCookie(r *http.Request, token string) *http.Cookie {
+	return &http.Cookie{Name: CookieName, Value: token, Path: Path,
+		HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode}
 }
 
 // validToken: a bearer token as Kubernetes issues them (a JWT, or a static token),

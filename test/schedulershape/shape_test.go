@@ -29,6 +29,7 @@ import (
 	"chamber.dev/chamber/controllers/controllertest"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 	"chamber.dev/chamber/test/controlplane"
+	"chamber.dev/chamber/test/perf"
 )
 
 // workloadClass is one kind of workload of Kueue's scheduler performance test
@@ -156,12 +157,12 @@ func BenchmarkSchedulerShape(b *testing.B) {
 			slices.Sort(p99Ratios[a])
 			w, p := wallRatios[a], p99Ratios[a]
 			b.Logf("%s against Kueue alone, %d rounds: wall-time ratio median %.2f (range %.2f-%.2f); admission p99 ratio median %.2f (range %.2f-%.2f)",
-				arms[a].name, rounds, median(w), w[0], w[len(w)-1], median(p), p[0], p[len(p)-1])
+				arms[a].name, rounds, perf.Median(w), w[0], w[len(w)-1], perf.Median(p), p[0], p[len(p)-1])
 		}
-		b.ReportMetric(median(wallRatios[1]), "chamber-wall-ratio")
-		b.ReportMetric(median(p99Ratios[1]), "chamber-admit-p99-ratio")
-		b.ReportMetric(median(wallRatios[2]), "check-wall-ratio")
-		b.ReportMetric(median(p99Ratios[2]), "check-admit-p99-ratio")
+		b.ReportMetric(perf.Median(wallRatios[1]), "chamber-wall-ratio")
+		b.ReportMetric(perf.Median(p99Ratios[1]), "chamber-admit-p99-ratio")
+		b.ReportMetric(perf.Median(wallRatios[2]), "check-wall-ratio")
+		b.ReportMetric(perf.Median(p99Ratios[2]), "check-admit-p99-ratio")
 		b.ReportMetric(rssMiB, "max-rss-MiB")
 	}
 }
@@ -222,9 +223,9 @@ func BenchmarkCheckSideBySide(b *testing.B) {
 			res := runShapes(b, []shapeCopy{{ns: ns + "-plain"}, {ns: ns + "-check", check: true}}, scale, ch)
 			ch.Kill()
 			plain, check := res[0], res[1]
-			for k, c := range []shapeCopy{{ns: "plain"}, {ns: "check"}} {
+			for k, name := range []string{"plain", "check"} {
 				b.Logf("round %d, %-5s %5d workloads: wall %6.1fs, time to admission mean %6.0f ms, p50 %6.0f ms, p99 %6.0f ms, %.1f writes per workload",
-					r+1, c.ns, res[k].Workloads, res[k].Wall.Seconds(), ms(res[k].MeanAdmission), ms(res[k].P50), ms(res[k].P99), res[k].WritesPerWorkload)
+					r+1, name, res[k].Workloads, res[k].Wall.Seconds(), ms(res[k].MeanAdmission), ms(res[k].P50), ms(res[k].P99), res[k].WritesPerWorkload)
 			}
 			mean = append(mean, ms(check.MeanAdmission)/math.Max(ms(plain.MeanAdmission), 1e-3))
 			p99 = append(p99, ms(check.P99)/math.Max(ms(plain.P99), 1e-3))
@@ -236,12 +237,12 @@ func BenchmarkCheckSideBySide(b *testing.B) {
 			slices.Sort(v)
 		}
 		b.Logf("check over plain, %d rounds: admission mean ratio median %.2f (range %.2f-%.2f), p99 %.2f (%.2f-%.2f), wall %.2f (%.2f-%.2f), writes per workload %.2f (%.2f-%.2f)",
-			rounds, median(mean), mean[0], mean[len(mean)-1], median(p99), p99[0], p99[len(p99)-1], median(wall), wall[0], wall[len(wall)-1],
-			median(writes), writes[0], writes[len(writes)-1])
-		b.ReportMetric(median(mean), "check-side-admit-mean-ratio")
-		b.ReportMetric(median(p99), "check-side-admit-p99-ratio")
-		b.ReportMetric(median(wall), "check-side-wall-ratio")
-		b.ReportMetric(median(writes), "check-side-writes-ratio")
+			rounds, perf.Median(mean), mean[0], mean[len(mean)-1], perf.Median(p99), p99[0], p99[len(p99)-1], perf.Median(wall), wall[0], wall[len(wall)-1],
+			perf.Median(writes), writes[0], writes[len(writes)-1])
+		b.ReportMetric(perf.Median(mean), "check-side-admit-mean-ratio")
+		b.ReportMetric(perf.Median(p99), "check-side-admit-p99-ratio")
+		b.ReportMetric(perf.Median(wall), "check-side-wall-ratio")
+		b.ReportMetric(perf.Median(writes), "check-side-writes-ratio")
 	}
 }
 
@@ -276,15 +277,6 @@ func peakRSSMiB(pid int) float64 {
 		}
 	}
 	return 0
-}
-
-// median of sorted values.
-func median(sorted []float64) float64 {
-	n := len(sorted)
-	if n%2 == 1 {
-		return sorted[n/2]
-	}
-	return (sorted[n/2-1] + sorted[n/2]) / 2
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -401,8 +393,9 @@ func runShapes(b *testing.B, copies []shapeCopy, scale float64, ch *controlplane
 		}
 	}
 	if ch != nil {
+		rss := peakRSSMiB(ch.Pid())
 		for k := range results {
-			results[k].rssMiB = peakRSSMiB(ch.Pid())
+			results[k].rssMiB = rss
 		}
 	}
 	return results

@@ -26,7 +26,7 @@ import (
 func main() {
 	path := flag.String("baseline", "test/perf/baseline.json", "the baseline file")
 	update := flag.Bool("update", false, "write the highest of -runs runs of each figure as its new baseline instead of comparing")
-	runs := flag.Int("runs", 3, "with -update: how many runs the baseline is the median of")
+	runs := flag.Int("runs", 3, "with -update: how many runs each figure's baseline is the highest of")
 	from := flag.String("from", "", "compare the go test -bench output in this file instead of running the benchmarks")
 	flag.Parse()
 	base, err := perf.Read(*path)
@@ -122,9 +122,7 @@ func runAll(base perf.Baseline) (perf.Results, error) {
 		if err != nil {
 			return nil, err
 		}
-		for name, metrics := range res {
-			out[name] = metrics
-		}
+		maps.Copy(out, res)
 	}
 	return out, nil
 }
