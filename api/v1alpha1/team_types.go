@@ -29,7 +29,8 @@ const (
 	// version the chart installs (admissionregistration.k8s.io/v1 or v1beta1).
 	ReasonPolicyAPINotServed = "MutatingAdmissionPolicyNotServed"
 	// ReasonPolicyNotInstalled: the API server serves MutatingAdmissionPolicies, but
-	// the chart's pod grace policy is not there (podGrace.enabled false, or deleted).
+	// the chart's pod grace policy is not there (the chart's
+	// pod-grace-from-eviction-policy flag false, or the policy deleted).
 	ReasonPolicyNotInstalled = "PolicyNotInstalled"
 )
 

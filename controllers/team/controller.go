@@ -78,10 +78,8 @@ const DefaultUsageRefresh = 5 * time.Second
 
 // Controller reconciles Teams.
 type Controller struct {
-	client client.Client
-	// reader reads the chart's grace policy by name, uncached: a watch would need a
-	// right to list every admission policy.
-	reader   client.Reader
+	client   client.Client
+	policy   *gracePolicy
 	recorder events.EventRecorder
 	opts     Options
 }
@@ -97,10 +95,7 @@ func Register(mgr ctrl.Manager, opts Options) error {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	if opts.PolicyAPI == "" {
-		opts.PolicyAPI = PolicyV1
-	}
-	c := &Controller{client: mgr.GetClient(), reader: mgr.GetAPIReader(), recorder: mgr.GetEventRecorder("chamber-team"), opts: opts}
+	c := &Controller{client: mgr.GetClient(), policy: newGracePolicy(mgr.GetAPIReader(), opts.Clock, opts.PolicyAPI, opts.GracePolicy), recorder: mgr.GetEventRecorder("chamber-team"), opts: opts}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("team").
 		// The team's spec; its status is this controller's own (each write would
@@ -255,7 +250,7 @@ func (c *Controller) Reconcile(ctx context.Context, team *chamber.Team) (reconci
 			return reconcile.Result{}, err
 		}
 		if c.opts.PodGracePeriods {
-			grace, err := applyPodGrace(ctx, c.reader, team, &pool, c.opts.EvictionGrace, c.opts.PolicyAPI, c.opts.GracePolicy)
+			grace, err := applyPodGrace(ctx, c.policy, team, &pool, c.opts.EvictionGrace)
 			if err != nil {
 				return reconcile.Result{}, err
 			}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
@@ -12,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
@@ -98,8 +100,9 @@ func podGrace(team *chamber.Team, pool *chamber.GPUPool, fallback time.Duration)
 		}
 		for _, t := range p.TierGracePeriods {
 			if !slices.ContainsFunc(grace.Tiers, func(have chamber.TierPodGrace) bool { return have.Tier == t.Tier }) {
-				grace.Tiers = append(grace.Tiers, chamber.TierPodGrace{Tier: t.Tier, Seconds: seconds(t.Tier)})
-				longest = max(longest, seconds(t.Tier))
+				tier := chamber.TierPodGrace{Tier: t.Tier, Seconds: seconds(t.Tier)}
+				grace.Tiers = append(grace.Tiers, tier)
+				longest = max(longest, tier.Seconds)
 			}
 		}
 	}
@@ -110,16 +113,69 @@ func podGrace(team *chamber.Team, pool *chamber.GPUPool, fallback time.Duration)
 	return grace
 }
 
+// gracePolicyRecheck is how often, at most, a gracePolicy reads the chart's policy
+// again: a Team is reconciled on every usage refresh (DefaultUsageRefresh), and the
+// policy changes only with a helm upgrade.
+const gracePolicyRecheck = time.Minute
+
+// gracePolicy says whether the chart's grace policy named name, and its binding of
+// the same name, are there in the version api names. It reads them uncached and by
+// name (the chart grants get on that name alone), at most once a gracePolicyRecheck
+// for all of a controller's Teams.
+type gracePolicy struct {
+	reader client.Reader
+	clock  clock.PassiveClock
+	api    PolicyAPI
+	name   string
+
+	mu      sync.Mutex
+	readAt  time.Time
+	missing string // what is not there; "" when both are
+}
+
+func newGracePolicy(reader client.Reader, clk clock.PassiveClock, api PolicyAPI, name string) *gracePolicy {
+	if api == "" {
+		api = PolicyV1
+	}
+	return &gracePolicy{reader: reader, clock: clk, api: api, name: name}
+}
+
+// check returns what of the policy is missing, "" when it is in place.
+func (p *gracePolicy) check(ctx context.Context) (string, error) {
+	if p.name == "" {
+		return "no pod grace policy is named (--pod-grace-policy)", nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.clock.Now()
+	if !p.readAt.IsZero() && now.Sub(p.readAt) < gracePolicyRecheck {
+		return p.missing, nil
+	}
+	missing := ""
+	for _, kind := range []string{"MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"} {
+		obj := &metav1.PartialObjectMetadata{}
+		obj.SetGroupVersionKind(schema.GroupVersionKind{Group: admissionv1.GroupName, Version: string(p.api), Kind: kind})
+		err := p.reader.Get(ctx, client.ObjectKey{Name: p.name}, obj)
+		if apierrors.IsNotFound(err) {
+			missing = fmt.Sprintf("no %s %s", kind, p.name)
+			break
+		}
+		if err != nil {
+			return "", fmt.Errorf("get %s %s: %w", kind, p.name, err)
+		}
+	}
+	p.readAt, p.missing = now, missing
+	return missing, nil
+}
+
 // applyPodGrace sets the team's status.podGrace and returns its PodGrace condition:
-// whether the chart's policy named policy (and its binding of the same name) is there,
-// in the version api names, to read it. The policy is read uncached, by name (the
-// chart's Role grants get on that name alone). Both Team controllers use it: the pods
-// of a Volcano Job get notice from Volcano's reclaim and preempt as those of a Kueue
-// Job do from Kueue's preemptions.
-func applyPodGrace(ctx context.Context, reader client.Reader, team *chamber.Team, pool *chamber.GPUPool, fallback time.Duration, api PolicyAPI, policy string) (metav1.Condition, error) {
+// whether the chart's policy is there to read it. Both Team controllers use it: the
+// pods of a Volcano Job get notice from Volcano's reclaim and preempt as those of a
+// Kueue Job do from Kueue's preemptions.
+func applyPodGrace(ctx context.Context, policy *gracePolicy, team *chamber.Team, pool *chamber.GPUPool, fallback time.Duration) (metav1.Condition, error) {
 	cond := metav1.Condition{Type: chamber.ConditionPodGrace, Status: metav1.ConditionFalse, ObservedGeneration: team.Generation}
 	team.Status.PodGrace = podGrace(team, pool, fallback)
-	if api == PolicyNotServed {
+	if policy.api == PolicyNotServed {
 		cond.Reason, cond.Message = chamber.ReasonPolicyAPINotServed, policyAPINotServed
 		return cond, nil
 	}
@@ -128,28 +184,18 @@ func applyPodGrace(ctx context.Context, reader client.Reader, team *chamber.Team
 		cond.Reason, cond.Message = chamber.ReasonNoGraceToRaise, "every grace the team's tiers have is 0: pods keep their own terminationGracePeriodSeconds"
 		return cond, nil
 	}
-	notInstalled := func(what string) metav1.Condition {
+	missing, err := policy.check(ctx)
+	if err != nil {
+		return cond, err
+	}
+	if missing != "" {
 		cond.Reason = chamber.ReasonPolicyNotInstalled
 		cond.Message = fmt.Sprintf("%s: the team's pods keep their own terminationGracePeriodSeconds (Kubernetes' default is 30 s) when Kueue or Volcano preempts them; "+
-			"install it with the chart (podGrace.enabled: true), which passes its name to chamber-controller as --pod-grace-policy", what)
-		return cond
-	}
-	if policy == "" {
-		return notInstalled("no pod grace policy is named (--pod-grace-policy)"), nil
-	}
-	for _, kind := range []string{"MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"} {
-		obj := &metav1.PartialObjectMetadata{}
-		obj.SetGroupVersionKind(schema.GroupVersionKind{Group: admissionv1.GroupName, Version: string(api), Kind: kind})
-		err := reader.Get(ctx, client.ObjectKey{Name: policy}, obj)
-		if apierrors.IsNotFound(err) {
-			return notInstalled(fmt.Sprintf("no %s %s", kind, policy)), nil
-		}
-		if err != nil {
-			return cond, fmt.Errorf("get %s %s: %w", kind, policy, err)
-		}
+			"the chart installs it, and passes its name as --pod-grace-policy, unless controller.flags.pod-grace-from-eviction-policy is false", missing)
+		return cond, nil
 	}
 	cond.Status, cond.Reason = metav1.ConditionTrue, chamber.ReasonGracePolicyApplied
 	cond.Message = fmt.Sprintf("pods created in the team's namespaces get at least the grace in status.podGrace as terminationGracePeriodSeconds (MutatingAdmissionPolicy %s, %s/%s)",
-		policy, admissionv1.GroupName, api)
+		policy.name, admissionv1.GroupName, policy.api)
 	return cond, nil
 }

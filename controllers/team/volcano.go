@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -43,10 +44,7 @@ type VolcanoOptions struct {
 // of a pool whose backend is Volcano becomes a Volcano Queue
 // (integrations/volcano.TeamQueue).
 func RegisterVolcano(mgr ctrl.Manager, opts VolcanoOptions) error {
-	if opts.PolicyAPI == "" {
-		opts.PolicyAPI = PolicyV1
-	}
-	c := &volcanoTeams{client: mgr.GetClient(), reader: mgr.GetAPIReader(), opts: opts}
+	c := &volcanoTeams{client: mgr.GetClient(), policy: newGracePolicy(mgr.GetAPIReader(), clock.RealClock{}, opts.PolicyAPI, opts.GracePolicy), opts: opts}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("team-volcano").
 		For(&chamber.Team{}).
@@ -58,7 +56,7 @@ func RegisterVolcano(mgr ctrl.Manager, opts VolcanoOptions) error {
 
 type volcanoTeams struct {
 	client client.Client
-	reader client.Reader // the grace policy, uncached (Controller.reader)
+	policy *gracePolicy
 	opts   VolcanoOptions
 }
 
@@ -126,7 +124,7 @@ func (c *volcanoTeams) Reconcile(ctx context.Context, team *chamber.Team) (recon
 	hadGrace := team.Status.PodGrace.DeepCopy()
 	var graceChanged bool
 	if c.opts.PodGracePeriods {
-		grace, err := applyPodGrace(ctx, c.reader, team, &pool, c.opts.EvictionGrace, c.opts.PolicyAPI, c.opts.GracePolicy)
+		grace, err := applyPodGrace(ctx, c.policy, team, &pool, c.opts.EvictionGrace)
 		if err != nil {
 			return reconcile.Result{}, err
 		}

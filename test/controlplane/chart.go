@@ -13,13 +13,14 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"chamber.dev/chamber/controllers/team"
 )
 
 // The release the tests install Chamber's chart as, and the ServiceAccounts it makes.
@@ -171,29 +172,18 @@ func (cp *ControlPlane) InstallChartRBAC(ctx context.Context, args ...string) er
 	return ApplyObjects(ctx, c, rbac)
 }
 
-// servedPolicyAPIs are helm template's --api-versions for the versions of
-// admissionregistration.k8s.io in which the API server serves MutatingAdmissionPolicies
-// (helm install reads them from the cluster; helm template does not).
+// servedPolicyAPIs are helm template's --api-versions for the version of
+// admissionregistration.k8s.io in which the API server serves MutatingAdmissionPolicies,
+// as chamber-controller finds it (helm install reads it from the cluster; helm
+// template does not).
 func (cp *ControlPlane) servedPolicyAPIs() ([]string, error) {
 	dc, err := discoveryFor(cp)
 	if err != nil {
 		return nil, err
 	}
-	var args []string
-	for _, version := range []string{"v1", "v1beta1"} {
-		gv := "admissionregistration.k8s.io/" + version
-		resources, err := dc.ServerResourcesForGroupVersion(gv)
-		if apierrors.IsNotFound(err) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("discover %s: %w", gv, err)
-		}
-		for _, r := range resources.APIResources {
-			if r.Kind == "MutatingAdmissionPolicy" {
-				args = append(args, "--api-versions", gv+"/MutatingAdmissionPolicy")
-			}
-		}
+	api, err := team.ServedPolicyAPI(dc)
+	if err != nil || api == team.PolicyNotServed {
+		return nil, err
 	}
-	return args, nil
+	return []string{"--api-versions", "admissionregistration.k8s.io/" + string(api) + "/MutatingAdmissionPolicy"}, nil
 }
