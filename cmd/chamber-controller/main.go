@@ -6,7 +6,6 @@
 package main
 
 import (
-	"crypto/tls"
 	"flag"
 	"fmt"
 	"os"
@@ -18,7 +17,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"chamber.dev/chamber/controllers"
 	"chamber.dev/chamber/controllers/options"
@@ -37,7 +35,6 @@ func main() {
 	}
 	o := options.New()
 	o.AddFlags(flag.CommandLine)
-	enableHTTP2 := flag.Bool("enable-http2", false, "serve HTTP/2 on the HTTPS metrics endpoint (off: HTTP/1.1 only, against HTTP/2's rapid reset and stream cancellation attacks, CVE-2023-44487 and CVE-2023-39325)")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	if err := o.Parse(flag.CommandLine, os.Args[1:]); err != nil {
@@ -84,7 +81,7 @@ func main() {
 	mgr, err := ctrl.NewManager(kube, ctrl.Options{
 		Scheme:                  scheme,
 		Cache:                   controllers.CacheOptions(),
-		Metrics:                 metricsServer(o, *enableHTTP2),
+		Metrics:                 o.MetricsServer(),
 		HealthProbeBindAddress:  o.ProbeAddr,
 		LeaderElection:          o.LeaderElect,
 		LeaderElectionID:        "chamber-controller.chamber.dev",
@@ -109,18 +106,6 @@ func main() {
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
 		fail("run manager: %v", err)
 	}
-}
-
-// metricsServer is the metrics endpoint the flags describe, HTTP/1.1 only unless
-// enableHTTP2, as Kubebuilder scaffolds it: HTTP/2's rapid reset and stream
-// cancellation attacks (CVE-2023-44487, CVE-2023-39325) cost the server far more than
-// the client, and a scrape gains nothing from HTTP/2. Chamber serves no webhook.
-func metricsServer(o *options.Options, enableHTTP2 bool) metricsserver.Options {
-	m := o.MetricsServer()
-	if !enableHTTP2 {
-		m.TLSOpts = append(m.TLSOpts, func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} })
-	}
-	return m
 }
 
 func fail(format string, args ...any) {

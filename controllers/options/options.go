@@ -5,6 +5,7 @@
 package options
 
 import (
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -38,6 +39,11 @@ type Options struct {
 	// when it changes), else a self-signed one made at start.
 	MetricsSecure  bool
 	MetricsCertDir string
+	// MetricsHTTP2 lets the HTTPS metrics endpoint serve HTTP/2; off, HTTP/1.1 only, as
+	// Kubebuilder scaffolds it: HTTP/2's rapid reset and stream cancellation attacks
+	// (CVE-2023-44487, CVE-2023-39325) cost the server far more than the client, and
+	// a scrape gains nothing from HTTP/2. Chamber serves no webhook.
+	MetricsHTTP2 bool
 	// LeaderElect elects a leader among replicas, its Lease in LeaderElectionNamespace
 	// (default: the pod's own).
 	LeaderElect             bool
@@ -77,6 +83,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.StuckAfter, "healthz-stuck-after", o.StuckAfter, "/healthz fails (and the kubelet restarts the controller) when a controller has had busy workers and no finished reconcile for this long")
 	fs.BoolVar(&c.FleetPage, "fleet-page", c.FleetPage, "serve the fleet page (every GPU by state, teams, queue, isolated nodes) at /fleet/ on the metrics endpoint, read-only, behind the same authentication and authorization as /metrics")
 	fs.BoolVar(&o.MetricsSecure, "metrics-secure", o.MetricsSecure, "serve /metrics over HTTPS, only to clients the API server authenticates and authorizes for get on /metrics (a ServiceAccount token)")
+	fs.BoolVar(&o.MetricsHTTP2, "enable-http2", o.MetricsHTTP2, "serve HTTP/2 on the HTTPS metrics endpoint (off: HTTP/1.1 only, against HTTP/2's rapid reset and stream cancellation attacks, CVE-2023-44487 and CVE-2023-39325)")
 	fs.StringVar(&o.MetricsCertDir, "metrics-cert-dir", o.MetricsCertDir, "directory of the metrics endpoint's tls.crt and tls.key under --metrics-secure (default: a self-signed certificate)")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "elect a leader, for more than one replica")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", o.LeaderElectionNamespace, "namespace of the leader election Lease (default: the pod's own; required out of cluster)")
@@ -219,6 +226,9 @@ func (o *Options) MetricsServer() metricsserver.Options {
 			out.FilterProvider = page.SignIn(out.FilterProvider)
 		}
 		out.CertDir = o.MetricsCertDir
+		if !o.MetricsHTTP2 {
+			out.TLSOpts = append(out.TLSOpts, func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} })
+		}
 	}
 	return out
 }

@@ -1,4 +1,4 @@
-package main
+package options_test
 
 import (
 	"context"
@@ -18,8 +18,8 @@ import (
 func TestMetricsServerHTTP2(t *testing.T) {
 	for enable, want := range map[bool]string{false: "http/1.1", true: "h2"} {
 		o := options.New()
-		o.MetricsSecure, o.MetricsAddr = true, "127.0.0.1:0"
-		srv, err := metricsserver.NewServer(metricsServer(o, enable), &rest.Config{Host: "https://127.0.0.1:1"}, http.DefaultClient)
+		o.MetricsSecure, o.MetricsAddr, o.MetricsHTTP2 = true, "127.0.0.1:0", enable
+		srv, err := metricsserver.NewServer(o.MetricsServer(), &rest.Config{Host: "https://127.0.0.1:1"}, http.DefaultClient)
 		if err != nil {
 			t.Fatal(err)
 		}
