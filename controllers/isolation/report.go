@@ -2,8 +2,6 @@ package isolation
 
 import (
 	"cmp"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"slices"
 	"strings"
@@ -15,6 +13,7 @@ import (
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/healthcheck"
+	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
 // fault is one Unhealthy fault of one GPU, as its agent reports it, or of the whole
@@ -191,19 +190,7 @@ func (f fault) taintValue() string {
 	if v == "" {
 		return "GPUUnhealthy"
 	}
-	return shortened(v, validation.LabelValueMaxLength)
-}
-
-// shortened keeps name (letters, digits, "-", "_", ".") within max characters: a longer
-// one keeps its head, ending in a letter or digit, and ends with "-" and a hash of the
-// whole, so that two long names stay distinct.
-func shortened(name string, max int) string {
-	if len(name) <= max {
-		return name
-	}
-	sum := sha256.Sum256([]byte(name))
-	hash := hex.EncodeToString(sum[:])[:10]
-	return strings.TrimRight(name[:max-len(hash)-1], "-_.") + "-" + hash
+	return chamberkueue.ShortName(v, validation.LabelValueMaxLength)
 }
 
 // level is the isolation level of the report's faults under the pool's level, and

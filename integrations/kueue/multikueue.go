@@ -53,14 +53,20 @@ const maxMultiKueueName = 63
 // multiKueueName joins parts with "-"; a name longer than maxMultiKueueName keeps its
 // head and ends with a hash of the whole, so that two long names stay distinct.
 func multiKueueName(parts ...string) string {
-	name := strings.Join(parts, "-")
-	if len(name) <= maxMultiKueueName {
+	return ShortName(strings.Join(parts, "-"), maxMultiKueueName)
+}
+
+// ShortName keeps name (letters, digits, "-", "_", ".") within max characters: a
+// longer one keeps its head, ending in a letter or digit, and ends with "-" and a
+// hash of the whole, so that two long names stay distinct. An object name or label
+// value made of a user's names (a node's, a pool's) is shortened so.
+func ShortName(name string, max int) string {
+	if len(name) <= max {
 		return name
 	}
 	sum := sha256.Sum256([]byte(name))
 	hash := hex.EncodeToString(sum[:])[:10]
-	head := strings.TrimRight(name[:maxMultiKueueName-len(hash)-1], "-.")
-	return head + "-" + hash
+	return strings.TrimRight(name[:max-len(hash)-1], "-_.") + "-" + hash
 }
 
 // MultiKueue compiles the pool's worker clusters into Kueue's MultiKueue objects: a
