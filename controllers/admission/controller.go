@@ -407,11 +407,8 @@ func (c *Controller) evictCooperatively(ctx context.Context, wl *kueue.Workload,
 		return reconcile.Result{}, err
 	}
 	if e.RequestedAt.IsZero() {
-		// A request without a readable time (annotated by hand, or malformed) would have
-		// a deadline long past and be evicted without its grace: its grace runs from
-		// now, written down so that every later reconcile reads the same deadline.
 		e.RequestedAt = now
-		if err := c.stampRequestedAt(ctx, wl, now); err != nil {
+		if err := chamberkueue.DateEvictionRequest(ctx, c.client, wl, now); err != nil {
 			return reconcile.Result{}, err
 		}
 	}
@@ -450,14 +447,6 @@ func (c *Controller) evictCooperatively(ctx context.Context, wl *kueue.Workload,
 	}
 	// The job may answer on the Job object, which is not watched: look again soon.
 	return reconcile.Result{RequeueAfter: min(deadline.Sub(now), 2*c.opts.Recheck)}, nil
-}
-
-// stampRequestedAt writes the time of an eviction request that had none readable.
-func (c *Controller) stampRequestedAt(ctx context.Context, wl *kueue.Workload, at time.Time) error {
-	if err := chamberkueue.PatchAnnotations(ctx, c.client, wl, map[string]any{chamber.AnnotationEvictionRequestedAt: at.UTC().Format(time.RFC3339)}); err != nil {
-		return fmt.Errorf("date the eviction request of workload %s/%s: %w", wl.Namespace, wl.Name, err)
-	}
-	return nil
 }
 
 // evict evicts the workload (chamberkueue.Evict): Kueue stops its job and requeues it.

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
@@ -182,6 +183,20 @@ func PatchWorkload(ctx context.Context, c client.Client, wl *kueue.Workload, act
 		return err
 	}
 	return c.Patch(ctx, wl, client.RawPatch(types.MergePatchType, patch))
+}
+
+// DateEvictionRequest writes at as the time of the eviction request on obj (a
+// Workload, a Volcano Job), whose own time could not be read (annotated by hand, or
+// malformed): with a deadline long past it would be evicted without its grace, so
+// its grace runs from at, written down so that every later look reads the same
+// deadline. The log says so.
+func DateEvictionRequest(ctx context.Context, c client.Client, obj client.Object, at time.Time) error {
+	log.FromContext(ctx).Info("eviction request without a readable time: its grace period runs from now",
+		"object", client.ObjectKeyFromObject(obj), chamber.AnnotationEvictionRequestedAt, obj.GetAnnotations()[chamber.AnnotationEvictionRequestedAt])
+	if err := PatchAnnotations(ctx, c, obj, map[string]any{chamber.AnnotationEvictionRequestedAt: at.UTC().Format(time.RFC3339)}); err != nil {
+		return fmt.Errorf("date the eviction request of %s: %w", client.ObjectKeyFromObject(obj), err)
+	}
+	return nil
 }
 
 // PatchAnnotations sets (a string) or removes (nil) annotations of obj in one merge

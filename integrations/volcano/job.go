@@ -11,7 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 	batch "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 	bus "volcano.sh/apis/pkg/apis/bus/v1alpha1"
 	scheduling "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
@@ -211,23 +210,17 @@ func RequestOf(job *batch.Job) (Request, bool) {
 }
 
 // DatedRequestOf is the request on the job (RequestOf), with a time its grace period
-// runs from. A request whose time cannot be read (annotated by hand, or malformed)
-// would have a deadline long past and stop the job without its grace: its grace runs
-// from now instead, written on the job so that every later look reads the same
-// deadline, as Chamber's admission controller does for a Kueue Workload. The log
-// says so.
+// runs from: where its own cannot be read, now, written on the job
+// (chamberkueue.DateEvictionRequest, as for a Kueue Workload).
 func DatedRequestOf(ctx context.Context, c client.Client, job *batch.Job, now time.Time) (Request, bool, error) {
 	r, ok := RequestOf(job)
 	if !ok || !r.RequestedAt.IsZero() {
 		return r, ok, nil
 	}
-	log.FromContext(ctx).Info("eviction request without a readable time: its grace period runs from now",
-		"job", client.ObjectKeyFromObject(job), "reason", r.Reason, chamber.AnnotationEvictionRequestedAt, job.Annotations[chamber.AnnotationEvictionRequestedAt])
-	r.RequestedAt = now
-	at := map[string]any{chamber.AnnotationEvictionRequestedAt: now.UTC().Format(time.RFC3339)}
-	if err := chamberkueue.PatchAnnotations(ctx, c, job, at); err != nil {
-		return Request{}, false, fmt.Errorf("date the request on Volcano Job %s/%s: %w", job.Namespace, job.Name, err)
+	if err := chamberkueue.DateEvictionRequest(ctx, c, job, now); err != nil {
+		return Request{}, false, err
 	}
+	r.RequestedAt = now
 	return r, true, nil
 }
 
