@@ -80,21 +80,15 @@ const (
 	OptOutIgnored WorkloadOptOut = "Ignored"
 )
 
-// MaxGracePeriod is the longest eviction grace period the API takes (24h, in the CRDs'
-// validation): a grace period is how long an evicted workload keeps its GPUs, from a
-// team waiting for them (idle reclaim) or on hardware that is failing (isolation),
-// and becomes its pods' terminationGracePeriodSeconds. A checkpoint of the largest
-// jobs takes minutes to an hour; a day is room enough, and a longer one would in
-// effect never evict.
-const MaxGracePeriod = 24 * time.Hour
-
 // EvictionPolicy is how long a workload Chamber evicts (idle reclaim, GPU faults) has
 // to checkpoint: its pods get a notice, and the eviction happens after the grace
 // period or as soon as the job marks itself ready. On a Team, set fields override the
 // pool's.
 type EvictionPolicy struct {
-	// GracePeriod for every tier without one of its own. Default 2m, at most 24h
-	// (MaxGracePeriod).
+	// GracePeriod for every tier without one of its own. Default 2m, at most 24h: a
+	// grace period is how long an evicted workload keeps its GPUs from a team waiting
+	// for them, or runs on failing hardware, and becomes its pods'
+	// terminationGracePeriodSeconds; a checkpoint takes minutes to an hour.
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="must be a duration such as 90s, 5m or 1h"
 	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('24h')",message="must be at most 24h: the grace period keeps the GPUs from the team waiting for them, or a job on failing ones"
 	// +optional
@@ -134,7 +128,7 @@ type TierGracePeriod struct {
 	// Tier is a priority tier (a Kueue WorkloadPriorityClass), e.g. production.
 	// +kubebuilder:validation:MinLength=1
 	Tier string `json:"tier"`
-	// GracePeriod for workloads of the tier, at most 24h (MaxGracePeriod).
+	// GracePeriod for workloads of the tier, at most 24h.
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="must be a duration such as 90s, 5m or 1h"
 	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('24h')",message="must be at most 24h: the grace period keeps the GPUs from the team waiting for them, or a job on failing ones"
 	GracePeriod metav1.Duration `json:"gracePeriod"`
