@@ -91,6 +91,7 @@ var untested = map[string]string{
 	"chamber-controller: get workloads.kueue.x-k8s.io cluster-wide":                  "uninstall/uninstall.go: handBack.patch, re-read on a conflict",
 	"chamber-controller: patch admissionchecks.kueue.x-k8s.io cluster-wide":          "uninstall/kueue.go: handBack.kueueObjects, ownerReferences dropped",
 	"chamber-controller: patch events in chamber-system":                             "leader election's recorder (client-go tools/record): a repeated event",
+	"chamber-controller: patch events.events.k8s.io cluster-wide":                    "every controller's recorder (mgr.GetEventRecorder, client-go tools/events): an event repeated into a series, which depends on timing",
 	"chamber-controller: patch multikueueclusters.kueue.x-k8s.io cluster-wide":       "uninstall/kueue.go: handBack.kueueObjects, ownerReferences dropped",
 	"chamber-controller: patch multikueueconfigs.kueue.x-k8s.io cluster-wide":        "uninstall/kueue.go: handBack.kueueObjects, ownerReferences dropped",
 	"chamber-controller: patch queues.scheduling.volcano.sh cluster-wide":            "uninstall/kueue.go: handBack.kueueObjects, ownerReferences dropped",
