@@ -22,10 +22,10 @@ import (
 	"chamber.dev/chamber/controllers/inventory"
 	"chamber.dev/chamber/controllers/isolation"
 	"chamber.dev/chamber/controllers/pool"
-	"chamber.dev/chamber/controllers/resync"
+	"chamber.dev/chamber/controllers/volcanoresync"
 	"chamber.dev/chamber/controllers/room"
 	"chamber.dev/chamber/controllers/team"
-	"chamber.dev/chamber/exporter/page"
+	"chamber.dev/chamber/exporter/fleetpage"
 	"chamber.dev/chamber/fleet"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
@@ -66,7 +66,7 @@ type Config struct {
 	RoomForBigJobs bool
 	// Resync configures the resumption of Volcano Jobs that vc-controller-manager
 	// left stalled; its clock is Clock.
-	Resync resync.Options
+	Resync volcanoresync.Options
 	// PodGracePeriods: Kueue's preemptions (and Volcano's reclaim and preempt) give a
 	// team's pods its eviction grace
 	// period (Admission.GracePeriod where neither the team nor its pool sets one), as
@@ -81,7 +81,7 @@ type Config struct {
 	// DCGM reads GPU health from a Prometheus that scrapes dcgm-exporter, for nodes
 	// without an agent; off without DCGM.PrometheusURL. Its clock is Clock.
 	DCGM dcgm.Options
-	// FleetPage serves the fleet page (exporter/page) from the inventory's model on the
+	// FleetPage serves the fleet page (exporter/fleetpage) from the inventory's model on the
 	// metrics endpoint, behind the same authentication and authorization as /metrics.
 	FleetPage bool
 	// MonitoringOnly runs Chamber as monitoring alone, the way it runs on a cluster
@@ -207,7 +207,7 @@ var controllerList = []struct {
 		if err != nil || !cfg.FleetPage {
 			return err
 		}
-		return mgr.AddMetricsServerExtraHandler(page.Path, page.New(model, 0))
+		return mgr.AddMetricsServerExtraHandler(fleetpage.Path, fleetpage.New(model, 0))
 	}},
 	{"isolation", kueueAPI, func(mgr ctrl.Manager, cfg Config) error {
 		opts := cfg.Isolation
@@ -232,7 +232,7 @@ var controllerList = []struct {
 	{"resync-volcano", volcanoAPI, func(mgr ctrl.Manager, cfg Config) error {
 		opts := cfg.Resync
 		opts.Clock = cfg.Clock
-		return resync.Register(mgr, opts)
+		return volcanoresync.Register(mgr, opts)
 	}},
 	{"room", kueueAPI, func(mgr ctrl.Manager, cfg Config) error {
 		if !cfg.RoomForBigJobs {

@@ -39,7 +39,7 @@ import (
 	"chamber.dev/chamber/controllers/idlereclaim"
 	"chamber.dev/chamber/controllers/isolation"
 	"chamber.dev/chamber/controllers/options"
-	"chamber.dev/chamber/controllers/resync"
+	"chamber.dev/chamber/controllers/volcanoresync"
 	"chamber.dev/chamber/controllers/room"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 	"chamber.dev/chamber/test/controlplane"
@@ -877,7 +877,7 @@ func printProgress(sc *Scenario, label string, pr progress, start time.Time) {
 // seconds on a busy machine, so some of the simulator's resumes are of Jobs Volcano
 // would have synced a moment later; such a resume is the sync Volcano does itself.
 func resyncAfter(speedup float64) time.Duration {
-	return max(simToWall(resync.DefaultAfter, speedup), 500*time.Millisecond)
+	return max(simToWall(volcanoresync.DefaultAfter, speedup), 500*time.Millisecond)
 }
 
 func simToWall(d time.Duration, speedup float64) time.Duration {

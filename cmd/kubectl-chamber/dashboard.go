@@ -35,7 +35,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"chamber.dev/chamber/controllers/uninstall"
-	"chamber.dev/chamber/exporter/page"
+	"chamber.dev/chamber/exporter/fleetpage"
 )
 
 // The chart's names for chamber-controller's metrics port: HTTPS (metrics.secure, the
@@ -368,11 +368,11 @@ func dashboardProxy(upstream string, secure bool, token tokenSource, refused fun
 			http.Error(w, "the dashboard answers only at 127.0.0.1 or localhost", http.StatusMisdirectedRequest)
 			return
 		}
-		if !strings.HasPrefix(r.URL.Path, page.Path) {
-			http.Redirect(w, r, page.Path, http.StatusFound)
+		if !strings.HasPrefix(r.URL.Path, fleetpage.Path) {
+			http.Redirect(w, r, fleetpage.Path, http.StatusFound)
 			return
 		}
-		if r.URL.Path == page.SignOutPath {
+		if r.URL.Path == fleetpage.SignOutPath {
 			signOut.ServeHTTP(w, r)
 			return
 		}
@@ -398,7 +398,7 @@ credentials. Run <code>kubectl chamber dashboard</code> again to sign in.</p>
 </body></html>
 `
 
-// signOutHandler answers the page's sign-out (page.SignOutPath) itself, the browser
+// signOutHandler answers the page's sign-out (fleetpage.SignOutPath) itself, the browser
 // holding no token of the dashboard's to clear: a POST from the page's own origin
 // gets signedOutPage, and then signedOut, when set, is called.
 func signOutHandler(signedOut func()) http.Handler {
@@ -473,7 +473,7 @@ func (o *options) serveDashboard(ctx context.Context, cfg *rest.Config, t *dashb
 	serveDone := make(chan error, 1)
 	go func() { serveDone <- server.Serve(listener) }()
 	defer server.Close()
-	address := fmt.Sprintf("http://%s%s", listener.Addr(), page.Path)
+	address := fmt.Sprintf("http://%s%s", listener.Addr(), fleetpage.Path)
 	fmt.Fprintf(o.streams.Out, "The fleet page of pod %s is at %s (Ctrl-C to stop)\n", t.Pod, address)
 	if browser {
 		openBrowser(address)

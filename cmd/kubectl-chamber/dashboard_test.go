@@ -26,7 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 
 	"chamber.dev/chamber/controllers/controllertest"
-	"chamber.dev/chamber/exporter/page"
+	"chamber.dev/chamber/exporter/fleetpage"
 	"chamber.dev/chamber/fleet"
 )
 
@@ -202,16 +202,16 @@ func TestDashboardProxy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	filter, err := page.SignIn(filters.WithAuthenticationAndAuthorization)(controllertest.Config, httpClient)
+	filter, err := fleetpage.SignIn(filters.WithAuthenticationAndAuthorization)(controllertest.Config, httpClient)
 	if err != nil {
 		t.Fatal(err)
 	}
-	filtered, err := filter(logr.Discard(), page.New(noFleet{}, 0))
+	filtered, err := filter(logr.Discard(), fleetpage.New(noFleet{}, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle(page.Path, filtered)
+	mux.Handle(fleetpage.Path, filtered)
 	upstream := httptest.NewTLSServer(mux) // self-signed, as chamber-controller's is by default
 	defer upstream.Close()
 
@@ -296,7 +296,7 @@ func TestDashboardProxy(t *testing.T) {
 		token := func(context.Context) (string, error) { return "t0ken", nil }
 		proxy := httptest.NewServer(dashboardProxy(strings.TrimPrefix(plain.URL, "http://"), false, token, nil, nil))
 		defer proxy.Close()
-		code, body := get(t, proxy.URL, "/fleet/data", http.Header{"Cookie": {page.CookieName + "=other"}, "Authorization": {"Bearer browser"}})
+		code, body := get(t, proxy.URL, "/fleet/data", http.Header{"Cookie": {fleetpage.CookieName + "=other"}, "Authorization": {"Bearer browser"}})
 		if code != http.StatusOK || body != "/fleet/data" {
 			t.Errorf("GET /fleet/data: %d %q", code, body)
 		}

@@ -21,8 +21,8 @@ import (
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers"
 	"chamber.dev/chamber/controllers/isolation"
-	"chamber.dev/chamber/controllers/resync"
-	"chamber.dev/chamber/exporter/page"
+	"chamber.dev/chamber/controllers/volcanoresync"
+	"chamber.dev/chamber/exporter/fleetpage"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
@@ -65,7 +65,7 @@ func New() *Options {
 	cfg.Isolation = isolation.DefaultOptions()
 	cfg.Isolation.HoldNamespace = isolation.DefaultHoldNamespace
 	cfg.SilentAfterHeartbeats = chamber.SilentAfterHeartbeats
-	cfg.Resync.After = resync.DefaultAfter
+	cfg.Resync.After = volcanoresync.DefaultAfter
 	return &Options{
 		MetricsAddr: ":8080", ProbeAddr: ":8081", StuckAfter: controllers.DefaultStuckAfter,
 		// Kueue's own default: the check's round trips are on Kueue's admission path.
@@ -223,7 +223,7 @@ func (o *Options) MetricsServer() metricsserver.Options {
 		if o.Controllers.FleetPage {
 			// A browser sends no Authorization header: the page's sign-in form keeps the
 			// token in a cookie and hands it to the same filter.
-			out.FilterProvider = page.SignIn(out.FilterProvider)
+			out.FilterProvider = fleetpage.SignIn(out.FilterProvider)
 		}
 		out.CertDir = o.MetricsCertDir
 		if !o.MetricsHTTP2 {

@@ -11,7 +11,7 @@ import (
 	batch "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 	scheduling "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
-	"chamber.dev/chamber/controllers/resync"
+	"chamber.dev/chamber/controllers/volcanoresync"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 	"chamber.dev/chamber/test/controlplane"
 )
@@ -78,7 +78,7 @@ func TestStalledJobIsResumed(t *testing.T) {
 // resynced are the notes of the Events Chamber wrote on the job for resuming it.
 func resynced(g gomega.Gomega, job *batch.Job) []string {
 	var notes []string
-	for _, e := range jobEvents(g, job, resync.ReasonResynced) {
+	for _, e := range jobEvents(g, job, volcanoresync.ReasonResynced) {
 		notes = append(notes, e.Note)
 	}
 	return notes

@@ -1,4 +1,4 @@
-// Package page is the fleet page chamber-controller serves beside its metrics
+// Package fleetpage is the fleet page chamber-controller serves beside its metrics
 // (--fleet-page): every node's GPUs coloured by state, each team's GPUs, idle GPUs and
 // cost, the queue, and the isolated nodes with their faults, updated every few
 // seconds.
@@ -9,7 +9,7 @@
 // says so to the browser too). It is served by the metrics server, so it sits behind
 // the metrics endpoint's authentication and authorization (SignIn explains how a
 // browser passes them).
-package page
+package fleetpage
 
 import (
 	"compress/gzip"

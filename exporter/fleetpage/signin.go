@@ -1,4 +1,4 @@
-package page
+package fleetpage
 
 import (
 	"html/template"

@@ -1,4 +1,4 @@
-// Package resync gets Volcano Jobs that vc-controller-manager left stalled going
+// Package volcanoresync gets Volcano Jobs that vc-controller-manager left stalled going
 // again.
 //
 // vc-controller-manager acts on a Volcano Job only on an event: a change of its spec
@@ -18,7 +18,7 @@
 // again (Pending: its PodGroup and pods are made; Restarting: its pods are counted
 // again, none, and it goes Pending), and a resume of a Job that was not stalled
 // changes nothing. Volcano does not count it as a retry there.
-package resync
+package volcanoresync
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package page_test
+package fleetpage_test
 
 import (
 	"net/http"
@@ -11,7 +11,7 @@ import (
 	"k8s.io/client-go/rest"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"chamber.dev/chamber/exporter/page"
+	"chamber.dev/chamber/exporter/fleetpage"
 )
 
 // reviewer stands for the metrics endpoint's filter: the token "reader" may get,
@@ -34,7 +34,7 @@ func reviewer(*rest.Config, *http.Client) (metricsserver.Filter, error) {
 // behindSignIn is h as the metrics server serves it: behind SignIn and reviewer.
 func behindSignIn(t *testing.T, h http.Handler) http.Handler {
 	t.Helper()
-	filter, err := page.SignIn(reviewer)(nil, nil)
+	filter, err := fleetpage.SignIn(reviewer)(nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,13 +51,13 @@ func behindSignIn(t *testing.T, h http.Handler) http.Handler {
 func TestSignIn(t *testing.T) {
 	mux := http.NewServeMux()
 	for path, h := range map[string]http.Handler{
-		page.Path:  page.New(fixture(t), 0),
+		fleetpage.Path:  fleetpage.New(fixture(t), 0),
 		"/metrics": http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("chamber_gpus 8\n")) }),
 	} {
 		// As controller-runtime's metrics server does: the filter around each handler.
 		mux.Handle(path, behindSignIn(t, h))
 	}
-	cookie := func(token string) *http.Cookie { return &http.Cookie{Name: page.CookieName, Value: token} }
+	cookie := func(token string) *http.Cookie { return &http.Cookie{Name: fleetpage.CookieName, Value: token} }
 
 	tests := map[string]struct {
 		method, path string
@@ -184,7 +184,7 @@ func TestSignIn(t *testing.T) {
 	req := httptest.NewRequest(http.MethodPost, "https://localhost:8443/fleet/sign-in", strings.NewReader("token=reader"))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	if c := pageCookie(t, mux, req); c.Value != "reader" || c.MaxAge < 0 {
-		t.Errorf("cookie %+v, want %s=reader", c, page.CookieName)
+		t.Errorf("cookie %+v, want %s=reader", c, fleetpage.CookieName)
 	}
 }
 
@@ -199,8 +199,8 @@ func pageCookie(t *testing.T, h http.Handler, req *http.Request) *http.Cookie {
 		t.Fatalf("%s %s: cookies %v, want one", req.Method, req.URL.Path, cookies)
 	}
 	c := cookies[0]
-	if c.Name != page.CookieName || c.Path != page.Path || !c.HttpOnly || !c.Secure || c.SameSite != http.SameSiteStrictMode {
-		t.Errorf("%s %s: cookie %+v, want %s for %s, HttpOnly, Secure, SameSite=Strict", req.Method, req.URL.Path, c, page.CookieName, page.Path)
+	if c.Name != fleetpage.CookieName || c.Path != fleetpage.Path || !c.HttpOnly || !c.Secure || c.SameSite != http.SameSiteStrictMode {
+		t.Errorf("%s %s: cookie %+v, want %s for %s, HttpOnly, Secure, SameSite=Strict", req.Method, req.URL.Path, c, fleetpage.CookieName, fleetpage.Path)
 	}
 	return c
 }
@@ -208,11 +208,11 @@ func pageCookie(t *testing.T, h http.Handler, req *http.Request) *http.Cookie {
 // TestSignOut: signing out clears the cookie the form set (same name, path and
 // attributes, expired), so that the page after it is the form again.
 func TestSignOut(t *testing.T) {
-	h := behindSignIn(t, page.New(fixture(t), 0))
+	h := behindSignIn(t, fleetpage.New(fixture(t), 0))
 	req := httptest.NewRequest(http.MethodPost, "https://localhost:8443/fleet/sign-out", nil)
-	req.AddCookie(&http.Cookie{Name: page.CookieName, Value: "reader"})
+	req.AddCookie(&http.Cookie{Name: fleetpage.CookieName, Value: "reader"})
 	if c := pageCookie(t, h, req); c.Value != "" || c.MaxAge >= 0 {
-		t.Errorf("cookie %+v, want %s cleared", c, page.CookieName)
+		t.Errorf("cookie %+v, want %s cleared", c, fleetpage.CookieName)
 	}
 
 	// The browser, having dropped the cookie, is at the form again.
@@ -227,7 +227,7 @@ func TestSignOut(t *testing.T) {
 // token of their own, never a scraper's; it names the role they need and says what
 // 401 and 403 mean.
 func TestSignInForm(t *testing.T) {
-	h := behindSignIn(t, page.New(fixture(t), 0))
+	h := behindSignIn(t, fleetpage.New(fixture(t), 0))
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "https://localhost:8443/fleet/sign-in", nil))
 	body := rec.Body.String()

@@ -1,4 +1,4 @@
-package page_test
+package fleetpage_test
 
 import (
 	"compress/gzip"
@@ -20,7 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
-	"chamber.dev/chamber/exporter/page"
+	"chamber.dev/chamber/exporter/fleetpage"
 	"chamber.dev/chamber/fleet"
 	ft "chamber.dev/chamber/fleet/fleettest"
 )
@@ -68,14 +68,14 @@ func get(t *testing.T, h http.Handler, path string) *http.Response {
 // its state and holder, the team's GPUs, idle GPUs and cost, the queue, the isolated
 // node and its fault.
 func TestData(t *testing.T) {
-	resp := get(t, page.New(fixture(t), 3*time.Second), "/fleet/data")
+	resp := get(t, fleetpage.New(fixture(t), 3*time.Second), "/fleet/data")
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
 	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
 		t.Errorf("Content-Type %q", ct)
 	}
-	var got page.View
+	var got fleetpage.View
 	if err := json.NewDecoder(resp.Body).Decode(&got); err != nil {
 		t.Fatal(err)
 	}
@@ -84,45 +84,45 @@ func TestData(t *testing.T) {
 	// GPUs 2-3 went below the threshold 10 minutes before the report at 45 min, so
 	// they are idle from 40 min (plus the 5-minute window).
 	idleSince := start.Add(40 * time.Minute)
-	held := func(i int, state string, util float64) page.GPU {
-		g := page.GPU{Index: i, UUID: gpuUUID("n1", i), State: state, Health: "Healthy", UtilizationPercent: ptr.To(util),
+	held := func(i int, state string, util float64) fleetpage.GPU {
+		g := fleetpage.GPU{Index: i, UUID: gpuUUID("n1", i), State: state, Health: "Healthy", UtilizationPercent: ptr.To(util),
 			Pod: "vision/train", Team: "vision"}
 		if state == "idle" {
 			g.IdleSince = &idleSince
 		}
 		return g
 	}
-	free := func(node string, i int) page.GPU {
-		return page.GPU{Index: i, UUID: gpuUUID(node, i), State: "free", Health: "Healthy"}
+	free := func(node string, i int) fleetpage.GPU {
+		return fleetpage.GPU{Index: i, UUID: gpuUUID(node, i), State: "free", Health: "Healthy"}
 	}
-	counts := func(free, busy, idle, unhealthy, isolated int) page.StateCounts {
-		return page.StateCounts{"free": free, "busy": busy, "idle": idle, "unhealthy": unhealthy, "isolated": isolated}
+	counts := func(free, busy, idle, unhealthy, isolated int) fleetpage.StateCounts {
+		return fleetpage.StateCounts{"free": free, "busy": busy, "idle": idle, "unhealthy": unhealthy, "isolated": isolated}
 	}
 	isolatedAt := start
-	want := page.View{
+	want := fleetpage.View{
 		Time: now, Since: start, RefreshSeconds: 3,
 		GPUs:       counts(4, 2, 2, 1, 1),
 		Efficiency: ptr.To(2.0 / 8),
 		// Two idle H100s at 2.50.
 		IdleCostPerHour: 5,
-		Nodes: []page.Node{
-			{Name: "n1", Pool: "main", Model: ft.H100, GPUs: counts(4, 2, 2, 0, 0), GPUList: []page.GPU{
+		Nodes: []fleetpage.Node{
+			{Name: "n1", Pool: "main", Model: ft.H100, GPUs: counts(4, 2, 2, 0, 0), GPUList: []fleetpage.GPU{
 				held(0, "busy", 90), held(1, "busy", 90), held(2, "idle", 0), held(3, "idle", 0),
 				free("n1", 4), free("n1", 5), free("n1", 6), free("n1", 7),
 			}},
 			{Name: "n2", Pool: "main", Model: ft.H100, Isolation: "tainted", Fault: "XID79 on GPU 1", IsolatedAt: &isolatedAt,
-				GPUs: counts(0, 0, 0, 1, 1), GPUList: []page.GPU{
+				GPUs: counts(0, 0, 0, 1, 1), GPUList: []fleetpage.GPU{
 					{Index: 0, UUID: gpuUUID("n2", 0), State: "isolated", Health: "Healthy"},
 					{Index: 1, UUID: gpuUUID("n2", 1), State: "unhealthy", Health: "Unhealthy", Faults: []string{"XID79"}},
 				}},
 		},
-		Teams: []page.Team{{
+		Teams: []fleetpage.Team{{
 			Team: "vision", Model: ft.H100, Pool: "main", GPUs: 4, Idle: 2, Quota: 8, IdleCostPerHour: 5,
 			// 4 GPUs for an hour; 2 of them counted idle since the report that told
 			// (the counters do not go back): 15 minutes each.
 			GPUHours: 4, IdleGPUHours: 0.5, Cost: 10, IdleCost: 1.25,
 		}},
-		Queue: []page.Queue{{Team: "vision", Tier: "standard", Pending: 2, PendingGPUs: 8}},
+		Queue: []fleetpage.Queue{{Team: "vision", Tier: "standard", Pending: 2, PendingGPUs: 8}},
 	}
 	if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 })); diff != "" {
 		t.Errorf("data (-want +got):\n%s", diff)
@@ -131,7 +131,7 @@ func TestData(t *testing.T) {
 
 // TestDataCompressed: a client that takes gzip gets the same data compressed.
 func TestDataCompressed(t *testing.T) {
-	h := page.New(fixture(t), 0)
+	h := fleetpage.New(fixture(t), 0)
 	plain, _ := io.ReadAll(get(t, h, "/fleet/data").Body)
 	rec := httptest.NewRecorder()
 	req := httptest.NewRequest(http.MethodGet, "/fleet/data", nil)
@@ -167,7 +167,7 @@ func gpuUUID(node string, i int) string { return fmt.Sprintf("GPU-%s-%d", node, 
 func TestDataBeforeSync(t *testing.T) {
 	m := fleet.New(fleet.Options{})
 	m.SetNode(ft.MakeNode("n1", 8).Obj())
-	resp := get(t, page.New(m, 0), "/fleet/data")
+	resp := get(t, fleetpage.New(m, 0), "/fleet/data")
 	body, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "not the leader") {
 		t.Errorf("unsynced model: %d %s, want 503 saying why", resp.StatusCode, body)
@@ -180,7 +180,7 @@ func TestDataBeforeSync(t *testing.T) {
 // TestPageAndAssets: the page and its assets come from the binary, under a policy
 // that lets the browser load nothing from elsewhere; the page is read-only.
 func TestPageAndAssets(t *testing.T) {
-	h := page.New(fixture(t), 0)
+	h := fleetpage.New(fixture(t), 0)
 	for path, want := range map[string]struct {
 		code        int
 		contentType string

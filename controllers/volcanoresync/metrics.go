@@ -1,4 +1,4 @@
-package resync
+package volcanoresync
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
