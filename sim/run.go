@@ -39,8 +39,8 @@ import (
 	"chamber.dev/chamber/controllers/idlereclaim"
 	"chamber.dev/chamber/controllers/isolation"
 	"chamber.dev/chamber/controllers/options"
-	"chamber.dev/chamber/controllers/volcanoresync"
 	"chamber.dev/chamber/controllers/room"
+	"chamber.dev/chamber/controllers/volcanoresync"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 	"chamber.dev/chamber/test/controlplane"
 )

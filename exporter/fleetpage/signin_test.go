@@ -51,8 +51,8 @@ func behindSignIn(t *testing.T, h http.Handler) http.Handler {
 func TestSignIn(t *testing.T) {
 	mux := http.NewServeMux()
 	for path, h := range map[string]http.Handler{
-		fleetpage.Path:  fleetpage.New(fixture(t), 0),
-		"/metrics": http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("chamber_gpus 8\n")) }),
+		fleetpage.Path: fleetpage.New(fixture(t), 0),
+		"/metrics":     http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("chamber_gpus 8\n")) }),
 	} {
 		// As controller-runtime's metrics server does: the filter around each handler.
 		mux.Handle(path, behindSignIn(t, h))
