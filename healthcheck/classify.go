@@ -3,15 +3,25 @@ package healthcheck
 import (
 	"fmt"
 	"time"
+)
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
+// Bits of GPUSample.ThrottleReasons. They are NVML's clocks-event reason bits
+// (nvmlClocksEventReason* in nvml.h), which the NVML reader copies unchanged; its
+// tests check that the values agree.
+const (
+	ThrottleGPUIdle           uint64 = 0x1
+	ThrottleSWPowerCap        uint64 = 0x4
+	ThrottleHWSlowdown        uint64 = 0x8
+	ThrottleSWThermalSlowdown uint64 = 0x20
+	ThrottleHWThermalSlowdown uint64 = 0x40
+	ThrottleHWPowerBrake      uint64 = 0x80
 )
 
 // Throttle bits that mean the GPU is being slowed to protect itself. SW power capping
-// (nvml.ClocksEventReasonSwPowerCap) is left out: it is routine under full load.
+// (ThrottleSWPowerCap) is left out: it is routine under full load.
 const (
-	thermalSlowdown = nvml.ClocksEventReasonSwThermalSlowdown | nvml.ClocksThrottleReasonHwThermalSlowdown
-	powerSlowdown   = nvml.ClocksThrottleReasonHwSlowdown | nvml.ClocksThrottleReasonHwPowerBrakeSlowdown
+	thermalSlowdown = ThrottleSWThermalSlowdown | ThrottleHWThermalSlowdown
+	powerSlowdown   = ThrottleHWSlowdown | ThrottleHWPowerBrake
 )
 
 // Classify applies the poll rules to one GPU's sample. prev is the GPU's previous sample

@@ -1,10 +1,10 @@
 package healthcheck
 
 import (
+	"errors"
 	"testing"
 	"time"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 )
@@ -26,8 +26,8 @@ func (s *sample) throttle(bits uint64) *sample { s.ThrottleReasons = bits; retur
 func (s *sample) replays(n uint64) *sample     { s.PCIeReplays = n; return s }
 func (s *sample) nvlinkCRC(n uint64) *sample   { s.NVLink.CRCFlit = n; return s }
 func (s *sample) lost() *sample                { s.Lost = true; return s }
-func (s *sample) readError(f Field, r nvml.Return) *sample {
-	s.Errors = append(s.Errors, ReadError{Field: f, Return: r})
+func (s *sample) readError(f Field, err error) *sample {
+	s.Errors = append(s.Errors, ReadError{Field: f, Err: err})
 	return s
 }
 func (s *sample) unsupported(f Field) *sample { s.Unsupported = s.Unsupported.With(f); return s }
@@ -54,17 +54,17 @@ func TestClassify(t *testing.T) {
 		"remapped rows alone are fine":           {cur: newSample().remap(RowRemap{Correctable: 3, Uncorrectable: 1}).obj()},
 		"page retirement pending":                {cur: newSample().retired(RetiredPages{DoubleBit: 1, Pending: true}).obj(), wantReasons: []Reason{ReasonRetiredPagesPending}},
 		"retired pages at the limit":             {cur: newSample().retired(RetiredPages{SingleBit: 50, DoubleBit: 10}).obj(), wantReasons: []Reason{ReasonRetiredPagesLimit}},
-		"hardware thermal slowdown":              {cur: newSample().throttle(nvml.ClocksThrottleReasonHwThermalSlowdown).obj(), wantReasons: []Reason{ReasonThermalThrottle}},
-		"software thermal slowdown":              {cur: newSample().throttle(nvml.ClocksEventReasonSwThermalSlowdown).obj(), wantReasons: []Reason{ReasonThermalThrottle}},
-		"power brake slowdown":                   {cur: newSample().throttle(nvml.ClocksThrottleReasonHwPowerBrakeSlowdown).obj(), wantReasons: []Reason{ReasonPowerThrottle}},
-		"software power cap is routine":          {cur: newSample().throttle(nvml.ClocksEventReasonSwPowerCap | nvml.ClocksEventReasonGpuIdle).obj()},
+		"hardware thermal slowdown":              {cur: newSample().throttle(ThrottleHWThermalSlowdown).obj(), wantReasons: []Reason{ReasonThermalThrottle}},
+		"software thermal slowdown":              {cur: newSample().throttle(ThrottleSWThermalSlowdown).obj(), wantReasons: []Reason{ReasonThermalThrottle}},
+		"power brake slowdown":                   {cur: newSample().throttle(ThrottleHWPowerBrake).obj(), wantReasons: []Reason{ReasonPowerThrottle}},
+		"software power cap is routine":          {cur: newSample().throttle(ThrottleSWPowerCap | ThrottleGPUIdle).obj()},
 		"PCIe replays over the limit":            {prev: newSample().replays(100).ptr(), cur: newSample().replays(110).obj(), elapsed: time.Minute, wantReasons: []Reason{ReasonPCIeReplays}},
 		"PCIe replays under the limit":           {prev: newSample().replays(100).ptr(), cur: newSample().replays(105).obj(), elapsed: time.Minute},
 		"NVLink errors over the limit":           {prev: newSample().ptr(), cur: newSample().nvlinkCRC(50).obj(), elapsed: 10 * time.Second, wantReasons: []Reason{ReasonNVLinkErrors}},
-		"NVML read error":                        {cur: newSample().readError(FieldPower, nvml.ERROR_UNKNOWN).obj(), wantReasons: []Reason{ReasonNVMLReadError}},
-		"lost GPU hides nothing else":            {cur: newSample().lost().readError(FieldMemory, nvml.ERROR_GPU_IS_LOST).obj(), wantReasons: []Reason{ReasonGPULost}},
+		"NVML read error":                        {cur: newSample().readError(FieldPower, errors.New("ERROR_UNKNOWN")).obj(), wantReasons: []Reason{ReasonNVMLReadError}},
+		"lost GPU hides nothing else":            {cur: newSample().lost().readError(FieldMemory, errors.New("ERROR_GPU_IS_LOST")).obj(), wantReasons: []Reason{ReasonGPULost}},
 		"several at once": {
-			cur:         newSample().volatileDBE(1).remap(RowRemap{Pending: true, Failure: true}).throttle(nvml.ClocksThrottleReasonHwThermalSlowdown).obj(),
+			cur:         newSample().volatileDBE(1).remap(RowRemap{Pending: true, Failure: true}).throttle(ThrottleHWThermalSlowdown).obj(),
 			wantReasons: []Reason{ReasonECCDoubleBit, ReasonRowRemapFailure, ReasonRowRemapPending, ReasonThermalThrottle},
 		},
 	}

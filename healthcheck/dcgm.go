@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/prometheus/common/model"
 
 	chamberv1alpha1 "chamber.dev/chamber/api/v1alpha1"
@@ -344,7 +343,7 @@ func (n *DCGMNode) Observe(gpus map[int]*DCGMGPU, at time.Time) {
 			// Time throttled for heat grew since the last query: the GPU is being
 			// slowed to protect itself, as NVML's thermal slowdown bit says.
 			if prev, ok := n.thermal[i]; ok && g.ThermalViolation > prev {
-				s.ThrottleReasons |= nvml.ClocksEventReasonSwThermalSlowdown
+				s.ThrottleReasons |= ThrottleSWThermalSlowdown
 			}
 			n.thermal[i] = g.ThermalViolation
 			s.Unsupported &^= 1 << FieldThrottle

@@ -1,16 +1,10 @@
 package healthcheck
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 )
-
-// ErrNVMLUnavailable wraps every error that means NVML cannot be used at all (no driver,
-// no library, not initialised). The agent reports it as the NVMLUnavailable condition and
-// retries.
-var ErrNVMLUnavailable = errors.New("NVML unavailable")
 
 // InitNVML initialises NVML through lib (nvml.New() on a GPU node, NewFake elsewhere).
 func InitNVML(lib nvml.Interface) error {
@@ -96,7 +90,7 @@ func (g gpuRead) ok(f Field, ret nvml.Return) bool {
 	case nvml.ERROR_GPU_IS_LOST:
 		g.s.Lost = true
 	}
-	g.s.Errors = append(g.s.Errors, ReadError{Field: f, Return: ret})
+	g.s.Errors = append(g.s.Errors, ReadError{Field: f, Err: ret})
 	return false
 }
 

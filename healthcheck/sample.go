@@ -3,8 +3,6 @@ package healthcheck
 import (
 	"math/bits"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
-
 	chamberv1alpha1 "chamber.dev/chamber/api/v1alpha1"
 )
 
@@ -76,12 +74,14 @@ func (s FieldSet) Names() []string {
 
 // ReadError is one NVML call that failed on one GPU.
 type ReadError struct {
-	Field  Field
-	Return nvml.Return
+	Field Field
+	// Err is NVML's answer: the NVML reader stores the return code itself (nvml.Return
+	// is an error), so errors.Is matches it.
+	Err error
 }
 
 // Error says which reading failed and how.
-func (e ReadError) Error() string { return e.Field.String() + ": " + nvml.ErrorString(e.Return) }
+func (e ReadError) Error() string { return e.Field.String() + ": " + e.Err.Error() }
 
 // ECCCounts are the GPU's total ECC error counters. Volatile counts reset when the
 // driver reloads or the GPU resets; aggregate counts last the board's lifetime.
@@ -146,7 +146,7 @@ type GPUSample struct {
 	SMActivityRead    bool
 	TemperatureC      uint32
 	PowerMilliwatts   uint32
-	// ThrottleReasons is NVML's clocks-event reason bit mask (nvml.ClocksEventReason*).
+	// ThrottleReasons is NVML's clocks-event reason bit mask (the Throttle* bits).
 	ThrottleReasons uint64
 
 	ECC          ECCCounts

@@ -1,6 +1,7 @@
 package healthcheck
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -64,6 +65,11 @@ var (
 	SourceDCGM = Source{Name: chamberv1alpha1.SourceDCGM, Condition: chamberv1alpha1.ConditionDCGMUnavailable,
 		ReasonUp: ReasonDCGMAvailable, ReasonDown: ReasonDCGMUnavailable, UpMessage: "Prometheus has dcgm-exporter's series for the node"}
 )
+
+// ErrNVMLUnavailable wraps every error that means NVML cannot be used at all (no driver,
+// no library, not initialised). The agent reports it as the NVMLUnavailable condition and
+// retries.
+var ErrNVMLUnavailable = errors.New("NVML unavailable")
 
 // StatusInput is everything one GPUNode status is built from.
 type StatusInput struct {

@@ -210,7 +210,10 @@ func (t *Tracker) RecordEvent(ev Event) {
 	case EventGPUUnavailable:
 		f = finding(ReasonGPULost, "driver reported the GPU unavailable")
 	case EventUnwatched:
-		st.unwatched = ev.Return.String()
+		st.unwatched = "unknown"
+		if ev.Err != nil {
+			st.unwatched = ev.Err.Error()
+		}
 		return
 	default:
 		return
