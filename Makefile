@@ -170,6 +170,7 @@ lint: $(BIN)/staticcheck $(BIN)/helm ## gofmt, go vet and staticcheck.
 generate: $(BIN)/controller-gen ## Deepcopy code and CRDs (charts/chamber/files/crds) from api/; dashboards/ into the chart.
 	$(BIN)/controller-gen object paths=./api/...
 	$(BIN)/controller-gen crd paths=./api/... output:crd:dir=charts/chamber/files/crds
+	CHAMBER_UPDATE_REFERENCE=1 $(GO) test ./api/v1alpha1 -run TestCRDReference -count=1
 	rm -rf charts/chamber/files/grafana && mkdir -p charts/chamber/files/grafana
 	cp dashboards/prometheus-rules.yaml charts/chamber/files/
 	cp dashboards/grafana/*.json charts/chamber/files/grafana/

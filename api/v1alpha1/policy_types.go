@@ -85,7 +85,8 @@ const (
 // period or as soon as the job marks itself ready. On a Team, set fields override the
 // pool's.
 type EvictionPolicy struct {
-	// GracePeriod for every tier without one of its own. Default 2m, at most 24h: a
+	// GracePeriod for every tier without one of its own, at most 24h. Default: the
+	// pool's (on a Team), else chamber-controller's --eviction-grace-period (5m). A
 	// grace period is how long an evicted workload keeps its GPUs from a team waiting
 	// for them, or runs on failing hardware, and becomes its pods'
 	// terminationGracePeriodSeconds; a checkpoint takes minutes to an hour.
