@@ -18,6 +18,7 @@ import (
 
 	chamberv1alpha1 "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/healthcheck"
+	"chamber.dev/chamber/healthcheck/nvmlsource"
 )
 
 // eventCheckInterval is how often the loop looks at the Tracker between polls. An XID
@@ -39,7 +40,7 @@ const apiTimeout = 15 * time.Second
 // Options are what an Agent runs on. The simulator passes fakes for all of them.
 type Options struct {
 	Config Config
-	// NVML is nvml.New() on a GPU node or a healthcheck.NewFake.
+	// NVML is nvml.New() on a GPU node or a nvmlsource.NewFake.
 	NVML nvml.Interface
 	// Client writes the GPUNode and the Node condition; its scheme must know Chamber's
 	// types.
@@ -60,7 +61,7 @@ type Agent struct {
 	clock    clock.WithTicker
 	pods     PodMapper
 	log      logr.Logger
-	monitor  *healthcheck.Monitor
+	monitor  *nvmlsource.Monitor
 	registry *prometheus.Registry
 	writes   *prometheus.CounterVec
 
@@ -149,7 +150,7 @@ func New(opts Options) (*Agent, error) {
 	if log.GetSink() == nil {
 		log = logr.Discard()
 	}
-	m, err := healthcheck.NewMonitor(opts.NVML, opts.Config.healthConfig(), clk)
+	m, err := nvmlsource.NewMonitor(opts.NVML, opts.Config.healthConfig(), clk)
 	if err != nil {
 		return nil, err
 	}

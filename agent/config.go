@@ -15,12 +15,13 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"chamber.dev/chamber/healthcheck"
+	"chamber.dev/chamber/healthcheck/nvmlsource"
 )
 
 // NVMLReal selects the node's NVIDIA driver (go-nvml's nvml.New()) for --nvml.
 const NVMLReal = "real"
 
-// fakePrefix starts an --nvml value that selects healthcheck.NewFake's GPUs.
+// fakePrefix starts an --nvml value that selects nvmlsource.NewFake's GPUs.
 const fakePrefix = "fake:"
 
 // Config is the agent's configuration; each field but Health is a flag of chamber-agent.
@@ -109,7 +110,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.NodeName, "node-name", cmp.Or(c.NodeName, os.Getenv("NODE_NAME")),
 		"the Node this agent runs on, and the name of its GPUNode (default $NODE_NAME)")
 	fs.StringVar(&c.NVML, "nvml", c.NVML,
-		`"real" for the node's NVIDIA driver, or "fake:<model>" for simulated GPUs (models: `+strings.Join(healthcheck.FakeModels(), ", ")+")")
+		`"real" for the node's NVIDIA driver, or "fake:<model>" for simulated GPUs (models: `+strings.Join(nvmlsource.FakeModels(), ", ")+")")
 	fs.DurationVar(&c.PollInterval, "poll-interval", c.PollInterval, "how often every GPU is read through NVML")
 	fs.DurationVar(&c.HeartbeatInterval, "heartbeat-interval", c.HeartbeatInterval,
 		"the longest the GPUNode status goes unwritten when nothing changes; at least --poll-interval")
@@ -205,10 +206,10 @@ func checkNVML(v string) error {
 	if v == NVMLReal {
 		return nil
 	}
-	if model, ok := strings.CutPrefix(v, fakePrefix); ok && slices.Contains(healthcheck.FakeModels(), model) {
+	if model, ok := strings.CutPrefix(v, fakePrefix); ok && slices.Contains(nvmlsource.FakeModels(), model) {
 		return nil
 	}
-	return fmt.Errorf("--nvml %q: want %q or one of %s", v, NVMLReal, "fake:"+strings.Join(healthcheck.FakeModels(), ", fake:"))
+	return fmt.Errorf("--nvml %q: want %q or one of %s", v, NVMLReal, "fake:"+strings.Join(nvmlsource.FakeModels(), ", fake:"))
 }
 
 // CheckLoopback accepts only host:port addresses whose host is a loopback IP or

@@ -7,32 +7,32 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
-	"chamber.dev/chamber/healthcheck"
+	"chamber.dev/chamber/healthcheck/nvmlsource"
 )
 
 // faults are the named faults of POST /inject?gpu=N&fault=NAME, each what the driver
 // would show for the real thing.
-var faults = map[string]func(f *healthcheck.FakeGPUs, gpu int) error{
+var faults = map[string]func(f *nvmlsource.FakeGPUs, gpu int) error{
 	// An uncorrectable ECC error: counters, the double-bit event and XID 48.
-	"dbe": func(f *healthcheck.FakeGPUs, gpu int) error { return f.RaiseDoubleBitECC(gpu) },
+	"dbe": func(f *nvmlsource.FakeGPUs, gpu int) error { return f.RaiseDoubleBitECC(gpu) },
 	// A burst of corrected ECC errors, above the single-bit rate limit.
-	"sbe": func(f *healthcheck.FakeGPUs, gpu int) error { return f.AddCorrectableECC(gpu, 10_000) },
+	"sbe": func(f *nvmlsource.FakeGPUs, gpu int) error { return f.AddCorrectableECC(gpu, 10_000) },
 	// No spare rows left: XID 64 and a remap failure.
-	"remap-failure": func(f *healthcheck.FakeGPUs, gpu int) error { return f.FailRowRemap(gpu) },
+	"remap-failure": func(f *nvmlsource.FakeGPUs, gpu int) error { return f.FailRowRemap(gpu) },
 	// A remap waiting for a GPU reset: XID 63.
-	"remap-pending": func(f *healthcheck.FakeGPUs, gpu int) error { return f.SetRowRemapPending(gpu, true) },
+	"remap-pending": func(f *nvmlsource.FakeGPUs, gpu int) error { return f.SetRowRemapPending(gpu, true) },
 	// The GPU falls off the bus: XID 79, then every call fails.
-	"lost": func(f *healthcheck.FakeGPUs, gpu int) error { return f.LoseGPU(gpu) },
+	"lost": func(f *nvmlsource.FakeGPUs, gpu int) error { return f.LoseGPU(gpu) },
 	// Hardware thermal slowdown; raised after the health rules' ThrottlePolls polls.
-	"throttle": func(f *healthcheck.FakeGPUs, gpu int) error {
+	"throttle": func(f *nvmlsource.FakeGPUs, gpu int) error {
 		return f.SetThrottle(gpu, nvml.ClocksThrottleReasonHwThermalSlowdown)
 	},
 	// PCIe replays, above the replay rate limit.
-	"pcie": func(f *healthcheck.FakeGPUs, gpu int) error { return f.AddPCIeReplays(gpu, 1000) },
+	"pcie": func(f *nvmlsource.FakeGPUs, gpu int) error { return f.AddPCIeReplays(gpu, 1000) },
 	// NVLink CRC errors, above the NVLink error rate limit.
-	"nvlink": func(f *healthcheck.FakeGPUs, gpu int) error { return f.AddNVLinkErrors(gpu, 10_000) },
+	"nvlink": func(f *nvmlsource.FakeGPUs, gpu int) error { return f.AddNVLinkErrors(gpu, 10_000) },
 	// A sick driver: every reading of the GPU fails.
-	"read-error": func(f *healthcheck.FakeGPUs, gpu int) error { return f.FailReads(gpu, nvml.ERROR_UNKNOWN) },
+	"read-error": func(f *nvmlsource.FakeGPUs, gpu int) error { return f.FailReads(gpu, nvml.ERROR_UNKNOWN) },
 }
 
 // FaultInjectionHandler serves POST /inject for the demo, over fake GPUs only:
@@ -45,7 +45,7 @@ var faults = map[string]func(f *healthcheck.FakeGPUs, gpu int) error{
 //	/inject?gpu=3&utilization=40[&memory=20]   set GPU (and memory) utilization, percent
 //
 // Serve it on loopback only (CheckLoopback): it makes GPUs fail.
-func (a *Agent) FaultInjectionHandler(f *healthcheck.FakeGPUs) http.Handler {
+func (a *Agent) FaultInjectionHandler(f *nvmlsource.FakeGPUs) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /inject", func(w http.ResponseWriter, r *http.Request) {
 		msg, err := a.inject(f, r)
@@ -59,7 +59,7 @@ func (a *Agent) FaultInjectionHandler(f *healthcheck.FakeGPUs) http.Handler {
 	return mux
 }
 
-func (a *Agent) inject(f *healthcheck.FakeGPUs, r *http.Request) (string, error) {
+func (a *Agent) inject(f *nvmlsource.FakeGPUs, r *http.Request) (string, error) {
 	q := r.URL.Query()
 	gpu, err := strconv.Atoi(q.Get("gpu"))
 	if err != nil {

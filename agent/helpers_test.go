@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	chamberv1alpha1 "chamber.dev/chamber/api/v1alpha1"
-	"chamber.dev/chamber/healthcheck"
+	"chamber.dev/chamber/healthcheck/nvmlsource"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -59,7 +59,7 @@ func fakeClient(t testing.TB, funcs interceptor.Funcs) client.WithWatch {
 type testAgent struct {
 	*Agent
 	t      testing.TB
-	gpus   *healthcheck.FakeGPUs
+	gpus   *nvmlsource.FakeGPUs
 	clock  *clocktesting.FakeClock
 	client client.Client
 	passes chan passReport
@@ -68,7 +68,7 @@ type testAgent struct {
 // newTestAgent builds an agent without running it; change may adjust the options.
 func newTestAgent(t testing.TB, c client.Client, change ...func(*Options)) *testAgent {
 	t.Helper()
-	gpus, err := healthcheck.NewFake("dgxh100")
+	gpus, err := nvmlsource.NewFake("dgxh100")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	chamberv1alpha1 "chamber.dev/chamber/api/v1alpha1"
-	"chamber.dev/chamber/healthcheck"
+	"chamber.dev/chamber/healthcheck/nvmlsource"
 	"chamber.dev/chamber/test/controlplane"
 	"chamber.dev/chamber/test/controlplane/controlplanetest"
 )
@@ -91,7 +91,7 @@ func TestRealGPU(t *testing.T) {
 	}
 	t.Logf("/metrics (%d series):\n%s", len(lines), strings.Join(lines, "\n"))
 
-	reader := healthcheck.NewReader(lib)
+	reader := nvmlsource.NewReader(lib)
 	const polls = 50
 	start := time.Now()
 	for range polls {

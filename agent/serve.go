@@ -24,7 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 
 	chamberv1alpha1 "chamber.dev/chamber/api/v1alpha1"
-	"chamber.dev/chamber/healthcheck"
+	"chamber.dev/chamber/healthcheck/nvmlsource"
 )
 
 // Handler serves /metrics, /healthz and /readyz. /healthz answers while the process
@@ -112,14 +112,14 @@ func Scheme() (*runtime.Scheme, error) {
 
 // NewNVML returns the NVML an --nvml value names; fake is non-nil in fake mode, for
 // the fault-injection endpoint.
-func NewNVML(name string) (lib nvml.Interface, fake *healthcheck.FakeGPUs, err error) {
+func NewNVML(name string) (lib nvml.Interface, fake *nvmlsource.FakeGPUs, err error) {
 	if name == NVMLReal {
 		return nvml.New(), nil, nil
 	}
 	if err := checkNVML(name); err != nil {
 		return nil, nil, err
 	}
-	fake, err = healthcheck.NewFake(name)
+	fake, err = nvmlsource.NewFake(name)
 	if err != nil {
 		return nil, nil, err
 	}

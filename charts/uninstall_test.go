@@ -31,7 +31,7 @@ import (
 	"chamber.dev/chamber/controllers/idlereclaim"
 	"chamber.dev/chamber/controllers/isolation"
 	"chamber.dev/chamber/controllers/uninstall"
-	"chamber.dev/chamber/healthcheck"
+	"chamber.dev/chamber/healthcheck/nvmlsource"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 	"chamber.dev/chamber/test/controlplane"
 )
@@ -178,10 +178,10 @@ func TestUninstallHandsBack(t *testing.T) {
 	mgrCtx, stopChamber := context.WithCancel(ctx)
 	stopped := make(chan error, 1)
 	go func() { stopped <- mgr.Start(mgrCtx) }()
-	fakes := map[string]*healthcheck.FakeGPUs{}
+	fakes := map[string]*nvmlsource.FakeGPUs{}
 	var stopAgents []func()
 	for _, n := range []string{"gpu-1", "gpu-2", "gpu-4"} {
-		fake, err := healthcheck.NewFake("dgxh100")
+		fake, err := nvmlsource.NewFake("dgxh100")
 		g.Expect(err).NotTo(gomega.HaveOccurred())
 		fakes[n] = fake
 		stopAgents = append(stopAgents, controllertest.RunAgent(t, n, fake, nil, nil))

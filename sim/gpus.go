@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"chamber.dev/chamber/agent"
-	"chamber.dev/chamber/healthcheck"
+	"chamber.dev/chamber/healthcheck/nvmlsource"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 	"chamber.dev/chamber/test/controlplane"
 )
@@ -27,7 +27,7 @@ import (
 // utilization, and tells the agent which pod holds them.
 type simNode struct {
 	name  string
-	gpus  *healthcheck.FakeGPUs
+	gpus  *nvmlsource.FakeGPUs
 	agent *agent.Agent
 
 	mu    sync.Mutex
@@ -159,7 +159,7 @@ func startNodes(ctx context.Context, c client.Client, sc *Scenario) (map[string]
 	var names []string
 	var wg sync.WaitGroup
 	for _, s := range specs {
-		fake, err := healthcheck.NewFake(fakes[s.Name])
+		fake, err := nvmlsource.NewFake(fakes[s.Name])
 		if err != nil {
 			return nil, nil, nil, err
 		}
@@ -210,7 +210,7 @@ func setAllocatable(ctx context.Context, c client.Client, node string, gpus int)
 // faultKind is a GPU fault the injector raises, with what the driver reports.
 type faultKind struct {
 	name  string
-	raise func(f *healthcheck.FakeGPUs, gpu int) error
+	raise func(f *nvmlsource.FakeGPUs, gpu int) error
 	// reboot: its repair (NVIDIA's catalog action) reboots the node, killing every pod
 	// still on it; otherwise the GPU alone is reset.
 	reboot bool
@@ -219,8 +219,8 @@ type faultKind struct {
 // faultKinds are the injected faults, drawn with equal odds: the two most common fatal
 // GPU faults in large fleets.
 var faultKinds = []faultKind{
-	{"XID 79 (GPU fallen off the bus)", (*healthcheck.FakeGPUs).LoseGPU, true},
-	{"XID 48 (double-bit ECC error)", (*healthcheck.FakeGPUs).RaiseDoubleBitECC, false},
+	{"XID 79 (GPU fallen off the bus)", (*nvmlsource.FakeGPUs).LoseGPU, true},
+	{"XID 48 (double-bit ECC error)", (*nvmlsource.FakeGPUs).RaiseDoubleBitECC, false},
 }
 
 // breakGPU marks a random healthy GPU broken and raises a fault on it. It returns the

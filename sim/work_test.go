@@ -17,7 +17,7 @@ import (
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers/idlereclaim"
-	"chamber.dev/chamber/healthcheck"
+	"chamber.dev/chamber/healthcheck/nvmlsource"
 )
 
 const minute = time.Minute
@@ -417,7 +417,7 @@ func TestSampleTellsOutOfServiceFromFree(t *testing.T) {
 // one for a terminating pod): the job loses what the stop costs it, then goes on, on
 // the pod that runs.
 func TestReplacementBeforeTheEnd(t *testing.T) {
-	fake, err := healthcheck.NewFake("dgxh100")
+	fake, err := nvmlsource.NewFake("dgxh100")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -449,7 +449,7 @@ func TestReplacementBeforeTheEnd(t *testing.T) {
 // had notice of it, Kueue otherwise; the work each cause threw away adds up to the
 // job's work lost to evictions.
 func TestEvictionCauses(t *testing.T) {
-	fake, err := healthcheck.NewFake("dgxh100")
+	fake, err := nvmlsource.NewFake("dgxh100")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -524,7 +524,7 @@ func TestEvictionCauses(t *testing.T) {
 // run, after a preemption, after a fault; a notebook paused while its user is away is
 // not waiting, and is again from its user's resume to its pods running.
 func TestWaitSpells(t *testing.T) {
-	fake, err := healthcheck.NewFake("dgxh100")
+	fake, err := nvmlsource.NewFake("dgxh100")
 	if err != nil {
 		t.Fatal(err)
 	}

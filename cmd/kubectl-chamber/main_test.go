@@ -23,7 +23,7 @@ import (
 	"chamber.dev/chamber/controllers/controllertest"
 	"chamber.dev/chamber/controllers/uninstall"
 	"chamber.dev/chamber/fleet"
-	"chamber.dev/chamber/healthcheck"
+	"chamber.dev/chamber/healthcheck/nvmlsource"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 	"chamber.dev/chamber/test/controlplane"
 )
@@ -87,9 +87,9 @@ func TestCommands(t *testing.T) {
 		controlplane.GPUNode{Name: "ops-1", GPUs: 8, Product: h100, Labels: ops},
 		controlplane.GPUNode{Name: "ops-2", GPUs: 8, Product: h100, Labels: ops},
 		controlplane.GPUNode{Name: "lab-1", GPUs: 8, Product: h100, Labels: lab})).To(gomega.Succeed())
-	fakes := map[string]*healthcheck.FakeGPUs{}
+	fakes := map[string]*nvmlsource.FakeGPUs{}
 	for _, n := range []string{"ops-1", "ops-2", "lab-1"} {
-		fake, err := healthcheck.NewFake("dgxh100")
+		fake, err := nvmlsource.NewFake("dgxh100")
 		g.Expect(err).NotTo(gomega.HaveOccurred())
 		fakes[n] = fake
 		controllertest.RunAgent(t, n, fake, nil, nil)

@@ -23,7 +23,7 @@ import (
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers"
 	"chamber.dev/chamber/controllers/controllertest"
-	"chamber.dev/chamber/healthcheck"
+	"chamber.dev/chamber/healthcheck/nvmlsource"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 	"chamber.dev/chamber/test/controlplane"
 )
@@ -121,9 +121,9 @@ func job(ns, name string, gpus int, tier string) *testingjob.JobWrapper {
 
 // agentOn runs a node agent on node over go-nvml's fake of a DGX H100, and returns the
 // fake to raise faults on.
-func agentOn(t *testing.T, node string) *healthcheck.FakeGPUs {
+func agentOn(t *testing.T, node string) *nvmlsource.FakeGPUs {
 	t.Helper()
-	fake, err := healthcheck.NewFake("dgxh100")
+	fake, err := nvmlsource.NewFake("dgxh100")
 	if err != nil {
 		t.Fatal(err)
 	}

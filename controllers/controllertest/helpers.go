@@ -16,7 +16,7 @@ import (
 
 	"chamber.dev/chamber/agent"
 	chamber "chamber.dev/chamber/api/v1alpha1"
-	"chamber.dev/chamber/healthcheck"
+	"chamber.dev/chamber/healthcheck/nvmlsource"
 	"chamber.dev/chamber/test/controlplane"
 )
 
@@ -93,14 +93,14 @@ func SetNodeCondition(t testing.TB, c client.Client, name string, cond corev1.No
 // utilization window unless it does).
 // RunAgent returns once the agent has written its first status: the agent then
 // watches NVML events, so faults raised after it reach it.
-func RunAgent(t testing.TB, node string, fake *healthcheck.FakeGPUs, clk clock.WithTicker, tune func(*agent.Config)) (stop func()) {
+func RunAgent(t testing.TB, node string, fake *nvmlsource.FakeGPUs, clk clock.WithTicker, tune func(*agent.Config)) (stop func()) {
 	t.Helper()
 	return RunAgentWithPods(t, node, fake, nil, clk, tune)
 }
 
 // RunAgentWithPods is RunAgent with pods telling the agent which pod holds each GPU,
 // as the kubelet's pod-resources API does on a real node (none when nil).
-func RunAgentWithPods(t testing.TB, node string, fake *healthcheck.FakeGPUs, pods agent.PodMapper, clk clock.WithTicker, tune func(*agent.Config)) (stop func()) {
+func RunAgentWithPods(t testing.TB, node string, fake *nvmlsource.FakeGPUs, pods agent.PodMapper, clk clock.WithTicker, tune func(*agent.Config)) (stop func()) {
 	t.Helper()
 	cfg := agent.DefaultConfig()
 	cfg.NodeName, cfg.MetricsBindAddress = node, "0"

@@ -24,7 +24,7 @@ import (
 	"chamber.dev/chamber/controllers"
 	"chamber.dev/chamber/controllers/controllertest"
 	"chamber.dev/chamber/controllers/idlereclaim"
-	"chamber.dev/chamber/healthcheck"
+	"chamber.dev/chamber/healthcheck/nvmlsource"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 	"chamber.dev/chamber/test/controlplane"
 )
@@ -228,7 +228,7 @@ func TestOptOutIgnoredByThePool(t *testing.T) {
 func startAgents(t *testing.T, nodes []string, busy string) {
 	t.Helper()
 	for _, node := range nodes {
-		fake, err := healthcheck.NewFake("dgxh100")
+		fake, err := nvmlsource.NewFake("dgxh100")
 		if err != nil {
 			t.Fatal(err)
 		}

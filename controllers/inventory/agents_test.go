@@ -12,7 +12,7 @@ import (
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers/controllertest"
 	ft "chamber.dev/chamber/fleet/fleettest"
-	"chamber.dev/chamber/healthcheck"
+	"chamber.dev/chamber/healthcheck/nvmlsource"
 )
 
 // TestAgentsFeedInventory runs the real node agent on go-nvml's DGX H100 fakes for two
@@ -28,9 +28,9 @@ func TestAgentsFeedInventory(t *testing.T) {
 		Spec:       chamber.TeamSpec{Pool: "agents", Namespaces: []string{"agents"}, Quotas: []chamber.TeamQuota{{Model: ft.H100, GPUs: 16}}},
 	})
 
-	gpus := map[string]*healthcheck.FakeGPUs{}
+	gpus := map[string]*nvmlsource.FakeGPUs{}
 	for _, node := range []string{"agents-1", "agents-2"} {
-		fake, err := healthcheck.NewFake("dgxh100")
+		fake, err := nvmlsource.NewFake("dgxh100")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -31,7 +31,7 @@ import (
 	"chamber.dev/chamber/controllers/admission"
 	"chamber.dev/chamber/controllers/controllertest"
 	"chamber.dev/chamber/controllers/isolation"
-	"chamber.dev/chamber/healthcheck"
+	"chamber.dev/chamber/healthcheck/nvmlsource"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 	"chamber.dev/chamber/test/controlplane"
 )
@@ -102,7 +102,7 @@ func nodes(t testing.TB, pool string, names ...string) {
 
 // startAgent runs the real node agent for node on go-nvml's DGX H100 fake, polling
 // every second and writing at least every heartbeat. stop ends it, as a crash would.
-func startAgent(t *testing.T, node string, heartbeat time.Duration) (gpus *healthcheck.FakeGPUs, stop func()) {
+func startAgent(t *testing.T, node string, heartbeat time.Duration) (gpus *nvmlsource.FakeGPUs, stop func()) {
 	t.Helper()
 	fake := dgxH100(t)
 	return fake, runAgent(t, node, fake, heartbeat)
@@ -110,16 +110,16 @@ func startAgent(t *testing.T, node string, heartbeat time.Duration) (gpus *healt
 
 // startMappedAgent is startAgent with the pods of each GPU in the agent's reports, as
 // the kubelet's pod-resources API gives them on a real node.
-func startMappedAgent(t *testing.T, node string, heartbeat time.Duration) (gpus *healthcheck.FakeGPUs) {
+func startMappedAgent(t *testing.T, node string, heartbeat time.Duration) (gpus *nvmlsource.FakeGPUs) {
 	t.Helper()
 	fake := dgxH100(t)
 	controllertest.RunAgentWithPods(t, node, fake, &devicePlugin{node: node, held: map[types.UID][]int{}}, nil, heartbeatEvery(heartbeat))
 	return fake
 }
 
-func dgxH100(t *testing.T) *healthcheck.FakeGPUs {
+func dgxH100(t *testing.T) *nvmlsource.FakeGPUs {
 	t.Helper()
-	fake, err := healthcheck.NewFake("dgxh100")
+	fake, err := nvmlsource.NewFake("dgxh100")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +131,7 @@ func heartbeatEvery(d time.Duration) func(*agent.Config) {
 }
 
 // runAgent runs an agent on the fake GPUs, as after a restart of the agent.
-func runAgent(t *testing.T, node string, fake *healthcheck.FakeGPUs, heartbeat time.Duration) (stop func()) {
+func runAgent(t *testing.T, node string, fake *nvmlsource.FakeGPUs, heartbeat time.Duration) (stop func()) {
 	t.Helper()
 	return controllertest.RunAgent(t, node, fake, nil, heartbeatEvery(heartbeat))
 }
@@ -441,7 +441,7 @@ func TestCircuitBreaker(t *testing.T) {
 		names = append(names, fmt.Sprintf("breaker-%d", i))
 	}
 	nodes(t, "breaker", names...)
-	fakes := map[string]*healthcheck.FakeGPUs{}
+	fakes := map[string]*nvmlsource.FakeGPUs{}
 	for _, n := range names {
 		fakes[n], _ = startAgent(t, n, 5*time.Second)
 	}

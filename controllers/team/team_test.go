@@ -28,7 +28,7 @@ import (
 	"chamber.dev/chamber/controllers"
 	"chamber.dev/chamber/controllers/controllertest"
 	"chamber.dev/chamber/controllers/team"
-	"chamber.dev/chamber/healthcheck"
+	"chamber.dev/chamber/healthcheck/nvmlsource"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 	"chamber.dev/chamber/test/controlplane"
 )
@@ -281,10 +281,10 @@ func TestQuotasFollowHealthyGPUs(t *testing.T) {
 		namespace(t, name)
 		create(t, newTeam(name, "healthq", []string{name}, chamber.TeamQuota{Model: h100, GPUs: 8}))
 	}
-	fakes := map[string]*healthcheck.FakeGPUs{}
+	fakes := map[string]*nvmlsource.FakeGPUs{}
 	stops := map[string]func(){}
 	for _, node := range []string{"healthq-1", "healthq-2"} {
-		fake, err := healthcheck.NewFake("dgxh100")
+		fake, err := nvmlsource.NewFake("dgxh100")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -339,7 +339,7 @@ func TestQuotasFollowHealthyGPUs(t *testing.T) {
 	// The board is repaired: the node's agent starts again on healthy GPUs, and the
 	// operator clears the isolation of the hardware fault.
 	stops["healthq-1"]()
-	repaired, err := healthcheck.NewFake("dgxh100")
+	repaired, err := nvmlsource.NewFake("dgxh100")
 	if err != nil {
 		t.Fatal(err)
 	}

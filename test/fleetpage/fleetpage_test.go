@@ -28,7 +28,7 @@ import (
 	"chamber.dev/chamber/agent"
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers/controllertest"
-	"chamber.dev/chamber/healthcheck"
+	"chamber.dev/chamber/healthcheck/nvmlsource"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 	"chamber.dev/chamber/test/controlplane"
 )
@@ -264,9 +264,9 @@ func fixture(t *testing.T, ctx context.Context) {
 	}
 	create(t, gpuPod("vision", "train", "gpu-1", 4))
 	create(t, gpuPod("speech", "notebook", "gpu-2", 2))
-	fakes := map[string]*healthcheck.FakeGPUs{}
+	fakes := map[string]*nvmlsource.FakeGPUs{}
 	for _, n := range nodes {
-		fake, err := healthcheck.NewFake("dgxh100")
+		fake, err := nvmlsource.NewFake("dgxh100")
 		if err != nil {
 			t.Fatal(err)
 		}

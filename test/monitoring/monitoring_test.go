@@ -19,7 +19,7 @@ import (
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers"
 	"chamber.dev/chamber/controllers/controllertest"
-	"chamber.dev/chamber/healthcheck"
+	"chamber.dev/chamber/healthcheck/nvmlsource"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 	"chamber.dev/chamber/test/controlplane"
 )
@@ -58,7 +58,7 @@ func TestMonitoringWithoutKueue(t *testing.T) {
 	labels := map[string]string{"chamber.dev/test-pool": "watch"}
 	g.Expect(k8s.Create(ctx, &chamber.GPUPool{ObjectMeta: metav1.ObjectMeta{Name: "watch"}, Spec: chamber.GPUPoolSpec{NodeLabels: labels}})).To(gomega.Succeed())
 	g.Expect(controlplane.CreateGPUNodes(ctx, k8s, controlplane.GPUNode{Name: "watch-1", GPUs: 8, Product: "NVIDIA-H100-80GB-HBM3", Labels: labels})).To(gomega.Succeed())
-	fake, err := healthcheck.NewFake("dgxh100")
+	fake, err := nvmlsource.NewFake("dgxh100")
 	g.Expect(err).NotTo(gomega.HaveOccurred())
 	controllertest.RunAgent(t, "watch-1", fake, nil, nil)
 

@@ -27,7 +27,7 @@ import (
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers/controllertest"
 	"chamber.dev/chamber/controllers/idlereclaim"
-	"chamber.dev/chamber/healthcheck"
+	"chamber.dev/chamber/healthcheck/nvmlsource"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 	"chamber.dev/chamber/test/controlplane"
 )
@@ -226,7 +226,7 @@ func TestLeaderKilledMidIdleReclaim(t *testing.T) {
 	if err := controlplane.CreateGPUNodes(ctx, k8s, controlplane.GPUNode{Name: "idle-1", GPUs: 8, Product: h100, Labels: labels}); err != nil {
 		t.Fatal(err)
 	}
-	fake, err := healthcheck.NewFake("dgxh100")
+	fake, err := nvmlsource.NewFake("dgxh100")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers/controllertest"
-	"chamber.dev/chamber/healthcheck"
+	"chamber.dev/chamber/healthcheck/nvmlsource"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 	"chamber.dev/chamber/test/controlplane"
 )
@@ -40,12 +40,12 @@ func TestRidesThroughAPIServerAndEtcdRestarts(t *testing.T) {
 	create(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "restart"}})
 	create(t, &chamber.Team{ObjectMeta: metav1.ObjectMeta{Name: "restart"},
 		Spec: chamber.TeamSpec{Pool: "restart", Namespaces: []string{"restart"}, Quotas: []chamber.TeamQuota{{Model: h100, GPUs: 16}}}})
-	fakes := map[string]*healthcheck.FakeGPUs{}
+	fakes := map[string]*nvmlsource.FakeGPUs{}
 	for _, node := range []string{"restart-1", "restart-2"} {
 		if err := controlplane.CreateGPUNodes(ctx, k8s, controlplane.GPUNode{Name: node, GPUs: 8, Product: h100, Labels: labels}); err != nil {
 			t.Fatal(err)
 		}
-		fake, err := healthcheck.NewFake("dgxh100")
+		fake, err := nvmlsource.NewFake("dgxh100")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -40,7 +40,7 @@ import (
 	"chamber.dev/chamber/controllers/idlereclaim"
 	"chamber.dev/chamber/controllers/isolation"
 	"chamber.dev/chamber/controllers/team"
-	"chamber.dev/chamber/healthcheck"
+	"chamber.dev/chamber/healthcheck/nvmlsource"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 	"chamber.dev/chamber/test/controlplane"
 )
@@ -235,11 +235,11 @@ func (p *Plane) team(t *testing.T, name, pool string, gpus int32, change func(*c
 
 // agents runs a node agent on a DGX H100 fake for each node until t ends, and returns
 // the fakes by node. Their GPUs read 0% utilization.
-func agents(t *testing.T, nodes ...string) map[string]*healthcheck.FakeGPUs {
+func agents(t *testing.T, nodes ...string) map[string]*nvmlsource.FakeGPUs {
 	t.Helper()
-	fakes := map[string]*healthcheck.FakeGPUs{}
+	fakes := map[string]*nvmlsource.FakeGPUs{}
 	for _, n := range nodes {
-		fake, err := healthcheck.NewFake("dgxh100")
+		fake, err := nvmlsource.NewFake("dgxh100")
 		if err != nil {
 			t.Fatal(err)
 		}

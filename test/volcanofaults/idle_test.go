@@ -15,7 +15,7 @@ import (
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers/controllertest"
 	"chamber.dev/chamber/controllers/idlereclaim"
-	"chamber.dev/chamber/healthcheck"
+	"chamber.dev/chamber/healthcheck/nvmlsource"
 	"chamber.dev/chamber/test/controlplane"
 )
 
@@ -127,7 +127,7 @@ func twoTeams(t *testing.T, name string, grace time.Duration) (nsA, nsB string, 
 	if err := controlplane.CreateGPUNodes(ctx, k8s, controlplane.GPUNode{Name: name + "-1", GPUs: 8, Labels: labels}); err != nil {
 		t.Fatal(err)
 	}
-	fake, err := healthcheck.NewFake("dgxh100")
+	fake, err := nvmlsource.NewFake("dgxh100")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ import (
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers/controllertest"
-	"chamber.dev/chamber/healthcheck"
+	"chamber.dev/chamber/healthcheck/nvmlsource"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 	"chamber.dev/chamber/integrations/volcano"
 	"chamber.dev/chamber/test/controlplane"
@@ -37,13 +37,13 @@ func TestGangJobRestartsWholeOffFailingNode(t *testing.T) {
 	g := newG(t)
 	labels := map[string]string{"chamber.dev/test-pool": "faults"}
 	create(t, &chamber.GPUPool{ObjectMeta: metav1.ObjectMeta{Name: "faults"}, Spec: chamber.GPUPoolSpec{NodeLabels: labels}})
-	fakes := map[string]*healthcheck.FakeGPUs{}
+	fakes := map[string]*nvmlsource.FakeGPUs{}
 	for i := range 5 {
 		name := "gpu-" + strconv.Itoa(i+1)
 		if err := controlplane.CreateGPUNodes(ctx, k8s, controlplane.GPUNode{Name: name, GPUs: 8, Labels: labels}); err != nil {
 			t.Fatal(err)
 		}
-		fake, err := healthcheck.NewFake("dgxh100")
+		fake, err := nvmlsource.NewFake("dgxh100")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -292,13 +292,13 @@ func TestRestartIssuedOnceWhileVolcanoIsDown(t *testing.T) {
 	g := newG(t)
 	labels := map[string]string{"chamber.dev/test-pool": "outage"}
 	create(t, &chamber.GPUPool{ObjectMeta: metav1.ObjectMeta{Name: "outage"}, Spec: chamber.GPUPoolSpec{NodeLabels: labels}})
-	fakes := map[string]*healthcheck.FakeGPUs{}
+	fakes := map[string]*nvmlsource.FakeGPUs{}
 	for i := range 3 {
 		name := "outage-" + strconv.Itoa(i+1)
 		if err := controlplane.CreateGPUNodes(ctx, k8s, controlplane.GPUNode{Name: name, GPUs: 8, Labels: labels}); err != nil {
 			t.Fatal(err)
 		}
-		fake, err := healthcheck.NewFake("dgxh100")
+		fake, err := nvmlsource.NewFake("dgxh100")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package healthcheck
+package nvmlsource
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"k8s.io/utils/clock"
+
+	"chamber.dev/chamber/healthcheck"
 )
 
 // watchedEvents are the event types asked for, as NVIDIA's k8s-device-plugin does, plus
@@ -21,7 +23,7 @@ type EventWatcher struct {
 	clock     clock.WithTicker
 	timeout   time.Duration
 	watched   []watchedGPU
-	unwatched []Event
+	unwatched []healthcheck.Event
 }
 
 // watchedGPU is a GPU registered with the event set.
@@ -43,11 +45,11 @@ func NewEventWatcher(lib nvml.Interface, clk clock.WithTicker, waitTimeout time.
 	n, ret := lib.DeviceGetCount()
 	if ret != nvml.SUCCESS {
 		set.Free()
-		return nil, fmt.Errorf("%w: count GPUs: %v", ErrNVMLUnavailable, ret)
+		return nil, fmt.Errorf("%w: count GPUs: %v", healthcheck.ErrNVMLUnavailable, ret)
 	}
 	for i := range n {
 		if ret := w.register(lib, i); ret != nvml.SUCCESS {
-			w.unwatched = append(w.unwatched, Event{Kind: EventUnwatched, GPU: i, Err: ret, Time: clk.Now()})
+			w.unwatched = append(w.unwatched, healthcheck.Event{Kind: healthcheck.EventUnwatched, GPU: i, Err: ret, Time: clk.Now()})
 		}
 	}
 	return w, nil
@@ -74,30 +76,30 @@ func (w *EventWatcher) register(lib nvml.Interface, i int) nvml.Return {
 }
 
 // Unwatched lists the GPUs that could not be registered, with NVML's answer.
-func (w *EventWatcher) Unwatched() []Event { return w.unwatched }
+func (w *EventWatcher) Unwatched() []healthcheck.Event { return w.unwatched }
 
 // Next waits once, up to the wait timeout. ok is false on a timeout or an event type
 // Chamber does not act on.
-func (w *EventWatcher) Next() (ev Event, ok bool) {
+func (w *EventWatcher) Next() (ev healthcheck.Event, ok bool) {
 	data, ret := w.set.Wait(uint32(w.timeout / time.Millisecond))
 	now := w.clock.Now()
 	switch ret {
 	case nvml.SUCCESS:
 	case nvml.ERROR_TIMEOUT:
-		return Event{}, false
+		return healthcheck.Event{}, false
 	default:
-		return Event{Kind: EventWaitError, GPU: -1, Err: ret, Time: now}, true
+		return healthcheck.Event{Kind: healthcheck.EventWaitError, GPU: -1, Err: ret, Time: now}, true
 	}
-	ev = Event{GPU: -1, Time: now}
+	ev = healthcheck.Event{GPU: -1, Time: now}
 	switch {
 	case data.EventType&nvml.EventTypeXidCriticalError != 0:
-		ev.Kind, ev.XID = EventXID, data.EventData
+		ev.Kind, ev.XID = healthcheck.EventXID, data.EventData
 	case data.EventType&nvml.EventTypeDoubleBitEccError != 0:
-		ev.Kind = EventDoubleBitECC
+		ev.Kind = healthcheck.EventDoubleBitECC
 	case data.EventType&nvml.EventTypeGpuUnavailableError != 0:
-		ev.Kind = EventGPUUnavailable
+		ev.Kind = healthcheck.EventGPUUnavailable
 	default:
-		return Event{}, false
+		return healthcheck.Event{}, false
 	}
 	// Events on MIG instances carry the parent GPU's handle; Chamber tracks whole GPUs.
 	ev.GPU, ev.UUID = w.gpuOf(data.Device)
@@ -133,7 +135,7 @@ func (w *EventWatcher) gpuOf(dev nvml.Device) (int, string) {
 
 // Run delivers events until ctx is done; it returns within one wait timeout of that.
 // deliver must not block for long: NVML queues events only so far.
-func (w *EventWatcher) Run(ctx context.Context, deliver func(Event)) {
+func (w *EventWatcher) Run(ctx context.Context, deliver func(healthcheck.Event)) {
 	for _, ev := range w.unwatched {
 		deliver(ev)
 	}
@@ -143,7 +145,7 @@ func (w *EventWatcher) Run(ctx context.Context, deliver func(Event)) {
 			continue
 		}
 		deliver(ev)
-		if ev.Kind == EventWaitError {
+		if ev.Kind == healthcheck.EventWaitError {
 			// A broken event set fails at once; back off rather than spin a core.
 			select {
 			case <-ctx.Done():

@@ -1,9 +1,11 @@
-package healthcheck
+package nvmlsource
 
 import (
 	"testing"
 
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"chamber.dev/chamber/healthcheck"
 )
 
 // BenchmarkPoll is one poll of the 8 GPUs of the dgxh100 fake: every NVML reading, the
@@ -15,8 +17,8 @@ func BenchmarkPoll(b *testing.B) {
 		b.Fatal(err)
 	}
 	clk := clocktesting.NewFakeClock(t0)
-	cfg := DefaultConfig()
-	r, tr := NewReader(gpus), NewTracker(cfg, clk)
+	cfg := healthcheck.DefaultConfig()
+	r, tr := NewReader(gpus), healthcheck.NewTracker(cfg, clk)
 	b.ReportAllocs()
 	for b.Loop() {
 		clk.Step(cfg.PollInterval)
@@ -34,7 +36,7 @@ func BenchmarkScrape(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	tr := NewTracker(DefaultConfig(), clocktesting.NewFakeClock(t0))
+	tr := healthcheck.NewTracker(healthcheck.DefaultConfig(), clocktesting.NewFakeClock(t0))
 	s, err := NewReader(gpus).Read()
 	if err != nil {
 		b.Fatal(err)

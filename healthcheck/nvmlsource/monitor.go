@@ -1,4 +1,4 @@
-package healthcheck
+package nvmlsource
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"k8s.io/utils/clock"
+
+	"chamber.dev/chamber/healthcheck"
 )
 
 // Monitor runs the two NVML loops of the node agent, each in its own goroutine: a poll
@@ -15,9 +17,9 @@ import (
 // what scrapes and status writers read.
 type Monitor struct {
 	lib     nvml.Interface
-	cfg     Config
+	cfg     healthcheck.Config
 	clock   clock.WithTicker
-	tracker *Tracker
+	tracker *healthcheck.Tracker
 
 	pollMu sync.Mutex // one poll at a time: the Reader is not concurrent
 	reader *Reader
@@ -27,21 +29,21 @@ type Monitor struct {
 	errMu      sync.Mutex
 	pollErr    error
 	eventsErr  error
-	afterPoll  func()      // test hook: called after each loop poll
-	afterEvent func(Event) // test hook: called after each delivered event
+	afterPoll  func()                  // test hook: called after each loop poll
+	afterEvent func(healthcheck.Event) // test hook: called after each delivered event
 }
 
 // NewMonitor checks cfg and returns a Monitor over lib (nvml.New() or NewFake). Nothing
 // touches NVML before Start.
-func NewMonitor(lib nvml.Interface, cfg Config, clk clock.WithTicker) (*Monitor, error) {
+func NewMonitor(lib nvml.Interface, cfg healthcheck.Config, clk clock.WithTicker) (*Monitor, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Monitor{lib: lib, cfg: cfg, clock: clk, tracker: NewTracker(cfg, clk)}, nil
+	return &Monitor{lib: lib, cfg: cfg, clock: clk, tracker: healthcheck.NewTracker(cfg, clk)}, nil
 }
 
 // Tracker returns the health state the loops write to.
-func (m *Monitor) Tracker() *Tracker { return m.tracker }
+func (m *Monitor) Tracker() *healthcheck.Tracker { return m.tracker }
 
 // Start initialises NVML, polls once, and starts the poll and event loops, which stop when
 // ctx is done (then call Wait). An error wrapping ErrNVMLUnavailable means NVML could not
@@ -64,7 +66,7 @@ func (m *Monitor) Start(ctx context.Context) error {
 	} else {
 		m.watcher = w
 		m.wg.Go(func() {
-			w.Run(ctx, func(ev Event) {
+			w.Run(ctx, func(ev healthcheck.Event) {
 				m.tracker.RecordEvent(ev)
 				if m.afterEvent != nil {
 					m.afterEvent(ev)

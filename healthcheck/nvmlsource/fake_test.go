@@ -1,4 +1,4 @@
-package healthcheck
+package nvmlsource
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	chamberv1alpha1 "chamber.dev/chamber/api/v1alpha1"
+	"chamber.dev/chamber/healthcheck"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -20,15 +21,15 @@ var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 // hand, so a test decides when each poll and event happens.
 type fakeNode struct {
 	t       *testing.T
-	cfg     Config
+	cfg     healthcheck.Config
 	gpus    *FakeGPUs
 	clock   *clocktesting.FakeClock
 	reader  *Reader
 	watcher *EventWatcher
-	tracker *Tracker
+	tracker *healthcheck.Tracker
 }
 
-func newFakeNode(t *testing.T, model string, cfg Config) *fakeNode {
+func newFakeNode(t *testing.T, model string, cfg healthcheck.Config) *fakeNode {
 	t.Helper()
 	gpus, err := NewFake(model)
 	if err != nil {
@@ -43,7 +44,7 @@ func newFakeNode(t *testing.T, model string, cfg Config) *fakeNode {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fakeNode{t: t, cfg: cfg, gpus: gpus, clock: clk, reader: NewReader(gpus), watcher: w, tracker: NewTracker(cfg, clk)}
+	return &fakeNode{t: t, cfg: cfg, gpus: gpus, clock: clk, reader: NewReader(gpus), watcher: w, tracker: healthcheck.NewTracker(cfg, clk)}
 }
 
 // inject fails the test when the injector does.
@@ -79,10 +80,10 @@ func (n *fakeNode) poll(times int) {
 }
 
 // health returns the GPUs that are not healthy, and their reasons.
-func (n *fakeNode) health() (map[int]Health, map[int][]Reason) {
-	health, reasons := map[int]Health{}, map[int][]Reason{}
+func (n *fakeNode) health() (map[int]healthcheck.Health, map[int][]healthcheck.Reason) {
+	health, reasons := map[int]healthcheck.Health{}, map[int][]healthcheck.Reason{}
 	for _, g := range n.tracker.GPUs() {
-		if g.Health != Healthy {
+		if g.Health != healthcheck.Healthy {
 			health[g.Index] = g.Health
 		}
 		if len(g.Faults) > 0 {
@@ -97,15 +98,15 @@ func TestFaultsOnFakeGPUs(t *testing.T) {
 		model         string
 		inject        func(f *FakeGPUs) error
 		polls         int
-		wantHealth    map[int]Health // GPUs not listed are Healthy
-		wantReasons   map[int][]Reason
+		wantHealth    map[int]healthcheck.Health // GPUs not listed are Healthy
+		wantReasons   map[int][]healthcheck.Reason
 		wantXIDCounts map[uint64]uint64 // on GPU 3
 	}{
 		"XID 79 on GPU 3": {
 			inject:        func(f *FakeGPUs) error { return f.RaiseXID(3, 79) },
 			polls:         1,
-			wantHealth:    map[int]Health{3: Unhealthy},
-			wantReasons:   map[int][]Reason{3: {"XID79"}},
+			wantHealth:    map[int]healthcheck.Health{3: healthcheck.Unhealthy},
+			wantReasons:   map[int][]healthcheck.Reason{3: {"XID79"}},
 			wantXIDCounts: map[uint64]uint64{79: 1},
 		},
 		"XID 13 is an application error": {
@@ -118,43 +119,43 @@ func TestFaultsOnFakeGPUs(t *testing.T) {
 				return errors.Join(f.RaiseXID(3, 48), f.RaiseXID(3, 48), f.RaiseXID(3, 48))
 			},
 			polls:         1,
-			wantHealth:    map[int]Health{3: Unhealthy},
-			wantReasons:   map[int][]Reason{3: {"XID48"}},
+			wantHealth:    map[int]healthcheck.Health{3: healthcheck.Unhealthy},
+			wantReasons:   map[int][]healthcheck.Reason{3: {"XID48"}},
 			wantXIDCounts: map[uint64]uint64{48: 3},
 		},
 		"double-bit ECC error": {
 			inject:        func(f *FakeGPUs) error { return f.RaiseDoubleBitECC(3) },
 			polls:         1,
-			wantHealth:    map[int]Health{3: Unhealthy},
-			wantReasons:   map[int][]Reason{3: {ReasonECCDoubleBit, "XID48"}},
+			wantHealth:    map[int]healthcheck.Health{3: healthcheck.Unhealthy},
+			wantReasons:   map[int][]healthcheck.Reason{3: {healthcheck.ReasonECCDoubleBit, "XID48"}},
 			wantXIDCounts: map[uint64]uint64{48: 1},
 		},
 		"row remap failure": {
 			inject:        func(f *FakeGPUs) error { return f.FailRowRemap(3) },
 			polls:         1,
-			wantHealth:    map[int]Health{3: Unhealthy},
-			wantReasons:   map[int][]Reason{3: {ReasonRowRemapFailure, "XID64"}},
+			wantHealth:    map[int]healthcheck.Health{3: healthcheck.Unhealthy},
+			wantReasons:   map[int][]healthcheck.Reason{3: {healthcheck.ReasonRowRemapFailure, "XID64"}},
 			wantXIDCounts: map[uint64]uint64{64: 1},
 		},
 		"row remap pending": {
 			inject:        func(f *FakeGPUs) error { return f.SetRowRemapPending(3, true) },
 			polls:         1,
-			wantHealth:    map[int]Health{3: Degraded},
-			wantReasons:   map[int][]Reason{3: {ReasonRowRemapPending, "XID63"}},
+			wantHealth:    map[int]healthcheck.Health{3: healthcheck.Degraded},
+			wantReasons:   map[int][]healthcheck.Reason{3: {healthcheck.ReasonRowRemapPending, "XID63"}},
 			wantXIDCounts: map[uint64]uint64{63: 1},
 		},
 		"GPU falls off the bus": {
 			inject:        func(f *FakeGPUs) error { return f.LoseGPU(3) },
 			polls:         1,
-			wantHealth:    map[int]Health{3: Unhealthy},
-			wantReasons:   map[int][]Reason{3: {ReasonGPULost, "XID79"}},
+			wantHealth:    map[int]healthcheck.Health{3: healthcheck.Unhealthy},
+			wantReasons:   map[int][]healthcheck.Reason{3: {healthcheck.ReasonGPULost, "XID79"}},
 			wantXIDCounts: map[uint64]uint64{79: 1},
 		},
 		"thermal slowdown for ThrottlePolls polls": {
 			inject:      func(f *FakeGPUs) error { return f.SetThrottle(3, nvml.ClocksThrottleReasonHwThermalSlowdown) },
 			polls:       6,
-			wantHealth:  map[int]Health{3: Degraded},
-			wantReasons: map[int][]Reason{3: {ReasonThermalThrottle}},
+			wantHealth:  map[int]healthcheck.Health{3: healthcheck.Degraded},
+			wantReasons: map[int][]healthcheck.Reason{3: {healthcheck.ReasonThermalThrottle}},
 		},
 		"thermal slowdown one poll short": {
 			inject: func(f *FakeGPUs) error { return f.SetThrottle(3, nvml.ClocksThrottleReasonHwThermalSlowdown) },
@@ -164,14 +165,14 @@ func TestFaultsOnFakeGPUs(t *testing.T) {
 			model:       "fake:dgxa100",
 			inject:      func(f *FakeGPUs) error { return f.SetThrottle(3, nvml.ClocksThrottleReasonHwPowerBrakeSlowdown) },
 			polls:       6,
-			wantHealth:  map[int]Health{3: Degraded},
-			wantReasons: map[int][]Reason{3: {ReasonPowerThrottle}},
+			wantHealth:  map[int]healthcheck.Health{3: healthcheck.Degraded},
+			wantReasons: map[int][]healthcheck.Reason{3: {healthcheck.ReasonPowerThrottle}},
 		},
 		"NVML errors on one GPU": {
 			inject:      func(f *FakeGPUs) error { return f.FailReads(3, nvml.ERROR_UNKNOWN) },
 			polls:       3,
-			wantHealth:  map[int]Health{3: Degraded},
-			wantReasons: map[int][]Reason{3: {ReasonNVMLReadError}},
+			wantHealth:  map[int]healthcheck.Health{3: healthcheck.Degraded},
+			wantReasons: map[int][]healthcheck.Reason{3: {healthcheck.ReasonNVMLReadError}},
 		},
 		"one corrected ECC error does not degrade": {
 			inject: func(f *FakeGPUs) error { return f.AddCorrectableECC(3, 1) },
@@ -190,7 +191,7 @@ func TestFaultsOnFakeGPUs(t *testing.T) {
 			if model == "" {
 				model = "dgxh100"
 			}
-			n := newFakeNode(t, model, DefaultConfig())
+			n := newFakeNode(t, model, healthcheck.DefaultConfig())
 			n.poll(1) // a baseline, as the agent polls once at start
 			n.inject(tc.inject(n.gpus))
 			n.events()
@@ -200,7 +201,7 @@ func TestFaultsOnFakeGPUs(t *testing.T) {
 			if diff := cmp.Diff(tc.wantHealth, gotHealth, cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("unhealthy GPUs (-want +got):\n%s", diff)
 			}
-			sortReasons := cmpopts.SortSlices(func(a, b Reason) bool { return a < b })
+			sortReasons := cmpopts.SortSlices(func(a, b healthcheck.Reason) bool { return a < b })
 			if diff := cmp.Diff(tc.wantReasons, gotReasons, cmpopts.EquateEmpty(), sortReasons); diff != "" {
 				t.Errorf("reasons (-want +got):\n%s", diff)
 			}
@@ -216,7 +217,7 @@ func TestFaultsOnFakeGPUs(t *testing.T) {
 }
 
 func TestTransientFaultsClearPersistentStay(t *testing.T) {
-	cfg := DefaultConfig()
+	cfg := healthcheck.DefaultConfig()
 	n := newFakeNode(t, "dgxh100", cfg)
 	n.poll(1)
 	n.inject(n.gpus.RaiseXID(1, 94))             // contained ECC error: transient
@@ -225,7 +226,7 @@ func TestTransientFaultsClearPersistentStay(t *testing.T) {
 	n.events()
 	n.poll(1)
 
-	wantAll := map[int]Health{1: Degraded, 2: Unhealthy, 4: Degraded}
+	wantAll := map[int]healthcheck.Health{1: healthcheck.Degraded, 2: healthcheck.Unhealthy, 4: healthcheck.Degraded}
 	if got, _ := n.health(); !cmp.Equal(wantAll, got) {
 		t.Fatalf("after the faults: health %v, want %v", got, wantAll)
 	}
@@ -239,8 +240,8 @@ func TestTransientFaultsClearPersistentStay(t *testing.T) {
 	// The RecoveryPolls-th clean poll clears XIDs 94 and 63 (both one-off events); the
 	// remap is still pending and the double-bit error is persistent.
 	n.poll(1)
-	wantHealth := map[int]Health{2: Unhealthy, 4: Degraded}
-	wantReasons := map[int][]Reason{2: {ReasonECCDoubleBit, "XID48"}, 4: {ReasonRowRemapPending}}
+	wantHealth := map[int]healthcheck.Health{2: healthcheck.Unhealthy, 4: healthcheck.Degraded}
+	wantReasons := map[int][]healthcheck.Reason{2: {healthcheck.ReasonECCDoubleBit, "XID48"}, 4: {healthcheck.ReasonRowRemapPending}}
 	gotHealth, gotReasons := n.health()
 	if diff := cmp.Diff(wantHealth, gotHealth); diff != "" {
 		t.Errorf("after %d clean polls: health (-want +got):\n%s", cfg.RecoveryPolls, diff)
@@ -254,8 +255,8 @@ func TestTransientFaultsClearPersistentStay(t *testing.T) {
 	n.inject(n.gpus.ResetGPU(2))
 	n.inject(n.gpus.ResetGPU(4))
 	n.poll(cfg.RecoveryPolls * 10)
-	wantHealth = map[int]Health{2: Unhealthy}
-	wantReasons = map[int][]Reason{2: {ReasonECCDoubleBit, "XID48"}}
+	wantHealth = map[int]healthcheck.Health{2: healthcheck.Unhealthy}
+	wantReasons = map[int][]healthcheck.Reason{2: {healthcheck.ReasonECCDoubleBit, "XID48"}}
 	gotHealth, gotReasons = n.health()
 	if diff := cmp.Diff(wantHealth, gotHealth); diff != "" {
 		t.Errorf("after the resets: health (-want +got):\n%s", diff)
@@ -264,7 +265,7 @@ func TestTransientFaultsClearPersistentStay(t *testing.T) {
 		t.Errorf("after the resets: reasons (-want +got):\n%s", diff)
 	}
 
-	for _, r := range []Reason{ReasonECCDoubleBit, "XID48"} {
+	for _, r := range []healthcheck.Reason{healthcheck.ReasonECCDoubleBit, "XID48"} {
 		if !n.tracker.Clear(2, r) {
 			t.Errorf("Clear(2, %s) = false, want true", r)
 		}
@@ -279,18 +280,18 @@ func TestTransientFaultsClearPersistentStay(t *testing.T) {
 }
 
 func TestClearedFaultComesBackWhileTheConditionHolds(t *testing.T) {
-	n := newFakeNode(t, "dgxh100", DefaultConfig())
+	n := newFakeNode(t, "dgxh100", healthcheck.DefaultConfig())
 	n.inject(n.gpus.FailRowRemap(5))
 	n.poll(1)
-	n.tracker.Clear(5, ReasonRowRemapFailure) // cleared without replacing the GPU
+	n.tracker.Clear(5, healthcheck.ReasonRowRemapFailure) // cleared without replacing the GPU
 	n.poll(1)
-	if _, reasons := n.health(); !cmp.Equal(reasons[5], []Reason{ReasonRowRemapFailure}) {
+	if _, reasons := n.health(); !cmp.Equal(reasons[5], []healthcheck.Reason{healthcheck.ReasonRowRemapFailure}) {
 		t.Errorf("GPU 5 reasons = %v, want the remap failure back", reasons[5])
 	}
 }
 
 func TestThrottleDoesNotFlap(t *testing.T) {
-	cfg := DefaultConfig()
+	cfg := healthcheck.DefaultConfig()
 	n := newFakeNode(t, "dgxh100", cfg)
 	n.inject(n.gpus.SetThrottle(0, nvml.ClocksThrottleReasonHwThermalSlowdown))
 	n.poll(cfg.ThrottlePolls)
@@ -302,20 +303,20 @@ func TestThrottleDoesNotFlap(t *testing.T) {
 		}
 		n.inject(n.gpus.SetThrottle(0, reasons))
 		n.poll(1)
-		if g, _ := n.tracker.GPU(0); g.Health != Degraded {
+		if g, _ := n.tracker.GPU(0); g.Health != healthcheck.Degraded {
 			t.Fatalf("poll %d: GPU 0 is %s, want Degraded throughout", i, g.Health)
 		}
 	}
 	n.inject(n.gpus.SetThrottle(0, 0))
 	n.poll(cfg.RecoveryPolls)
-	if g, _ := n.tracker.GPU(0); g.Health != Healthy {
+	if g, _ := n.tracker.GPU(0); g.Health != healthcheck.Healthy {
 		t.Errorf("after %d clean polls GPU 0 is %s, want Healthy", cfg.RecoveryPolls, g.Health)
 	}
 }
 
 func TestIgnoredReasons(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.IgnoredReasons = []Reason{"XID74", ReasonThermalThrottle}
+	cfg := healthcheck.DefaultConfig()
+	cfg.IgnoredReasons = []healthcheck.Reason{"XID74", healthcheck.ReasonThermalThrottle}
 	n := newFakeNode(t, "dgxh100", cfg)
 	n.inject(n.gpus.RaiseXID(0, 74))
 	n.inject(n.gpus.SetThrottle(0, nvml.ClocksThrottleReasonHwThermalSlowdown))
@@ -347,7 +348,7 @@ func TestNVMLErrorsOnOneGPUDoNotHideOthers(t *testing.T) {
 		MemoryTotal uint64
 		GPUUtil     uint32
 		Lost        bool
-		Errors      []ReadError
+		Errors      []healthcheck.ReadError
 		Unsupported []string
 	}
 	var got []summary
@@ -360,15 +361,20 @@ func TestNVMLErrorsOnOneGPUDoNotHideOthers(t *testing.T) {
 	healthy := summary{UUIDKnown: true, Name: "NVIDIA H100 80GB HBM3", MemoryTotal: 80 << 30, Unsupported: unsupported}
 	want := []summary{healthy, healthy, healthy, healthy, healthy, healthy, healthy, healthy}
 	want[0].GPUUtil = 55
-	want[2] = summary{Errors: []ReadError{{FieldUUID, nvml.ERROR_UNKNOWN}, {FieldName, nvml.ERROR_UNKNOWN}, {FieldPCI, nvml.ERROR_UNKNOWN},
-		{FieldMemory, nvml.ERROR_UNKNOWN}, {FieldUtilization, nvml.ERROR_UNKNOWN}, {FieldTemperature, nvml.ERROR_UNKNOWN},
-		{FieldPower, nvml.ERROR_UNKNOWN}, {FieldThrottle, nvml.ERROR_UNKNOWN}, {FieldECCVolatileCorrected, nvml.ERROR_UNKNOWN},
-		{FieldECCVolatileUncorrected, nvml.ERROR_UNKNOWN}, {FieldECCAggregateCorrected, nvml.ERROR_UNKNOWN},
-		{FieldECCAggregateUncorrected, nvml.ERROR_UNKNOWN}, {FieldRetiredPagesSingleBit, nvml.ERROR_UNKNOWN},
-		{FieldRetiredPagesDoubleBit, nvml.ERROR_UNKNOWN}, {FieldRetiredPagesPending, nvml.ERROR_UNKNOWN},
-		{FieldRemappedRows, nvml.ERROR_UNKNOWN}, {FieldPCIeReplay, nvml.ERROR_UNKNOWN}, {FieldNVLink, nvml.ERROR_UNKNOWN}},
-		Unsupported: []string{"smActivity"}}
-	want[6] = summary{Lost: true, Errors: []ReadError{{FieldUUID, nvml.ERROR_GPU_IS_LOST}}}
+	// GPU 2 answers ERROR_UNKNOWN to every reading: each is an error but SM activity, for
+	// which GPM trouble is never one (the older utilization stands in).
+	var failed []healthcheck.ReadError
+	for _, f := range []healthcheck.Field{healthcheck.FieldUUID, healthcheck.FieldName, healthcheck.FieldPCI,
+		healthcheck.FieldMemory, healthcheck.FieldUtilization, healthcheck.FieldTemperature,
+		healthcheck.FieldPower, healthcheck.FieldThrottle, healthcheck.FieldECCVolatileCorrected,
+		healthcheck.FieldECCVolatileUncorrected, healthcheck.FieldECCAggregateCorrected,
+		healthcheck.FieldECCAggregateUncorrected, healthcheck.FieldRetiredPagesSingleBit,
+		healthcheck.FieldRetiredPagesDoubleBit, healthcheck.FieldRetiredPagesPending,
+		healthcheck.FieldRemappedRows, healthcheck.FieldPCIeReplay, healthcheck.FieldNVLink} {
+		failed = append(failed, healthcheck.ReadError{Field: f, Err: nvml.ERROR_UNKNOWN})
+	}
+	want[2] = summary{Errors: failed, Unsupported: []string{"smActivity"}}
+	want[6] = summary{Lost: true, Errors: []healthcheck.ReadError{{Field: healthcheck.FieldUUID, Err: nvml.ERROR_GPU_IS_LOST}}}
 	if diff := cmp.Diff(want, got, cmpopts.EquateEmpty()); diff != "" {
 		t.Errorf("samples (-want +got):\n%s", diff)
 	}
@@ -420,12 +426,12 @@ func TestNVMLUnavailable(t *testing.T) {
 		t.Fatal(err)
 	}
 	gpus.FailInit(nvml.ERROR_LIBRARY_NOT_FOUND)
-	m, err := NewMonitor(gpus, DefaultConfig(), clocktesting.NewFakeClock(t0))
+	m, err := NewMonitor(gpus, healthcheck.DefaultConfig(), clocktesting.NewFakeClock(t0))
 	if err != nil {
 		t.Fatal(err)
 	}
 	err = m.Start(context.Background())
-	if !errors.Is(err, ErrNVMLUnavailable) {
+	if !errors.Is(err, healthcheck.ErrNVMLUnavailable) {
 		t.Fatalf("Start() = %v, want ErrNVMLUnavailable", err)
 	}
 }
@@ -436,14 +442,14 @@ func TestMonitorLoops(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk := clocktesting.NewFakeClock(t0)
-	cfg := DefaultConfig()
+	cfg := healthcheck.DefaultConfig()
 	m, err := NewMonitor(gpus, cfg, clk)
 	if err != nil {
 		t.Fatal(err)
 	}
-	polled, delivered := make(chan struct{}, 16), make(chan Event, 16)
+	polled, delivered := make(chan struct{}, 16), make(chan healthcheck.Event, 16)
 	m.afterPoll = func() { polled <- struct{}{} }
-	m.afterEvent = func(ev Event) { delivered <- ev }
+	m.afterEvent = func(ev healthcheck.Event) { delivered <- ev }
 	ctx, cancel := context.WithCancel(context.Background())
 	if err := m.Start(ctx); err != nil {
 		t.Fatal(err)
@@ -464,7 +470,7 @@ func TestMonitorLoops(t *testing.T) {
 	}
 	select {
 	case ev := <-delivered:
-		want := Event{Kind: EventXID, GPU: 3, UUID: ev.UUID, XID: 79, Time: t0}
+		want := healthcheck.Event{Kind: healthcheck.EventXID, GPU: 3, UUID: ev.UUID, XID: 79, Time: t0}
 		if diff := cmp.Diff(want, ev); diff != "" || ev.UUID == "" {
 			t.Errorf("event (-want +got):\n%s", diff)
 		}
@@ -482,13 +488,13 @@ func TestMonitorLoops(t *testing.T) {
 	}
 	g3, _ := m.Tracker().GPU(3)
 	g5, _ := m.Tracker().GPU(5)
-	if g3.Health != Unhealthy || !cmp.Equal(g3.Reasons(), []Reason{"XID79"}) {
+	if g3.Health != healthcheck.Unhealthy || !cmp.Equal(g3.Reasons(), []healthcheck.Reason{"XID79"}) {
 		t.Errorf("GPU 3: %s %v, want Unhealthy [XID79]", g3.Health, g3.Reasons())
 	}
-	if g5.Health != Healthy || g5.Sample.GPUUtilPercent != 80 || !g5.LastPoll.Equal(t0.Add(cfg.PollInterval)) {
+	if g5.Health != healthcheck.Healthy || g5.Sample.GPUUtilPercent != 80 || !g5.LastPoll.Equal(t0.Add(cfg.PollInterval)) {
 		t.Errorf("GPU 5: %s, utilization %d, last poll %v", g5.Health, g5.Sample.GPUUtilPercent, g5.LastPoll)
 	}
-	if node := m.Tracker().Node(); node.Health != Unhealthy || node.Polls != 2 || node.GPUs != 8 {
+	if node := m.Tracker().Node(); node.Health != healthcheck.Unhealthy || node.Polls != 2 || node.GPUs != 8 {
 		t.Errorf("node %+v", node)
 	}
 
@@ -516,7 +522,7 @@ func TestSMActivityThroughGPM(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if first.GPUs[0].SMActivityRead || !first.GPUs[0].Unsupported.Has(FieldSMActivity) {
+	if first.GPUs[0].SMActivityRead || !first.GPUs[0].Unsupported.Has(healthcheck.FieldSMActivity) {
 		t.Errorf("first poll: SM activity %v read, want none yet", first.GPUs[0].SMActivityPercent)
 	}
 	second, err := r.Read()
@@ -530,9 +536,9 @@ func TestSMActivityThroughGPM(t *testing.T) {
 	if !g1.SMActivityRead || g1.SMActivityPercent != 60 {
 		t.Errorf("GPU 1: SM activity %v (read %v), want 60, its utilization", g1.SMActivityPercent, g1.SMActivityRead)
 	}
-	w := NewUtilizationWindow(time.Minute)
+	w := healthcheck.NewUtilizationWindow(time.Minute)
 	now := time.Now()
-	w.Observe([]GPUStatus{{Index: 0, Sample: g0, LastPoll: now}}, now)
+	w.Observe([]healthcheck.GPUStatus{{Index: 0, Sample: g0, LastPoll: now}}, now)
 	if pct, _, ok := w.Mean(0); !ok || pct != 12 || w.Signal(0) != chamberv1alpha1.SignalSMActivity {
 		t.Errorf("window: %d%% by %s, want 12%% by SMActivity", pct, w.Signal(0))
 	}
@@ -547,8 +553,8 @@ func TestSMActivityThroughGPM(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if g := s.GPUs[0]; g.SMActivityRead || !g.Unsupported.Has(FieldSMActivity) || len(g.Errors) != 0 {
-			t.Errorf("A100: SM activity read %v, unsupported %v, errors %v; want unsupported, no error", g.SMActivityRead, g.Unsupported.Has(FieldSMActivity), g.Errors)
+		if g := s.GPUs[0]; g.SMActivityRead || !g.Unsupported.Has(healthcheck.FieldSMActivity) || len(g.Errors) != 0 {
+			t.Errorf("A100: SM activity read %v, unsupported %v, errors %v; want unsupported, no error", g.SMActivityRead, g.Unsupported.Has(healthcheck.FieldSMActivity), g.Errors)
 		}
 	}
 }

@@ -1,15 +1,17 @@
-package healthcheck
+package nvmlsource
 
 import (
 	"fmt"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"chamber.dev/chamber/healthcheck"
 )
 
 // InitNVML initialises NVML through lib (nvml.New() on a GPU node, NewFake elsewhere).
 func InitNVML(lib nvml.Interface) error {
 	if ret := lib.Init(); ret != nvml.SUCCESS {
-		return fmt.Errorf("%w: nvml.Init: %v; check that the NVIDIA driver is loaded and the agent runs with the NVIDIA container runtime (or has libnvidia-ml.so.1 and /dev/nvidia* mounted)", ErrNVMLUnavailable, ret)
+		return fmt.Errorf("%w: nvml.Init: %v; check that the NVIDIA driver is loaded and the agent runs with the NVIDIA container runtime (or has libnvidia-ml.so.1 and /dev/nvidia* mounted)", healthcheck.ErrNVMLUnavailable, ret)
 	}
 	return nil
 }
@@ -21,7 +23,7 @@ type Reader struct {
 	// Identity and capabilities do not change while the driver is loaded, so they are
 	// read once: fewer NVML calls per poll.
 	ids           map[int]identity
-	unsupported   map[int]FieldSet
+	unsupported   map[int]healthcheck.FieldSet
 	links         map[int][]int // NVLink links that exist on the GPU
 	driverVersion string
 	// gpm is each GPU's last GPM sample, to which the next poll's is compared.
@@ -35,7 +37,7 @@ func NewReader(lib nvml.Interface) *Reader {
 	return &Reader{
 		lib:         lib,
 		ids:         map[int]identity{},
-		unsupported: map[int]FieldSet{},
+		unsupported: map[int]healthcheck.FieldSet{},
 		links:       map[int][]int{},
 		gpm:         map[int]nvml.GpmSample{},
 	}
@@ -51,17 +53,17 @@ func (r *Reader) Close() {
 
 // Read polls every GPU once. It fails only when NVML cannot even count the GPUs; errors
 // on one GPU are recorded in that GPU's sample and never hide the others.
-func (r *Reader) Read() (Snapshot, error) {
+func (r *Reader) Read() (healthcheck.Snapshot, error) {
 	n, ret := r.lib.DeviceGetCount()
 	if ret != nvml.SUCCESS {
-		return Snapshot{}, fmt.Errorf("%w: count GPUs: %v", ErrNVMLUnavailable, ret)
+		return healthcheck.Snapshot{}, fmt.Errorf("%w: count GPUs: %v", healthcheck.ErrNVMLUnavailable, ret)
 	}
 	if r.driverVersion == "" {
 		if v, ret := r.lib.SystemGetDriverVersion(); ret == nvml.SUCCESS {
 			r.driverVersion = v
 		}
 	}
-	s := Snapshot{DriverVersion: r.driverVersion, GPUs: make([]GPUSample, n)}
+	s := healthcheck.Snapshot{DriverVersion: r.driverVersion, GPUs: make([]healthcheck.GPUSample, n)}
 	for i := range n {
 		// Filled in place: the readers get a pointer into the slice, so a GPU's
 		// sample is not allocated twice.
@@ -74,11 +76,11 @@ func (r *Reader) Read() (Snapshot, error) {
 // gpuRead carries one GPU's poll so each reading is one short call.
 type gpuRead struct {
 	r *Reader
-	s *GPUSample
+	s *healthcheck.GPUSample
 }
 
 // ok records the outcome of one NVML call and says whether its value is usable.
-func (g gpuRead) ok(f Field, ret nvml.Return) bool {
+func (g gpuRead) ok(f healthcheck.Field, ret nvml.Return) bool {
 	switch ret {
 	case nvml.SUCCESS:
 		return true
@@ -90,12 +92,12 @@ func (g gpuRead) ok(f Field, ret nvml.Return) bool {
 	case nvml.ERROR_GPU_IS_LOST:
 		g.s.Lost = true
 	}
-	g.s.Errors = append(g.s.Errors, ReadError{Field: f, Err: ret})
+	g.s.Errors = append(g.s.Errors, healthcheck.ReadError{Field: f, Err: ret})
 	return false
 }
 
 // skip reports a reading already known to be unsupported, without calling NVML.
-func (g gpuRead) skip(f Field) bool {
+func (g gpuRead) skip(f healthcheck.Field) bool {
 	if g.r.unsupported[g.s.Index].Has(f) {
 		g.s.Unsupported = g.s.Unsupported.With(f)
 		return true
@@ -110,10 +112,10 @@ var pollReadings = [...]func(gpuRead, nvml.Device){
 	readECC, readRetiredPages, readRemappedRows, readPCIe,
 }
 
-func (r *Reader) readGPU(s *GPUSample) {
+func (r *Reader) readGPU(s *healthcheck.GPUSample) {
 	g := gpuRead{r: r, s: s}
 	dev, ret := r.lib.DeviceGetHandleByIndex(s.Index)
-	if !g.ok(FieldHandle, ret) {
+	if !g.ok(healthcheck.FieldHandle, ret) {
 		return
 	}
 	if !r.readIdentity(g, dev) || s.Lost {
@@ -135,7 +137,7 @@ func (r *Reader) readGPU(s *GPUSample) {
 // or whose GPM calls fail, has no such reading (unsupported, not an error: the older
 // utilization stands in); the first poll has none yet, GPM needing two samples.
 func (r *Reader) readSMActivity(g gpuRead, dev nvml.Device) {
-	if g.skip(FieldSMActivity) {
+	if g.skip(healthcheck.FieldSMActivity) {
 		return
 	}
 	// unsupported: the GPU or driver has no GPM (remembered, as other readings'), the
@@ -144,11 +146,11 @@ func (r *Reader) readSMActivity(g gpuRead, dev nvml.Device) {
 	unsupported := func(ret nvml.Return) {
 		switch ret {
 		case nvml.SUCCESS, nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_FUNCTION_NOT_FOUND:
-			g.ok(FieldSMActivity, nvml.ERROR_NOT_SUPPORTED)
+			g.ok(healthcheck.FieldSMActivity, nvml.ERROR_NOT_SUPPORTED)
 		case nvml.ERROR_GPU_IS_LOST:
-			g.ok(FieldSMActivity, ret)
+			g.ok(healthcheck.FieldSMActivity, ret)
 		default:
-			g.s.Unsupported = g.s.Unsupported.With(FieldSMActivity)
+			g.s.Unsupported = g.s.Unsupported.With(healthcheck.FieldSMActivity)
 		}
 		if prev := r.gpm[g.s.Index]; prev != nil {
 			prev.Free()
@@ -175,14 +177,14 @@ func (r *Reader) readSMActivity(g gpuRead, dev nvml.Device) {
 	r.gpm[g.s.Index] = cur
 	if prev == nil {
 		// This poll's reading is not there yet; the GPU has it from the next poll on.
-		g.s.Unsupported = g.s.Unsupported.With(FieldSMActivity)
+		g.s.Unsupported = g.s.Unsupported.With(healthcheck.FieldSMActivity)
 		return
 	}
 	defer prev.Free()
 	m := nvml.GpmMetricsGetType{NumMetrics: 1, Sample1: prev, Sample2: cur}
 	m.Metrics[0].MetricId = uint32(nvml.GPM_METRIC_SM_UTIL)
 	if ret := r.lib.GpmMetricsGet(&m); ret != nvml.SUCCESS || nvml.Return(m.Metrics[0].NvmlReturn) != nvml.SUCCESS {
-		g.s.Unsupported = g.s.Unsupported.With(FieldSMActivity) // this poll only
+		g.s.Unsupported = g.s.Unsupported.With(healthcheck.FieldSMActivity) // this poll only
 		return
 	}
 	g.s.SMActivityPercent, g.s.SMActivityRead = min(max(m.Metrics[0].Value, 0), 100), true
@@ -195,7 +197,7 @@ func (r *Reader) readIdentity(g gpuRead, dev nvml.Device) bool {
 		return true
 	}
 	complete := true
-	if v, ret := dev.GetUUID(); g.ok(FieldUUID, ret) {
+	if v, ret := dev.GetUUID(); g.ok(healthcheck.FieldUUID, ret) {
 		s.UUID = v
 	} else {
 		complete = false
@@ -203,12 +205,12 @@ func (r *Reader) readIdentity(g gpuRead, dev nvml.Device) bool {
 	if s.Lost {
 		return false
 	}
-	if v, ret := dev.GetName(); g.ok(FieldName, ret) {
+	if v, ret := dev.GetName(); g.ok(healthcheck.FieldName, ret) {
 		s.Name = v
 	} else {
 		complete = false
 	}
-	if v, ret := dev.GetPciInfo(); g.ok(FieldPCI, ret) {
+	if v, ret := dev.GetPciInfo(); g.ok(healthcheck.FieldPCI, ret) {
 		s.PCIBusID = busID(v.BusId)
 	} else {
 		complete = false
@@ -230,43 +232,43 @@ func busID(b [32]int8) string {
 }
 
 func readMemory(g gpuRead, dev nvml.Device) {
-	if g.skip(FieldMemory) {
+	if g.skip(healthcheck.FieldMemory) {
 		return
 	}
-	if m, ret := dev.GetMemoryInfo(); g.ok(FieldMemory, ret) {
+	if m, ret := dev.GetMemoryInfo(); g.ok(healthcheck.FieldMemory, ret) {
 		g.s.MemoryTotalBytes, g.s.MemoryUsedBytes = m.Total, m.Used
 	}
 }
 
 func readUtilization(g gpuRead, dev nvml.Device) {
-	if g.skip(FieldUtilization) {
+	if g.skip(healthcheck.FieldUtilization) {
 		return
 	}
-	if u, ret := dev.GetUtilizationRates(); g.ok(FieldUtilization, ret) {
+	if u, ret := dev.GetUtilizationRates(); g.ok(healthcheck.FieldUtilization, ret) {
 		g.s.GPUUtilPercent, g.s.MemoryUtilPercent = u.Gpu, u.Memory
 	}
 }
 
 func readTemperature(g gpuRead, dev nvml.Device) {
-	if g.skip(FieldTemperature) {
+	if g.skip(healthcheck.FieldTemperature) {
 		return
 	}
-	if t, ret := dev.GetTemperature(nvml.TEMPERATURE_GPU); g.ok(FieldTemperature, ret) {
+	if t, ret := dev.GetTemperature(nvml.TEMPERATURE_GPU); g.ok(healthcheck.FieldTemperature, ret) {
 		g.s.TemperatureC = t
 	}
 }
 
 func readPower(g gpuRead, dev nvml.Device) {
-	if g.skip(FieldPower) {
+	if g.skip(healthcheck.FieldPower) {
 		return
 	}
-	if p, ret := dev.GetPowerUsage(); g.ok(FieldPower, ret) {
+	if p, ret := dev.GetPowerUsage(); g.ok(healthcheck.FieldPower, ret) {
 		g.s.PowerMilliwatts = p
 	}
 }
 
 func readThrottle(g gpuRead, dev nvml.Device) {
-	if g.skip(FieldThrottle) {
+	if g.skip(healthcheck.FieldThrottle) {
 		return
 	}
 	reasons, ret := dev.GetCurrentClocksEventReasons()
@@ -274,22 +276,22 @@ func readThrottle(g gpuRead, dev nvml.Device) {
 		// Drivers before r535 only have the older name for the same bit mask.
 		reasons, ret = dev.GetCurrentClocksThrottleReasons()
 	}
-	if g.ok(FieldThrottle, ret) {
+	if g.ok(healthcheck.FieldThrottle, ret) {
 		g.s.ThrottleReasons = reasons
 	}
 }
 
 func readECC(g gpuRead, dev nvml.Device) {
 	for _, c := range []struct {
-		f   Field
+		f   healthcheck.Field
 		typ nvml.MemoryErrorType
 		ctr nvml.EccCounterType
 		dst *uint64
 	}{
-		{FieldECCVolatileCorrected, nvml.MEMORY_ERROR_TYPE_CORRECTED, nvml.VOLATILE_ECC, &g.s.ECC.VolatileCorrected},
-		{FieldECCVolatileUncorrected, nvml.MEMORY_ERROR_TYPE_UNCORRECTED, nvml.VOLATILE_ECC, &g.s.ECC.VolatileUncorrected},
-		{FieldECCAggregateCorrected, nvml.MEMORY_ERROR_TYPE_CORRECTED, nvml.AGGREGATE_ECC, &g.s.ECC.AggregateCorrected},
-		{FieldECCAggregateUncorrected, nvml.MEMORY_ERROR_TYPE_UNCORRECTED, nvml.AGGREGATE_ECC, &g.s.ECC.AggregateUncorrected},
+		{healthcheck.FieldECCVolatileCorrected, nvml.MEMORY_ERROR_TYPE_CORRECTED, nvml.VOLATILE_ECC, &g.s.ECC.VolatileCorrected},
+		{healthcheck.FieldECCVolatileUncorrected, nvml.MEMORY_ERROR_TYPE_UNCORRECTED, nvml.VOLATILE_ECC, &g.s.ECC.VolatileUncorrected},
+		{healthcheck.FieldECCAggregateCorrected, nvml.MEMORY_ERROR_TYPE_CORRECTED, nvml.AGGREGATE_ECC, &g.s.ECC.AggregateCorrected},
+		{healthcheck.FieldECCAggregateUncorrected, nvml.MEMORY_ERROR_TYPE_UNCORRECTED, nvml.AGGREGATE_ECC, &g.s.ECC.AggregateUncorrected},
 	} {
 		if g.skip(c.f) {
 			continue
@@ -306,38 +308,38 @@ func readECC(g gpuRead, dev nvml.Device) {
 
 func readRetiredPages(g gpuRead, dev nvml.Device) {
 	// Ampere and later answer ERROR_NOT_SUPPORTED here: they remap rows instead.
-	if !g.skip(FieldRetiredPagesSingleBit) {
-		if p, ret := dev.GetRetiredPages(nvml.PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS); g.ok(FieldRetiredPagesSingleBit, ret) {
+	if !g.skip(healthcheck.FieldRetiredPagesSingleBit) {
+		if p, ret := dev.GetRetiredPages(nvml.PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS); g.ok(healthcheck.FieldRetiredPagesSingleBit, ret) {
 			g.s.RetiredPages.SingleBit = len(p)
 		}
 	}
-	if !g.s.Lost && !g.skip(FieldRetiredPagesDoubleBit) {
-		if p, ret := dev.GetRetiredPages(nvml.PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR); g.ok(FieldRetiredPagesDoubleBit, ret) {
+	if !g.s.Lost && !g.skip(healthcheck.FieldRetiredPagesDoubleBit) {
+		if p, ret := dev.GetRetiredPages(nvml.PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR); g.ok(healthcheck.FieldRetiredPagesDoubleBit, ret) {
 			g.s.RetiredPages.DoubleBit = len(p)
 		}
 	}
-	if !g.s.Lost && !g.skip(FieldRetiredPagesPending) {
-		if st, ret := dev.GetRetiredPagesPendingStatus(); g.ok(FieldRetiredPagesPending, ret) {
+	if !g.s.Lost && !g.skip(healthcheck.FieldRetiredPagesPending) {
+		if st, ret := dev.GetRetiredPagesPendingStatus(); g.ok(healthcheck.FieldRetiredPagesPending, ret) {
 			g.s.RetiredPages.Pending = st == nvml.FEATURE_ENABLED
 		}
 	}
 }
 
 func readRemappedRows(g gpuRead, dev nvml.Device) {
-	if g.skip(FieldRemappedRows) {
+	if g.skip(healthcheck.FieldRemappedRows) {
 		return
 	}
 	corr, unc, pending, failure, ret := dev.GetRemappedRows()
-	if g.ok(FieldRemappedRows, ret) {
-		g.s.RowRemap = RowRemap{Correctable: corr, Uncorrectable: unc, Pending: pending, Failure: failure}
+	if g.ok(healthcheck.FieldRemappedRows, ret) {
+		g.s.RowRemap = healthcheck.RowRemap{Correctable: corr, Uncorrectable: unc, Pending: pending, Failure: failure}
 	}
 }
 
 func readPCIe(g gpuRead, dev nvml.Device) {
-	if g.skip(FieldPCIeReplay) {
+	if g.skip(healthcheck.FieldPCIeReplay) {
 		return
 	}
-	if v, ret := dev.GetPcieReplayCounter(); g.ok(FieldPCIeReplay, ret) && v >= 0 {
+	if v, ret := dev.GetPcieReplayCounter(); g.ok(healthcheck.FieldPCIeReplay, ret) && v >= 0 {
 		g.s.PCIeReplays = uint64(v)
 	}
 }
@@ -348,7 +350,7 @@ var nvlinkCounters = []nvml.NvLinkErrorCounter{
 }
 
 func (r *Reader) readNVLink(g gpuRead, dev nvml.Device) {
-	if g.skip(FieldNVLink) {
+	if g.skip(healthcheck.FieldNVLink) {
 		return
 	}
 	links, known := r.links[g.s.Index]
@@ -363,12 +365,12 @@ func (r *Reader) readNVLink(g gpuRead, dev nvml.Device) {
 				// No such link on this GPU.
 			default:
 				// Do not remember a link list built while NVML misbehaved; probe again next poll.
-				g.ok(FieldNVLink, ret)
+				g.ok(healthcheck.FieldNVLink, ret)
 				return
 			}
 		}
 		if len(links) == 0 {
-			g.ok(FieldNVLink, nvml.ERROR_NOT_SUPPORTED)
+			g.ok(healthcheck.FieldNVLink, nvml.ERROR_NOT_SUPPORTED)
 			return
 		}
 		r.links[g.s.Index] = links
@@ -413,6 +415,6 @@ func (r *Reader) readNVLink(g gpuRead, dev nvml.Device) {
 		}
 	}
 	if failed != nvml.SUCCESS {
-		g.ok(FieldNVLink, failed) // one error per GPU and poll, not one per link
+		g.ok(healthcheck.FieldNVLink, failed) // one error per GPU and poll, not one per link
 	}
 }

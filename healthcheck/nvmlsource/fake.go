@@ -1,4 +1,4 @@
-package healthcheck
+package nvmlsource
 
 import (
 	"fmt"
@@ -13,6 +13,8 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh100"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh200"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
+
+	"chamber.dev/chamber/healthcheck"
 )
 
 // fakeModels are the go-nvml fakes NewFake knows, with their NVLink count per GPU and
@@ -59,7 +61,7 @@ type fakeGPU struct {
 	powerMW    uint32
 	throttle   uint64
 	ecc        [nvml.MEMORY_ERROR_TYPE_COUNT][nvml.ECC_COUNTER_TYPE_COUNT]uint64
-	remap      RowRemap
+	remap      healthcheck.RowRemap
 	replays    int
 	nvlinks    int
 	nvlinkErrs uint64 // on link 0's CRC_FLIT counter
