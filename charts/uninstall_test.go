@@ -29,7 +29,6 @@ import (
 	"chamber.dev/chamber/controllers"
 	"chamber.dev/chamber/controllers/controllertest"
 	"chamber.dev/chamber/controllers/idlereclaim"
-	"chamber.dev/chamber/controllers/isolation"
 	"chamber.dev/chamber/controllers/uninstall"
 	"chamber.dev/chamber/healthcheck/nvmlsource"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
@@ -259,7 +258,7 @@ func TestUninstallHandsBack(t *testing.T) {
 		for k := range n.Annotations {
 			g.Expect(k).NotTo(gomega.HavePrefix("chamber.dev/"), "node %s", name)
 		}
-		g.Expect(n.Status.Conditions).NotTo(gomega.ContainElement(gomega.HaveField("Type", gomega.BeElementOf(isolation.ConditionIsolated, corev1.NodeConditionType(chamber.ConditionGPUHealthy)))),
+		g.Expect(n.Status.Conditions).NotTo(gomega.ContainElement(gomega.HaveField("Type", gomega.BeElementOf(chamber.ConditionNodeIsolated, corev1.NodeConditionType(chamber.ConditionGPUHealthy)))),
 			"node %s", name)
 	}
 	g.Expect(node(g, ctx, c, "gpu-3").Spec.Unschedulable).To(gomega.BeTrue(), "the operator's cordon was lifted")
@@ -268,7 +267,7 @@ func TestUninstallHandsBack(t *testing.T) {
 	// the hook may not even list policies, and says how to delete those 0.2.0 made.
 	g.Expect(chartPolicy(g, ctx, c)).To(gomega.HaveLen(2))
 	g.Expect(out).To(gomega.ContainSubstring("this identity may not list them"))
-	g.Expect(apierrors.IsNotFound(c.Get(ctx, client.ObjectKey{Name: chamberkueue.CheckName}, &kueue.AdmissionCheck{}))).To(gomega.BeTrue())
+	g.Expect(apierrors.IsNotFound(c.Get(ctx, client.ObjectKey{Name: chamber.AdmissionCheckName}, &kueue.AdmissionCheck{}))).To(gomega.BeTrue())
 	var cq kueue.ClusterQueue
 	g.Expect(c.Get(ctx, client.ObjectKey{Name: "vision"}, &cq)).To(gomega.Succeed())
 	g.Expect(cq.Spec.AdmissionChecksStrategy).To(gomega.BeNil())

@@ -105,7 +105,7 @@ type Config struct {
 	// MultiKueueDispatcher runs Chamber's dispatcher for Kueue's MultiKueue
 	// (controllers/dispatch): it nominates each waiting workload's worker cluster by
 	// free healthy GPUs and price. Off by default: Kueue must name it in its
-	// Configuration (multiKueue.dispatcherName: dispatch.DispatcherName), else
+	// Configuration (multiKueue.dispatcherName: chamber.MultiKueueDispatcherName), else
 	// Kueue's own dispatcher nominates and both would write the same field.
 	MultiKueueDispatcher bool
 	// KueueNamespace is the namespace Kueue runs in, where its MultiKueue reads the
@@ -175,7 +175,7 @@ var controllerList = []struct {
 		opts := team.Options{AccountingInterval: cfg.AccountingInterval, Clock: cfg.Clock,
 			PodGracePeriods: cfg.PodGracePeriods, EvictionGrace: cfg.Admission.GracePeriod, PolicyAPI: cfg.PolicyAPI, GracePolicy: cfg.GracePolicy}
 		if cfg.AdmissionCheck {
-			opts.AdmissionChecks = []string{chamberkueue.CheckName}
+			opts.AdmissionChecks = []string{chamber.AdmissionCheckName}
 		}
 		opts.VolcanoServed = cfg.Volcano
 		return team.Register(mgr, opts)

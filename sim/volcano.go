@@ -14,7 +14,6 @@ import (
 	scheduling "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
-	"chamber.dev/chamber/controllers/idlereclaim"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 	"chamber.dev/chamber/integrations/volcano"
 	"chamber.dev/chamber/test/controlplane"
@@ -123,7 +122,7 @@ func (r *recorder) vcjob(o any) {
 	switch {
 	case requested && rec.noticed.IsZero() && rec.Running > 0:
 		rec.noticed, rec.noticeReason = now, req.Reason
-	case !requested && job.Annotations[idlereclaim.AnnotationHeld] == "" && !volcano.Restarting(job):
+	case !requested && job.Annotations[chamber.AnnotationIdleReclaimHeld] == "" && !volcano.Restarting(job):
 		// Chamber withdrew its request. Idle reclaim ends it in the patch that marks
 		// the hold, before Volcano aborts the Job: the pods' end is still the pause's.
 		rec.noticed = time.Time{}

@@ -14,7 +14,6 @@ import (
 	scheduling "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
-	"chamber.dev/chamber/controllers/idlereclaim"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
@@ -182,7 +181,7 @@ func TestRecorderVolcanoJobs(t *testing.T) {
 	}
 	// Idle reclaim ends the request in the patch that marks its hold, before Volcano
 	// aborts the Job: the notice stands.
-	r.vcjob(vcjob("paused", batch.Running, map[string]string{idlereclaim.AnnotationHeld: "true"}))
+	r.vcjob(vcjob("paused", batch.Running, map[string]string{chamber.AnnotationIdleReclaimHeld: "true"}))
 	if p.noticed.IsZero() {
 		t.Errorf("request ended with the hold: notice forgotten")
 	}

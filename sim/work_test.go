@@ -16,7 +16,6 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
-	"chamber.dev/chamber/controllers/idlereclaim"
 	"chamber.dev/chamber/healthcheck/nvmlsource"
 )
 
@@ -324,7 +323,7 @@ func TestReturnUsers(t *testing.T) {
 	j.paused = ""
 	r.workload(&kueue.Workload{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "job-nb-1",
-			Annotations:     map[string]string{idlereclaim.AnnotationReclaimedFor: "team-b/wl", idlereclaim.AnnotationHeld: "true"},
+			Annotations:     map[string]string{chamber.AnnotationIdleReclaimedFor: "team-b/wl", chamber.AnnotationIdleReclaimHeld: "true"},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "nb", Controller: ptr.To(true)}}},
 		Spec: kueue.WorkloadSpec{Active: ptr.To(false)},
 	})
@@ -600,7 +599,7 @@ func TestWaitSpells(t *testing.T) {
 	clock(20 * minute)
 	r.workload(&kueue.Workload{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "job-nb-1",
-			Annotations:     map[string]string{idlereclaim.AnnotationReclaimedFor: "team-b/wl", idlereclaim.AnnotationHeld: "true"},
+			Annotations:     map[string]string{chamber.AnnotationIdleReclaimedFor: "team-b/wl", chamber.AnnotationIdleReclaimHeld: "true"},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "nb", Controller: ptr.To(true)}}},
 		Spec: kueue.WorkloadSpec{Active: ptr.To(false)},
 	})

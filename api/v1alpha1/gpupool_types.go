@@ -14,6 +14,15 @@ const DefaultProductLabel = "nvidia.com/gpu.product"
 const (
 	// ConditionReady is True when the pool's Kueue objects are in place.
 	ConditionReady = "Ready"
+	// ConditionIsolationHalted is the circuit breaker of fault isolation: True while
+	// Chamber isolates nothing more in the pool.
+	ConditionIsolationHalted = "IsolationHalted"
+)
+
+// Reasons of a GPUPool's IsolationHalted condition.
+const (
+	ReasonTooManyIsolations = "TooManyIsolations"
+	ReasonBreakerReset      = "ResetByOperator"
 )
 
 // Reasons of a GPUPool's Ready condition when it is False.

@@ -5,7 +5,44 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	corev1 "k8s.io/api/core/v1"
 )
+
+// NamePrefix begins every label, annotation, taint and finalizer Chamber names.
+const NamePrefix = "chamber.dev/"
+
+// Labels on every object Chamber creates. Chamber changes or deletes only objects
+// that carry LabelManagedBy=ManagedBy.
+const (
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	ManagedBy      = "chamber"
+	// LabelPool names the GPUPool an object (a ResourceFlavor, a Cohort, a Volcano
+	// Queue) was compiled from.
+	LabelPool = "chamber.dev/pool"
+	// LabelTeam names the Team an object (a ClusterQueue, a LocalQueue, a Volcano
+	// Queue) was compiled from.
+	LabelTeam = "chamber.dev/team"
+	// LabelGPUModel is the GPU model a pool's ResourceFlavor selects.
+	LabelGPUModel = "chamber.dev/gpu-model"
+)
+
+// Names of Chamber's Kueue admission check: placement on healthy GPUs (Kueue admits a
+// workload once it is Ready). Evictions do not go through it.
+const (
+	// AdmissionCheckControllerName is the AdmissionCheck's spec.controllerName.
+	AdmissionCheckControllerName = "chamber.dev/fleet"
+	// AdmissionCheckName is the AdmissionCheck Chamber creates and attaches to every
+	// team's ClusterQueue.
+	AdmissionCheckName = "chamber-fleet"
+)
+
+// MultiKueueDispatcherName is the name Kueue's Configuration gives Chamber's dispatcher
+// (multiKueue.dispatcherName). Any name other than Kueue's built-in dispatchers makes
+// Kueue leave the nomination to an external controller: its MultiKueue then creates
+// a Workload's copies only on the clusters in the Workload's
+// status.nominatedClusterNames (Kueue v0.19, admissionchecks/multikueue/workload.go).
+const MultiKueueDispatcherName = "chamber.dev/multikueue-dispatcher"
 
 // LabelGPUHold marks Chamber's GPU hold pods, which take a node's failing GPUs out of
 // its capacity under GPU-level isolation; its value is the node's name. The
@@ -37,6 +74,26 @@ const FinalizerWorkerCopies = "chamber.dev/worker-copies"
 // its pods marks an interactive workload (a notebook, a debug session): a policy's
 // InteractiveIdleLimit applies to it, and once paused it waits for its user.
 const LabelInteractive = "chamber.dev/interactive"
+
+// ConditionNodeIsolated is the Node condition fault isolation writes: True while
+// Chamber isolates the node (reason: the fault), False once healthy again or while
+// isolation is withheld (reasons ReasonDryRun, ReasonIsolationHalted), Unknown while
+// the agent is silent.
+const ConditionNodeIsolated corev1.NodeConditionType = "ChamberIsolated"
+
+// Reasons of ConditionNodeIsolated besides the fault's own.
+const (
+	ReasonHealthy           = "Healthy"
+	ReasonRecovered         = "Recovered"
+	ReasonCleared           = "Cleared"
+	ReasonDryRun            = "DryRun"
+	ReasonIsolationHalted   = "IsolationHalted"
+	ReasonAgentNotReporting = "AgentNotReporting"
+)
+
+// LabelPreflightNode names the node a preflight Job proves (shortened with a hash
+// where the node's name is longer than a label value).
+const LabelPreflightNode = "chamber.dev/preflight-node"
 
 // Annotations an operator sets to start or end an isolation; Chamber removes them.
 const (
@@ -208,4 +265,41 @@ const TaintRoom = "chamber.dev/room-for"
 const (
 	AnnotationRoomFor  = "chamber.dev/room-for"
 	AnnotationRoomGPUs = "chamber.dev/room-gpus"
+)
+
+// Annotations on a Workload (or a Volcano Job) idle reclaim paused, written by idle
+// reclaim alone.
+const (
+	// AnnotationIdleReclaimedFor is the waiting workload (namespace/name) the GPUs
+	// were reclaimed for.
+	AnnotationIdleReclaimedFor = "chamber.dev/idle-reclaimed-for"
+	// AnnotationIdleReclaimedAt is when the eviction was asked for (RFC 3339).
+	AnnotationIdleReclaimedAt = "chamber.dev/idle-reclaimed-at"
+	// AnnotationIdleReclaimHeld is "true" while idle reclaim keeps the workload
+	// deactivated.
+	AnnotationIdleReclaimHeld = "chamber.dev/idle-reclaim-held"
+	// AnnotationIdleReclaims counts the workload's reclaims; it stays when the hold
+	// ends. A workload reclaimed for idling does not get other idle workloads
+	// reclaimed while it waits.
+	AnnotationIdleReclaims = "chamber.dev/idle-reclaims"
+	// AnnotationIdleReclaimedGPUHours adds up the GPU-hours the workload had held idle
+	// at each of its reclaims (as chamber_idle_reclaimed_gpu_hours_total counts them);
+	// it stays when the hold ends, and `kubectl chamber status` sums it.
+	AnnotationIdleReclaimedGPUHours = "chamber.dev/idle-reclaimed-gpu-hours"
+	// AnnotationIdleReclaimPausedAtRetry is a Volcano Job's status.retryCount when
+	// idle reclaim paused it: Volcano counts the resume, so a higher one says it was
+	// resumed.
+	AnnotationIdleReclaimPausedAtRetry = "chamber.dev/idle-reclaim-paused-at-retry"
+)
+
+// Annotations Chamber writes on a Volcano Job it restarts. The request before it (the
+// notice and grace) uses the eviction protocol's annotations (AnnotationEviction*), as
+// on a Kueue Workload.
+const (
+	// AnnotationVolcanoRestartFrom is the Job's status.retryCount when Chamber issued
+	// its RestartJob Command. Volcano adds one as it restarts the Job: while the two
+	// are equal the restart is under way, and Chamber issues no other.
+	AnnotationVolcanoRestartFrom = "chamber.dev/volcano-restart-from-retry"
+	// AnnotationVolcanoRestartedAt is when Chamber issued it (RFC 3339).
+	AnnotationVolcanoRestartedAt = "chamber.dev/volcano-restarted-at"
 )

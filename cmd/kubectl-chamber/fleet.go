@@ -17,7 +17,6 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
-	"chamber.dev/chamber/controllers/idlereclaim"
 	"chamber.dev/chamber/fleet"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
@@ -446,9 +445,9 @@ func (cl *cluster) status(now time.Time) statusView {
 			v.Paused++
 			v.PausedGPUs += chamberkueue.WorkloadGPUs(wl)
 		}
-		n, _ := strconv.Atoi(wl.Annotations[idlereclaim.AnnotationReclaims])
+		n, _ := strconv.Atoi(wl.Annotations[chamber.AnnotationIdleReclaims])
 		v.IdleReclaims += n
-		h, _ := strconv.ParseFloat(wl.Annotations[idlereclaim.AnnotationReclaimedGPUHours], 64)
+		h, _ := strconv.ParseFloat(wl.Annotations[chamber.AnnotationIdleReclaimedGPUHours], 64)
 		v.ReclaimedGPUHours += max(h, 0)
 	}
 	return v

@@ -155,7 +155,7 @@ func why(ctx context.Context, c client.Client, ns, name string, now time.Time) (
 		for _, ac := range wl.Status.AdmissionChecks {
 			if ac.State != kueue.CheckStateReady {
 				who := "admission check " + string(ac.Name)
-				if ac.Name == chamberkueue.CheckName {
+				if ac.Name == chamber.AdmissionCheckName {
 					who = "Chamber's placement check"
 				}
 				v.Reasons = append(v.Reasons, fmt.Sprintf("%s is %s: %s", who, ac.State, ac.Message))
@@ -216,9 +216,9 @@ func pausedWhy(wl *kueue.Workload) string {
 	switch {
 	case idlereclaim.PausedAtIdleLimit(wl):
 		return "paused by Chamber: its GPUs stayed idle for its team's interactive idle time limit; it waits for its user: " + resume
-	case a[idlereclaim.AnnotationReclaimedFor] != "":
+	case a[chamber.AnnotationIdleReclaimedFor] != "":
 		return fmt.Sprintf("paused by Chamber's idle reclaim: its idle GPUs went to %s; it resumes by itself once nobody waits for GPUs it could use (or now: %s)",
-			a[idlereclaim.AnnotationReclaimedFor], resume)
+			a[chamber.AnnotationIdleReclaimedFor], resume)
 	case a[chamber.AnnotationRoomPausedFor] != "":
 		return fmt.Sprintf("paused by Chamber to make room for %s, a higher tier waiting for whole nodes; it resumes by itself once that workload is admitted",
 			a[chamber.AnnotationRoomPausedFor])

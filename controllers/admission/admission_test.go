@@ -160,11 +160,11 @@ func isTrue(wl *kueue.Workload, cond string) bool {
 
 func check(g gomega.Gomega, wl *kueue.Workload) kueue.AdmissionCheckState {
 	for _, c := range wl.Status.AdmissionChecks {
-		if c.Name == chamberkueue.CheckName {
+		if c.Name == chamber.AdmissionCheckName {
 			return c
 		}
 	}
-	g.Expect(fmt.Sprintf("check %s on workload %s", chamberkueue.CheckName, wl.Name)).To(gomega.BeEmpty())
+	g.Expect(fmt.Sprintf("check %s on workload %s", chamber.AdmissionCheckName, wl.Name)).To(gomega.BeEmpty())
 	return kueue.AdmissionCheckState{}
 }
 

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
+	chamber "chamber.dev/chamber/api/v1alpha1"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
@@ -22,7 +23,7 @@ type checkReconciler struct {
 }
 
 func (r *checkReconciler) Reconcile(ctx context.Context, ac *kueue.AdmissionCheck) (reconcile.Result, error) {
-	if ac.Spec.ControllerName != chamberkueue.CheckControllerName {
+	if ac.Spec.ControllerName != chamber.AdmissionCheckControllerName {
 		return reconcile.Result{}, nil
 	}
 	active := metav1.Condition{
@@ -49,9 +50,9 @@ var _ manager.LeaderElectionRunnable = checkCreator{}
 func (checkCreator) NeedLeaderElection() bool { return true }
 
 func (cc checkCreator) Start(ctx context.Context) error {
-	ac := chamberkueue.AdmissionCheck(chamberkueue.CheckName, chamberkueue.CheckControllerName)
+	ac := chamberkueue.AdmissionCheck(chamber.AdmissionCheckName, chamber.AdmissionCheckControllerName)
 	if err := cc.client.Create(ctx, ac); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create admission check %s: %w", chamberkueue.CheckName, err)
+		return fmt.Errorf("create admission check %s: %w", chamber.AdmissionCheckName, err)
 	}
 	return nil
 }

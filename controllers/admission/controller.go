@@ -526,7 +526,7 @@ func (c *Controller) teamOf(ctx context.Context, wl *kueue.Workload) (*chamber.T
 	if err := c.client.Get(ctx, client.ObjectKey{Name: string(wl.Status.Admission.ClusterQueue)}, &cq); err != nil {
 		return nil, nil, client.IgnoreNotFound(err)
 	}
-	name := cq.Labels[chamberkueue.LabelTeam]
+	name := cq.Labels[chamber.LabelTeam]
 	if name == "" {
 		return nil, nil, nil
 	}
@@ -596,15 +596,15 @@ func (c *Controller) writeCheck(ctx context.Context, wl *kueue.Workload, state k
 			transition = current.LastTransitionTime
 		}
 	}
-	check := kueueac.AdmissionCheckState().WithName(chamberkueue.CheckName).WithState(state).WithMessage(msg).WithLastTransitionTime(transition)
+	check := kueueac.AdmissionCheckState().WithName(chamber.AdmissionCheckName).WithState(state).WithMessage(msg).WithLastTransitionTime(transition)
 	apply := kueueac.Workload(wl.Name, wl.Namespace).WithUID(wl.UID).WithResourceVersion(wl.ResourceVersion).
 		WithStatus(kueueac.WorkloadStatus().WithAdmissionChecks(check))
-	if err := c.client.Status().Apply(ctx, apply, client.FieldOwner(chamberkueue.CheckControllerName), client.ForceOwnership); err != nil {
+	if err := c.client.Status().Apply(ctx, apply, client.FieldOwner(chamber.AdmissionCheckControllerName), client.ForceOwnership); err != nil {
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 			// The workload was deleted, replaced or changed meanwhile.
 			return false, nil
 		}
-		return false, fmt.Errorf("set check %s of workload %s/%s to %s: %w", chamberkueue.CheckName, wl.Namespace, wl.Name, state, err)
+		return false, fmt.Errorf("set check %s of workload %s/%s to %s: %w", chamber.AdmissionCheckName, wl.Namespace, wl.Name, state, err)
 	}
 	return true, nil
 }

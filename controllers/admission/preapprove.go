@@ -166,7 +166,7 @@ func (c *Controller) clusterQueueOf(ctx context.Context, wl *kueue.Workload) (*k
 // hasCheck: the ClusterQueue runs Chamber's check on its workloads.
 func hasCheck(cq *kueue.ClusterQueue) bool {
 	return cq.Spec.AdmissionChecksStrategy != nil && slices.ContainsFunc(cq.Spec.AdmissionChecksStrategy.AdmissionChecks,
-		func(r kueue.AdmissionCheckStrategyRule) bool { return r.Name == chamberkueue.CheckName })
+		func(r kueue.AdmissionCheckStrategyRule) bool { return r.Name == chamber.AdmissionCheckName })
 }
 
 // specDemands are the GPU pod sets the workload asks for, on flavor.

@@ -2,7 +2,7 @@
 // Workload waiting on a pool's MultiKueue check, it nominates the worker cluster
 // with free healthy GPUs of the model the workload asks for, the cheapest first
 // (Nominate). Kueue runs it in place of its own dispatchers when its Configuration
-// names it (multiKueue.dispatcherName: DispatcherName).
+// names it (multiKueue.dispatcherName: chamber.MultiKueueDispatcherName).
 package dispatch
 
 import (
@@ -28,13 +28,6 @@ import (
 	"chamber.dev/chamber/fleet"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
-
-// DispatcherName is the name Kueue's Configuration gives Chamber's dispatcher
-// (multiKueue.dispatcherName). Any name other than Kueue's built-in dispatchers makes
-// Kueue leave the nomination to an external controller: its MultiKueue then creates
-// a Workload's copies only on the clusters in the Workload's
-// status.nominatedClusterNames (Kueue v0.19, admissionchecks/multikueue/workload.go).
-const DispatcherName = "chamber.dev/multikueue-dispatcher"
 
 // Defaults of Options.
 const (
@@ -159,7 +152,7 @@ func (c *Controller) poolOf(ctx context.Context, wl *kueue.Workload) (*chamber.G
 			}
 			return nil, fmt.Errorf("get AdmissionCheck %s: %w", s.Name, err)
 		}
-		poolName := ac.Labels[chamberkueue.LabelPool]
+		poolName := ac.Labels[chamber.LabelPool]
 		if ac.Spec.ControllerName != chamberkueue.MultiKueueControllerName || !chamberkueue.Owned(&ac) || poolName == "" {
 			continue
 		}

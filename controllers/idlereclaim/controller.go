@@ -245,7 +245,7 @@ func (c *Controller) reconcile(ctx context.Context, wl *kueue.Workload) (reconci
 	// Reclaimed once it has been idle for the window and someone waits: a session
 	// idle for an hour before anyone came gives its GPUs up when someone does. The
 	// window doubles with each earlier reclaim of the workload.
-	reclaims, _ := strconv.Atoi(wl.Annotations[AnnotationReclaims])
+	reclaims, _ := strconv.Atoi(wl.Annotations[chamber.AnnotationIdleReclaims])
 	reclaimAt := lowSince.Add(reclaimWindow(policy.Window, reclaims))
 	if reclaimAt.Before(since) {
 		reclaimAt = since

@@ -301,11 +301,11 @@ func TestReclaim(t *testing.T) {
 			change: func(w *world) { w.wl.Status.Conditions = w.wl.Status.Conditions[:1] },
 		},
 		"reclaimed once before: twice the window": {
-			change:     func(w *world) { w.wl.Annotations = map[string]string{AnnotationReclaims: "1"} },
+			change:     func(w *world) { w.wl.Annotations = map[string]string{chamber.AnnotationIdleReclaims: "1"} },
 			wantWarned: true, wantEvicted: true, windows: 2,
 		},
 		"reclaimed five times before: eight windows at most": {
-			change:     func(w *world) { w.wl.Annotations = map[string]string{AnnotationReclaims: "5"} },
+			change:     func(w *world) { w.wl.Annotations = map[string]string{chamber.AnnotationIdleReclaims: "5"} },
 			wantWarned: true, wantEvicted: true, windows: 8,
 		},
 		"the waiter fits on the GPUs freed": {
@@ -560,7 +560,7 @@ func (r *run) setUtilization(percent int32) {
 // (10m by default) has passed; workloads others deactivate or evict are theirs.
 func TestHold(t *testing.T) {
 	reclaimed := func(w *world) {
-		w.wl.Annotations = map[string]string{AnnotationReclaimedFor: "team-b/wait", AnnotationReclaimedAt: start.Format(time.RFC3339),
+		w.wl.Annotations = map[string]string{chamber.AnnotationIdleReclaimedFor: "team-b/wait", chamber.AnnotationIdleReclaimedAt: start.Format(time.RFC3339),
 			chamber.AnnotationEvictionReason: ReasonIdleReclaim}
 	}
 	evicted := func(w *world) {
@@ -571,7 +571,7 @@ func TestHold(t *testing.T) {
 	}
 	held := func(w *world) {
 		evicted(w)
-		w.wl.Annotations[AnnotationHeld] = "true"
+		w.wl.Annotations[chamber.AnnotationIdleReclaimHeld] = "true"
 		w.wl.Spec.Active = ptr.To(false)
 	}
 	// notebook marks the workload's pod template interactive: a paused workload has no
@@ -642,11 +642,11 @@ func TestHold(t *testing.T) {
 			wantActive: true, wantEvent: ReasonReleased,
 		},
 		"reclaimed a second time: paused past the first limit": {
-			change: func(w *world) { held(w); w.wl.Annotations[AnnotationReclaims] = "2" },
+			change: func(w *world) { held(w); w.wl.Annotations[chamber.AnnotationIdleReclaims] = "2" },
 			after:  15 * time.Minute, wantMarks: true, wantHeld: true,
 		},
 		"reclaimed a second time: resumed at twice the limit": {
-			change:     func(w *world) { held(w); w.wl.Annotations[AnnotationReclaims] = "2" },
+			change:     func(w *world) { held(w); w.wl.Annotations[chamber.AnnotationIdleReclaims] = "2" },
 			after:      20 * time.Minute,
 			wantActive: true, wantEvent: ReasonReleased,
 		},
@@ -656,7 +656,7 @@ func TestHold(t *testing.T) {
 		},
 		"held for MaxHold: released": {change: held, after: 10 * time.Minute, wantActive: true, wantEvent: ReasonReleased},
 		"an unreadable time: released": {
-			change:     func(w *world) { held(w); w.wl.Annotations[AnnotationReclaimedAt] = "yesterday" },
+			change:     func(w *world) { held(w); w.wl.Annotations[chamber.AnnotationIdleReclaimedAt] = "yesterday" },
 			wantActive: true, wantEvent: ReasonReleased,
 		},
 		"activated by someone else (its user)": {
@@ -691,8 +691,8 @@ func TestHold(t *testing.T) {
 			if err := r.client.Get(context.Background(), types.NamespacedName{Namespace: "team-a", Name: "train"}, &wl); err != nil {
 				t.Fatal(err)
 			}
-			_, marks := wl.Annotations[AnnotationReclaimedFor]
-			got := []any{ptr.Deref(wl.Spec.Active, true), marks, wl.Annotations[AnnotationHeld] == "true"}
+			_, marks := wl.Annotations[chamber.AnnotationIdleReclaimedFor]
+			got := []any{ptr.Deref(wl.Spec.Active, true), marks, wl.Annotations[chamber.AnnotationIdleReclaimHeld] == "true"}
 			if diff := cmp.Diff([]any{tc.wantActive, tc.wantMarks, tc.wantHeld}, got); diff != "" {
 				t.Errorf("[active, reclaimed-for, held] (-want +got):\n%s", diff)
 			}
@@ -770,7 +770,7 @@ func TestReclaimWritesItsMarksWithTheRequest(t *testing.T) {
 	r := newWorld().start(t, interceptor.Funcs{
 		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
 			data, _ := patch.Data(obj)
-			if !strings.Contains(string(data), chamber.AnnotationEvictionReason) && !strings.Contains(string(data), AnnotationReclaimedFor) {
+			if !strings.Contains(string(data), chamber.AnnotationEvictionReason) && !strings.Contains(string(data), chamber.AnnotationIdleReclaimedFor) {
 				return c.Patch(ctx, obj, patch, opts...)
 			}
 			patches = append(patches, string(data))
@@ -792,17 +792,17 @@ func TestReclaimWritesItsMarksWithTheRequest(t *testing.T) {
 	if err := r.client.Get(context.Background(), types.NamespacedName{Namespace: "team-a", Name: "train"}, &wl); err != nil {
 		t.Fatal(err)
 	}
-	if got := wl.Annotations[AnnotationReclaimedFor]; got != "team-b/wait" {
+	if got := wl.Annotations[chamber.AnnotationIdleReclaimedFor]; got != "team-b/wait" {
 		t.Errorf("reclaimed-for %q, want team-b/wait", got)
 	}
-	if got := wl.Annotations[AnnotationReclaims]; got != "1" {
+	if got := wl.Annotations[chamber.AnnotationIdleReclaims]; got != "1" {
 		t.Errorf("reclaims %q, want 1 (one reclaim, marked once though the first request failed)", got)
 	}
-	if got, want := wl.Annotations[AnnotationReclaimedGPUHours], strconv.FormatFloat(8*window.Hours(), 'f', 3, 64); got != want {
+	if got, want := wl.Annotations[chamber.AnnotationIdleReclaimedGPUHours], strconv.FormatFloat(8*window.Hours(), 'f', 3, 64); got != want {
 		t.Errorf("reclaimed GPU-hours %q, want %s (8 GPUs idle for the window)", got, want)
 	}
 	for i, p := range patches {
-		if !strings.Contains(p, chamber.AnnotationEvictionReason) || !strings.Contains(p, AnnotationReclaimedFor) {
+		if !strings.Contains(p, chamber.AnnotationEvictionReason) || !strings.Contains(p, chamber.AnnotationIdleReclaimedFor) {
 			t.Errorf("patch %d has the request or the marks without the other: %s", i, p)
 		}
 	}
@@ -888,9 +888,9 @@ func TestInteractiveIdleLimit(t *testing.T) {
 			r.mustReconcile()
 			r.clock.Step(24 * time.Hour)
 			r.mustReconcile()
-			if wl := r.workload(); ptr.Deref(wl.Spec.Active, true) || wl.Annotations[AnnotationHeld] != "true" || !PausedAtIdleLimit(wl) {
+			if wl := r.workload(); ptr.Deref(wl.Spec.Active, true) || wl.Annotations[chamber.AnnotationIdleReclaimHeld] != "true" || !PausedAtIdleLimit(wl) {
 				t.Fatalf("a day later: active %v, held %q, PausedAtIdleLimit %v; want it paused until its user resumes it",
-					ptr.Deref(wl.Spec.Active, true), wl.Annotations[AnnotationHeld], PausedAtIdleLimit(wl))
+					ptr.Deref(wl.Spec.Active, true), wl.Annotations[chamber.AnnotationIdleReclaimHeld], PausedAtIdleLimit(wl))
 			}
 			// Its user resumes it.
 			wl := r.workload()
@@ -899,7 +899,7 @@ func TestInteractiveIdleLimit(t *testing.T) {
 				t.Fatal(err)
 			}
 			r.mustReconcile()
-			if wl := r.workload(); wl.Annotations[AnnotationHeld] != "" || wl.Annotations[AnnotationReclaimedFor] != "" || PausedAtIdleLimit(wl) {
+			if wl := r.workload(); wl.Annotations[chamber.AnnotationIdleReclaimHeld] != "" || wl.Annotations[chamber.AnnotationIdleReclaimedFor] != "" || PausedAtIdleLimit(wl) {
 				t.Errorf("after its user resumed it: annotations %v, want the pause cleared", wl.Annotations)
 			}
 		})

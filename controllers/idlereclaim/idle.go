@@ -199,7 +199,7 @@ func later(a, b time.Time) time.Time {
 // room is not measured and fits everyone. Whether its quota lets it run once wl is
 // gone is Kueue's business: reclaiming the GPUs is what gives it the chance.
 //
-// A workload that was itself reclaimed for idling (AnnotationReclaims) waits in its
+// A workload that was itself reclaimed for idling (chamber.AnnotationIdleReclaims) waits in its
 // queue like any other but gets no idle workload reclaimed: idle GPUs go to work that
 // has not shown it leaves them idle, and idle workloads are never swapped.
 func waiting(wl *kueue.Workload, workloads []kueue.Workload, localQueues []kueue.LocalQueue, clusterQueues []kueue.ClusterQueue, now time.Time, minWait time.Duration, r chamberkueue.Room) *kueue.Workload {
@@ -265,7 +265,7 @@ func (q queueIndex) firstWaiting(self types.UID, own kueue.ClusterQueueReference
 	for i := range workloads {
 		p := &workloads[i]
 		if p.UID == self || !chamberkueue.Pending(p) || (minWait > 0 && now.Sub(withoutQuotaSince(p)) < minWait) ||
-			p.Annotations[AnnotationReclaims] != "" || chamberkueue.WorkloadGPUs(p) == 0 {
+			p.Annotations[chamber.AnnotationIdleReclaims] != "" || chamberkueue.WorkloadGPUs(p) == 0 {
 			continue
 		}
 		target, ok := q.feeds[lqKey{p.Namespace, string(p.Spec.QueueName)}]

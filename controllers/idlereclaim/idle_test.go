@@ -323,7 +323,7 @@ func admittedWorkload(name, ns, cq string) *utiltesting.WorkloadWrapper {
 	return utiltesting.MakeWorkload(name, ns).UID(types.UID("uid-"+name)).Queue("default").Creation(start.Add(-time.Hour)).
 		RequestAndLimit(chamberkueue.ResourceGPU, "8").
 		SimpleReserveQuota(kueue.ClusterQueueReference(cq), h100, start.Add(-time.Hour)).AdmittedAt(true, start.Add(-time.Hour)).
-		AdmissionCheck(kueue.AdmissionCheckState{Name: chamberkueue.CheckName, State: kueue.CheckStateReady})
+		AdmissionCheck(kueue.AdmissionCheckState{Name: chamber.AdmissionCheckName, State: kueue.CheckStateReady})
 }
 
 // waitingWorkload is pending in ns's default queue, created at created.
@@ -377,7 +377,7 @@ func TestWaiting(t *testing.T) {
 			want: "team-b/w",
 		},
 		"a workload reclaimed for idling before": {
-			workloads: []*kueue.Workload{waitingWorkload("w", "team-b", start).Annotation(AnnotationReclaims, "1").Obj()},
+			workloads: []*kueue.Workload{waitingWorkload("w", "team-b", start).Annotation(chamber.AnnotationIdleReclaims, "1").Obj()},
 		},
 		"the oldest of two": {
 			workloads: []*kueue.Workload{waitingWorkload("new", "team-b", start).Obj(), waitingWorkload("old", "team-a", start.Add(-time.Minute)).Obj()},
@@ -406,7 +406,7 @@ func TestWaiting(t *testing.T) {
 func TestWaitingForPaused(t *testing.T) {
 	now := start.Add(time.Hour)
 	// paused: reclaimed and deactivated, so without admission; its queue feeds team-a.
-	paused := waitingWorkload("paused", "team-a", start.Add(-2*time.Hour)).Active(false).Annotation(AnnotationReclaims, "1").Obj()
+	paused := waitingWorkload("paused", "team-a", start.Add(-2*time.Hour)).Active(false).Annotation(chamber.AnnotationIdleReclaims, "1").Obj()
 	cases := map[string]struct {
 		paused    *kueue.Workload
 		workloads []*kueue.Workload
@@ -418,7 +418,7 @@ func TestWaitingForPaused(t *testing.T) {
 		"a team of another pool waits":           {workloads: []*kueue.Workload{waitingWorkload("w", "team-c", start).Obj()}},
 		"a team waiting for another GPU model":   {workloads: []*kueue.Workload{waitingWorkload("w", "team-d", start).Obj()}},
 		"another paused workload does not count": {workloads: []*kueue.Workload{waitingWorkload("w", "team-b", start).Active(false).Obj()}},
-		"one reclaimed before does not count":    {workloads: []*kueue.Workload{waitingWorkload("w", "team-b", start).Annotation(AnnotationReclaims, "2").Obj()}},
+		"one reclaimed before does not count":    {workloads: []*kueue.Workload{waitingWorkload("w", "team-b", start).Annotation(chamber.AnnotationIdleReclaims, "2").Obj()}},
 		"a queue Chamber does not know: no one":  {paused: waitingWorkload("paused", "team-a", start).Queue("nope").Active(false).Obj(), workloads: []*kueue.Workload{waitingWorkload("w", "team-a", start).Obj()}},
 	}
 	for name, tc := range cases {

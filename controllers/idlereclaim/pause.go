@@ -34,25 +34,6 @@ import (
 // An interactive one (a notebook) has no such limit: brought back while its user is
 // away it would idle through another window while others wait; its user resumes it.
 
-// Annotations on a reclaimed Workload, written by idle reclaim alone.
-const (
-	// AnnotationReclaimedFor is the waiting workload (namespace/name) the GPUs were
-	// reclaimed for.
-	AnnotationReclaimedFor = "chamber.dev/idle-reclaimed-for"
-	// AnnotationReclaimedAt is when the eviction was asked for (RFC 3339).
-	AnnotationReclaimedAt = "chamber.dev/idle-reclaimed-at"
-	// AnnotationHeld is "true" while idle reclaim keeps the workload deactivated.
-	AnnotationHeld = "chamber.dev/idle-reclaim-held"
-	// AnnotationReclaims counts the workload's reclaims; it stays when the hold ends.
-	// A workload reclaimed for idling does not get other idle workloads reclaimed
-	// while it waits (see waiting).
-	AnnotationReclaims = "chamber.dev/idle-reclaims"
-	// AnnotationReclaimedGPUHours adds up the GPU-hours the workload had held idle at
-	// each of its reclaims (as chamber_idle_reclaimed_gpu_hours_total counts them);
-	// it stays when the hold ends, and `kubectl chamber status` sums it.
-	AnnotationReclaimedGPUHours = "chamber.dev/idle-reclaimed-gpu-hours"
-)
-
 // Events of the pause: `kubectl describe workload` shows why it is paused and when it
 // resumed.
 const (
@@ -60,7 +41,7 @@ const (
 	ReasonReleased = "IdleReclaimResumed"
 )
 
-// reclaimedForIdleLimit in AnnotationReclaimedFor marks a workload paused at its
+// reclaimedForIdleLimit in chamber.AnnotationIdleReclaimedFor marks a workload paused at its
 // interactive idle time limit: nobody waited; it stays paused until its user
 // activates it again.
 const reclaimedForIdleLimit = "interactive-idle-time-limit"
@@ -68,7 +49,7 @@ const reclaimedForIdleLimit = "interactive-idle-time-limit"
 // Paused says whether idle reclaim keeps wl paused (deactivated), for a waiter or at
 // its interactive idle time limit. Its user may resume it any time (spec.active true).
 func Paused(wl *kueue.Workload) bool {
-	return wl.Annotations[AnnotationReclaimedFor] != "" && wl.Annotations[AnnotationHeld] == "true" &&
+	return wl.Annotations[chamber.AnnotationIdleReclaimedFor] != "" && wl.Annotations[chamber.AnnotationIdleReclaimHeld] == "true" &&
 		wl.Spec.Active != nil && !*wl.Spec.Active
 }
 
@@ -76,7 +57,7 @@ func Paused(wl *kueue.Workload) bool {
 // interactive idle time limit: deactivated, waiting for its user to resume it (set
 // spec.active true). A workload paused for a waiter resumes by itself and is not.
 func PausedAtIdleLimit(wl *kueue.Workload) bool {
-	return Paused(wl) && wl.Annotations[AnnotationReclaimedFor] == reclaimedForIdleLimit
+	return Paused(wl) && wl.Annotations[chamber.AnnotationIdleReclaimedFor] == reclaimedForIdleLimit
 }
 
 // ResumeCommand is what a user runs to resume a paused workload.
@@ -110,13 +91,13 @@ func reclaimWindow(window time.Duration, reclaims int) time.Duration {
 // workload (namespace/name) its GPUs were reclaimed for, when, its count of reclaims
 // and the idle GPU-hours reclaimed, this reclaim's added.
 func reclaimMarks(obj metav1.Object, reclaimedFor string, at time.Time, gpuHours float64) map[string]string {
-	reclaims, _ := strconv.Atoi(obj.GetAnnotations()[AnnotationReclaims])
-	before, _ := strconv.ParseFloat(obj.GetAnnotations()[AnnotationReclaimedGPUHours], 64)
+	reclaims, _ := strconv.Atoi(obj.GetAnnotations()[chamber.AnnotationIdleReclaims])
+	before, _ := strconv.ParseFloat(obj.GetAnnotations()[chamber.AnnotationIdleReclaimedGPUHours], 64)
 	return map[string]string{
-		AnnotationReclaimedFor:      reclaimedFor,
-		AnnotationReclaimedAt:       at.UTC().Format(time.RFC3339),
-		AnnotationReclaims:          strconv.Itoa(reclaims + 1),
-		AnnotationReclaimedGPUHours: strconv.FormatFloat(max(before, 0)+gpuHours, 'f', 3, 64),
+		chamber.AnnotationIdleReclaimedFor:      reclaimedFor,
+		chamber.AnnotationIdleReclaimedAt:       at.UTC().Format(time.RFC3339),
+		chamber.AnnotationIdleReclaims:          strconv.Itoa(reclaims + 1),
+		chamber.AnnotationIdleReclaimedGPUHours: strconv.FormatFloat(max(before, 0)+gpuHours, 'f', 3, 64),
 	}
 }
 
@@ -125,7 +106,7 @@ func reclaimMarks(obj metav1.Object, reclaimedFor string, at time.Time, gpuHours
 // be done with it now.
 func (c *Controller) reconcileHold(ctx context.Context, wl *kueue.Workload) (done bool, res reconcile.Result, err error) {
 	a := wl.Annotations
-	waiter := a[AnnotationReclaimedFor]
+	waiter := a[chamber.AnnotationIdleReclaimedFor]
 	active := wl.Spec.Active == nil || *wl.Spec.Active
 	pausedForUs := !active && (chamberkueue.Paused(wl) == ReasonIdleReclaim || chamberkueue.Paused(wl) == ReasonIdleTimeLimit)
 	if waiter == "" && pausedForUs && wl.DeletionTimestamp == nil {
@@ -140,7 +121,7 @@ func (c *Controller) reconcileHold(ctx context.Context, wl *kueue.Workload) (don
 	evicted := apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadEvicted)
 	admitted := apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadAdmitted)
 
-	if a[AnnotationHeld] != "true" {
+	if a[chamber.AnnotationIdleReclaimHeld] != "true" {
 		switch {
 		case pausedForUs:
 			// Chamber's eviction deactivated it for this reclaim: hold it.
@@ -164,7 +145,7 @@ func (c *Controller) reconcileHold(ctx context.Context, wl *kueue.Workload) (don
 		if c.wrote(key, wl.UID, func(r *idleWorkload) bool { return r.held }) {
 			return true, reconcile.Result{RequeueAfter: c.opts.Interval}, nil // the cache is behind
 		}
-		if err := c.patch(ctx, wl, ptr.To(false), map[string]any{AnnotationHeld: "true", chamber.AnnotationEvictionPaused: nil}); err != nil {
+		if err := c.patch(ctx, wl, ptr.To(false), map[string]any{chamber.AnnotationIdleReclaimHeld: "true", chamber.AnnotationEvictionPaused: nil}); err != nil {
 			return true, reconcile.Result{}, err
 		}
 		c.remember(key, wl.UID, idleWorkload{held: true})
@@ -180,7 +161,7 @@ func (c *Controller) reconcileHold(ctx context.Context, wl *kueue.Workload) (don
 				waiter, ResumeCommand(wl))
 			return true, reconcile.Result{RequeueAfter: c.opts.Interval}, nil
 		}
-		reclaims, _ := strconv.Atoi(a[AnnotationReclaims])
+		reclaims, _ := strconv.Atoi(a[chamber.AnnotationIdleReclaims])
 		c.recorder.Eventf(wl, nil, corev1.EventTypeNormal, ReasonHeld, "Pause",
 			"paused (deactivated, its Job kept) after its idle GPUs were reclaimed for %s: it resumes by itself once no workload waits for GPUs it could use, or after %s (reclaim %d; the limit doubles with each)",
 			waiter, c.maxHold(reclaims), reclaims)
@@ -205,11 +186,11 @@ func (c *Controller) reconcileHold(ctx context.Context, wl *kueue.Workload) (don
 		return true, reconcile.Result{}, nil // its user resumes it
 	}
 	now := c.opts.Clock.Now()
-	at, err := time.Parse(time.RFC3339, a[AnnotationReclaimedAt])
+	at, err := time.Parse(time.RFC3339, a[chamber.AnnotationIdleReclaimedAt])
 	if err != nil {
 		at = time.Time{} // unreadable: never keep a workload held on it
 	}
-	reclaims, _ := strconv.Atoi(a[AnnotationReclaims])
+	reclaims, _ := strconv.Atoi(a[chamber.AnnotationIdleReclaims])
 	limit := c.maxHold(reclaims)
 	deadline := at.Add(limit)
 	waits, err := c.waitingForPaused(ctx, wl, now)
@@ -256,9 +237,9 @@ func (c *Controller) clearReclaimed(ctx context.Context, wl *kueue.Workload) err
 }
 
 // reclaimMarksRemoved is the annotation patch that ends a reclaim and its pause;
-// AnnotationReclaims stays.
+// chamber.AnnotationIdleReclaims stays.
 func reclaimMarksRemoved() map[string]any {
-	return map[string]any{AnnotationReclaimedFor: nil, AnnotationReclaimedAt: nil, AnnotationHeld: nil, chamber.AnnotationEvictionPaused: nil}
+	return map[string]any{chamber.AnnotationIdleReclaimedFor: nil, chamber.AnnotationIdleReclaimedAt: nil, chamber.AnnotationIdleReclaimHeld: nil, chamber.AnnotationEvictionPaused: nil}
 }
 
 // patch merges annotations (nil values remove) and, when active is set, spec.active

@@ -169,7 +169,7 @@ func TestIdleWorkloadReclaimed(t *testing.T) {
 	// ran again).
 	g.Expect(metricBy(g, "chamber_idle_reclaim_pauses_total", "namespace", "reclaim-a")).To(gomega.Equal(1.0))
 	g.Expect(metricBy(g, "chamber_idle_reclaim_resumes_total", "namespace", "reclaim-a")).To(gomega.Equal(1.0))
-	g.Expect(workload(g, "reclaim-a", "idle").Annotations[idlereclaim.AnnotationReclaims]).To(gomega.Equal("1"))
+	g.Expect(workload(g, "reclaim-a", "idle").Annotations[chamber.AnnotationIdleReclaims]).To(gomega.Equal("1"))
 }
 
 // Issue 53: a pool whose admin set idleReclaim.workloadOptOut: Ignored reclaims an idle

@@ -78,7 +78,7 @@ type VolcanoJobs struct {
 func (r *VolcanoJobs) Reconcile(ctx context.Context, job *batch.Job) (reconcile.Result, error) {
 	again := reconcile.Result{RequeueAfter: r.opts.Interval}
 	now := r.opts.Clock.Now()
-	if job.Annotations[AnnotationHeld] == "true" {
+	if job.Annotations[chamber.AnnotationIdleReclaimHeld] == "true" {
 		return r.reconcilePaused(ctx, job, now)
 	}
 	req, requested, err := volcano.DatedRequestOf(ctx, r.client, job, now)
@@ -140,7 +140,7 @@ func (r *VolcanoJobs) Reconcile(ctx context.Context, job *batch.Job) (reconcile.
 	if waiting == nil {
 		return again, nil
 	}
-	reclaims, _ := strconv.Atoi(job.Annotations[AnnotationReclaims])
+	reclaims, _ := strconv.Atoi(job.Annotations[chamber.AnnotationIdleReclaims])
 	reclaimAt := lowSince.Add(reclaimWindow(policy.Window, reclaims))
 	if reclaimAt.Before(since) {
 		reclaimAt = since
@@ -214,7 +214,7 @@ func (r *VolcanoJobs) pause(ctx context.Context, job *batch.Job, req volcano.Req
 	// The hold's mark first, in the patch that ends the request: a mark without a
 	// Command is issued again below on the next look (the Command's name is fixed).
 	patch := volcano.ClearRequest()
-	patch[AnnotationHeld] = "true"
+	patch[chamber.AnnotationIdleReclaimHeld] = "true"
 	if err := chamberkueue.PatchAnnotations(ctx, r.client, job, patch); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
@@ -241,8 +241,8 @@ func (r *VolcanoJobs) reconcilePaused(ctx context.Context, job *batch.Job, now t
 		if err != nil {
 			return reconcile.Result{}, err
 		}
-		at, _ := time.Parse(time.RFC3339, job.Annotations[AnnotationReclaimedAt])
-		reclaims, _ := strconv.Atoi(job.Annotations[AnnotationReclaims])
+		at, _ := time.Parse(time.RFC3339, job.Annotations[chamber.AnnotationIdleReclaimedAt])
+		reclaims, _ := strconv.Atoi(job.Annotations[chamber.AnnotationIdleReclaims])
 		hold := r.opts.MaxHold << min(max(reclaims-1, 0), maxDoublings)
 		gpus := jobGPUs(job)
 		waiting, err := r.waiter(ctx, job, team, gpus, now)
@@ -257,16 +257,12 @@ func (r *VolcanoJobs) reconcilePaused(ctx context.Context, job *batch.Job, now t
 		}
 		r.recorder.Eventf(job, nil, corev1.EventTypeNormal, ReasonReleased, "Resume", "resumed: nobody waits for GPUs it could use, or its hold (%s) is over", hold)
 	}
-	err := chamberkueue.PatchAnnotations(ctx, r.client, job, map[string]any{AnnotationHeld: nil, AnnotationRetryAtPause: nil})
+	err := chamberkueue.PatchAnnotations(ctx, r.client, job, map[string]any{chamber.AnnotationIdleReclaimHeld: nil, chamber.AnnotationIdleReclaimPausedAtRetry: nil})
 	return again, client.IgnoreNotFound(err)
 }
 
-// AnnotationRetryAtPause is the job's retryCount when it was paused: Volcano counts
-// the resume, so a higher one says it was resumed.
-const AnnotationRetryAtPause = "chamber.dev/idle-reclaim-paused-at-retry"
-
 func retryAtPause(job *batch.Job) int32 {
-	n, err := strconv.Atoi(job.Annotations[AnnotationRetryAtPause])
+	n, err := strconv.Atoi(job.Annotations[chamber.AnnotationIdleReclaimPausedAtRetry])
 	if err != nil {
 		return job.Status.RetryCount
 	}
@@ -276,8 +272,8 @@ func retryAtPause(job *batch.Job) int32 {
 // command creates a Command of action on the job under a name fixed by the action and
 // the job's retryCount, so that it is created once.
 func (r *VolcanoJobs) command(ctx context.Context, job *batch.Job, action bus.Action, reason, msg string) error {
-	if action == bus.AbortJobAction && job.Annotations[AnnotationRetryAtPause] == "" {
-		err := chamberkueue.PatchAnnotations(ctx, r.client, job, map[string]any{AnnotationRetryAtPause: strconv.Itoa(int(job.Status.RetryCount))})
+	if action == bus.AbortJobAction && job.Annotations[chamber.AnnotationIdleReclaimPausedAtRetry] == "" {
+		err := chamberkueue.PatchAnnotations(ctx, r.client, job, map[string]any{chamber.AnnotationIdleReclaimPausedAtRetry: strconv.Itoa(int(job.Status.RetryCount))})
 		if err != nil {
 			return client.IgnoreNotFound(err)
 		}
@@ -340,7 +336,7 @@ func (r *VolcanoJobs) waiter(ctx context.Context, job *batch.Job, team *chamber.
 			if client.IgnoreNotFound(err) != nil {
 				return nil, fmt.Errorf("get Volcano Job %s/%s: %w", pg.Namespace, owner.Name, err)
 			}
-			if err == nil && waiting.Annotations[AnnotationReclaims] != "" {
+			if err == nil && waiting.Annotations[chamber.AnnotationIdleReclaims] != "" {
 				continue
 			}
 		}

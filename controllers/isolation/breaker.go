@@ -16,12 +16,6 @@ import (
 	chamber "chamber.dev/chamber/api/v1alpha1"
 )
 
-// Reasons of the pool's IsolationHalted condition.
-const (
-	ReasonTooManyIsolations = "TooManyIsolations"
-	ReasonBreakerReset      = "ResetByOperator"
-)
-
 // isolatedInWindow counts the pool's nodes Chamber isolated within the breaker's
 // window (and since an operator last reset the breaker), and the pool's GPU nodes.
 func (c *Controller) isolatedInWindow(ctx context.Context, pool *chamber.GPUPool, policy chamber.IsolationPolicy, now time.Time) (count, total int, err error) {
@@ -34,7 +28,7 @@ func (c *Controller) isolatedInWindow(ctx context.Context, pool *chamber.GPUPool
 		return 0, 0, fmt.Errorf("list GPUPools: %w", err)
 	}
 	since := now.Add(-breakerWindow(policy))
-	if cond := apimeta.FindStatusCondition(pool.Status.Conditions, ConditionIsolationHalted); cond != nil &&
+	if cond := apimeta.FindStatusCondition(pool.Status.Conditions, chamber.ConditionIsolationHalted); cond != nil &&
 		cond.Status == metav1.ConditionFalse && cond.LastTransitionTime.After(since) {
 		since = cond.LastTransitionTime.Time
 	}
@@ -85,7 +79,7 @@ func (c *Controller) halted(pool *chamber.GPUPool) bool {
 	if open, ok := c.breakers[pool.Name]; ok {
 		return open
 	}
-	return apimeta.IsStatusConditionTrue(pool.Status.Conditions, ConditionIsolationHalted)
+	return apimeta.IsStatusConditionTrue(pool.Status.Conditions, chamber.ConditionIsolationHalted)
 }
 
 // openBreaker sets the pool's IsolationHalted condition. The pool controller owns
@@ -95,9 +89,9 @@ func (c *Controller) openBreaker(ctx context.Context, pool *chamber.GPUPool, msg
 	c.breakers[pool.Name] = true
 	c.mu.Unlock()
 	breakerOpen.WithLabelValues(pool.Name).Set(1)
-	opened, err := c.setPoolCondition(ctx, pool.Name, metav1.ConditionTrue, ReasonTooManyIsolations, msg)
+	opened, err := c.setPoolCondition(ctx, pool.Name, metav1.ConditionTrue, chamber.ReasonTooManyIsolations, msg)
 	if opened {
-		c.recorder.Eventf(pool, nil, corev1.EventTypeWarning, ConditionIsolationHalted, "Isolate", "circuit breaker open: %s", msg)
+		c.recorder.Eventf(pool, nil, corev1.EventTypeWarning, chamber.ConditionIsolationHalted, "Isolate", "circuit breaker open: %s", msg)
 	}
 	return err
 }
@@ -106,7 +100,7 @@ func (c *Controller) openBreaker(ctx context.Context, pool *chamber.GPUPool, msg
 // request.
 func (c *Controller) resetBreaker(ctx context.Context, pool *chamber.GPUPool) error {
 	msg := fmt.Sprintf("an operator reset the circuit breaker (%s); isolations count again from now", chamber.AnnotationIsolationBreakerReset)
-	closed, err := c.setPoolCondition(ctx, pool.Name, metav1.ConditionFalse, ReasonBreakerReset, msg)
+	closed, err := c.setPoolCondition(ctx, pool.Name, metav1.ConditionFalse, chamber.ReasonBreakerReset, msg)
 	if err != nil {
 		return err
 	}
@@ -134,17 +128,17 @@ func (c *Controller) setPoolCondition(ctx context.Context, name string, status m
 		if err := c.reader.Get(ctx, client.ObjectKey{Name: name}, &pool); err != nil {
 			return err
 		}
-		have := apimeta.FindStatusCondition(pool.Status.Conditions, ConditionIsolationHalted)
+		have := apimeta.FindStatusCondition(pool.Status.Conditions, chamber.ConditionIsolationHalted)
 		if have != nil && have.Status == status && (status == metav1.ConditionTrue || have.Reason == reason) {
 			return nil
 		}
-		apimeta.SetStatusCondition(&pool.Status.Conditions, metav1.Condition{Type: ConditionIsolationHalted, Status: status,
+		apimeta.SetStatusCondition(&pool.Status.Conditions, metav1.Condition{Type: chamber.ConditionIsolationHalted, Status: status,
 			Reason: reason, Message: msg, ObservedGeneration: pool.Generation, LastTransitionTime: metav1.NewTime(c.opts.Clock.Now())})
 		changed = true
 		return c.client.Status().Update(ctx, &pool)
 	})
 	if err != nil {
-		return false, fmt.Errorf("set condition %s of pool %s: %w", ConditionIsolationHalted, name, err)
+		return false, fmt.Errorf("set condition %s of pool %s: %w", chamber.ConditionIsolationHalted, name, err)
 	}
 	return changed, nil
 }

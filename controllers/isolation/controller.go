@@ -45,27 +45,6 @@ import (
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
-// What the controller writes on Nodes and GPUPools.
-const (
-	// ConditionIsolated is the Node condition: True while Chamber isolates the node
-	// (reason: the fault), False once healthy again or while isolation is withheld
-	// (reasons DryRun, IsolationHalted), Unknown while the agent is silent.
-	ConditionIsolated corev1.NodeConditionType = "ChamberIsolated"
-	// ConditionIsolationHalted is the GPUPool condition of the circuit breaker: True
-	// while Chamber isolates nothing more in the pool.
-	ConditionIsolationHalted = "IsolationHalted"
-)
-
-// Node condition reasons besides the fault's own.
-const (
-	ReasonHealthy           = "Healthy"
-	ReasonRecovered         = "Recovered"
-	ReasonCleared           = "Cleared"
-	ReasonDryRun            = "DryRun"
-	ReasonIsolationHalted   = "IsolationHalted"
-	ReasonAgentNotReporting = "AgentNotReporting"
-)
-
 // Defaults of Options and of a pool's IsolationPolicy.
 const (
 	DefaultRateLimit          = 1.0
@@ -351,7 +330,7 @@ func (c *Controller) reconcileReport(ctx context.Context, node *corev1.Node, poo
 	case returned(node):
 		// Recovered or Cleared says more than Healthy; it stays until the next change.
 	default:
-		err = c.setCondition(ctx, node, corev1.ConditionFalse, ReasonHealthy, "the node agent reports every GPU usable", corev1.EventTypeNormal)
+		err = c.setCondition(ctx, node, corev1.ConditionFalse, chamber.ReasonHealthy, "the node agent reports every GPU usable", corev1.EventTypeNormal)
 	}
 	if apierrors.IsConflict(err) {
 		// The cache had not caught up with the node: read it again shortly.
@@ -386,8 +365,8 @@ func (c *Controller) malformed(ctx context.Context, node *corev1.Node, err error
 // returned: the node's condition says it came back from an isolation.
 func returned(node *corev1.Node) bool {
 	for _, c := range node.Status.Conditions {
-		if c.Type == ConditionIsolated {
-			return c.Status == corev1.ConditionFalse && (c.Reason == ReasonRecovered || c.Reason == ReasonCleared)
+		if c.Type == chamber.ConditionNodeIsolated {
+			return c.Status == corev1.ConditionFalse && (c.Reason == chamber.ReasonRecovered || c.Reason == chamber.ReasonCleared)
 		}
 	}
 	return false
@@ -432,7 +411,7 @@ func (c *Controller) isolate(ctx context.Context, node *corev1.Node, pool *chamb
 func (c *Controller) holdBack(ctx context.Context, node *corev1.Node, pool *chamber.GPUPool, policy chamber.IsolationPolicy, rep report, level chamber.IsolationLevel, why string, now time.Time) (res reconcile.Result, held bool, err error) {
 	what := rep.describe()
 	if policy.DryRun {
-		if changed, err := c.setConditionChanged(ctx, node, corev1.ConditionFalse, ReasonDryRun, "would isolate: "+what); err != nil || !changed {
+		if changed, err := c.setConditionChanged(ctx, node, corev1.ConditionFalse, chamber.ReasonDryRun, "would isolate: "+what); err != nil || !changed {
 			return reconcile.Result{}, true, err
 		}
 		var wls []*kueue.Workload
@@ -497,7 +476,7 @@ func (c *Controller) escalate(ctx context.Context, node *corev1.Node, pool *cham
 
 // withhold records that a node would have been isolated but the breaker is open.
 func (c *Controller) withhold(ctx context.Context, node *corev1.Node, pool *chamber.GPUPool, what string) error {
-	changed, err := c.setConditionChanged(ctx, node, corev1.ConditionFalse, ReasonIsolationHalted,
+	changed, err := c.setConditionChanged(ctx, node, corev1.ConditionFalse, chamber.ReasonIsolationHalted,
 		fmt.Sprintf("not isolated: the circuit breaker of pool %s is open (%s)", pool.Name, what))
 	if changed {
 		withheld.WithLabelValues(pool.Name).Inc()
@@ -514,7 +493,7 @@ func (c *Controller) reconcileIsolated(ctx context.Context, node *corev1.Node, p
 		if policy.Preflight != nil {
 			return c.preflight(ctx, node, pool, policy.Preflight, rec, rep)
 		}
-		return reconcile.Result{}, c.release(ctx, node, pool, ReasonCleared, "an operator cleared the isolation ("+chamber.AnnotationIsolationClear+")")
+		return reconcile.Result{}, c.release(ctx, node, pool, chamber.ReasonCleared, "an operator cleared the isolation ("+chamber.AnnotationIsolationClear+")")
 	}
 	level := rec.Level
 	switch rep.health {
@@ -554,7 +533,7 @@ func (c *Controller) reconcileIsolated(ctx context.Context, node *corev1.Node, p
 	next := rec
 	next.Healthy, next.HealthyAt = rec.Healthy+1, rep.heartbeat
 	if next.Healthy >= recoveryReports(policy) {
-		return reconcile.Result{}, c.release(ctx, node, pool, ReasonRecovered,
+		return reconcile.Result{}, c.release(ctx, node, pool, chamber.ReasonRecovered,
 			fmt.Sprintf("the transient fault cleared: %d healthy reports in a row", next.Healthy))
 	}
 	return reconcile.Result{}, c.annotate(ctx, node, changes(rec, next))
@@ -612,7 +591,7 @@ func (c *Controller) release(ctx context.Context, node *corev1.Node, pool *chamb
 		}
 		(record{}).write(n)
 		delete(n.Annotations, chamber.AnnotationIsolationClear)
-		if reason == ReasonCleared {
+		if reason == chamber.ReasonCleared {
 			delete(n.Annotations, chamber.AnnotationIsolate)
 			n.Annotations[chamber.AnnotationIsolationClearedAt] = c.opts.Clock.Now().UTC().Format(time.RFC3339Nano)
 		}
@@ -674,18 +653,18 @@ func (c *Controller) setCondition(ctx context.Context, node *corev1.Node, status
 func (c *Controller) setConditionChanged(ctx context.Context, node *corev1.Node, status corev1.ConditionStatus, reason, msg string) (bool, error) {
 	var have *corev1.NodeCondition
 	for i := range node.Status.Conditions {
-		if node.Status.Conditions[i].Type == ConditionIsolated {
+		if node.Status.Conditions[i].Type == chamber.ConditionNodeIsolated {
 			have = &node.Status.Conditions[i]
 		}
 	}
-	if have == nil && reason == ReasonHealthy {
+	if have == nil && reason == chamber.ReasonHealthy {
 		return false, nil
 	}
 	if have != nil && have.Status == status && have.Reason == reason && have.Message == msg {
 		return false, nil
 	}
 	now := metav1.NewTime(c.opts.Clock.Now())
-	cond := corev1.NodeCondition{Type: ConditionIsolated, Status: status, Reason: reason, Message: msg, LastHeartbeatTime: now, LastTransitionTime: now}
+	cond := corev1.NodeCondition{Type: chamber.ConditionNodeIsolated, Status: status, Reason: reason, Message: msg, LastHeartbeatTime: now, LastTransitionTime: now}
 	if have != nil && have.Status == status {
 		cond.LastTransitionTime = have.LastTransitionTime
 	}
@@ -696,7 +675,7 @@ func (c *Controller) setConditionChanged(ctx context.Context, node *corev1.Node,
 		return false, err
 	}
 	if err := c.client.Status().Patch(ctx, node, client.RawPatch(types.StrategicMergePatchType, patch)); err != nil {
-		return false, fmt.Errorf("set condition %s: %w", ConditionIsolated, err)
+		return false, fmt.Errorf("set condition %s: %w", chamber.ConditionNodeIsolated, err)
 	}
 	return true, nil
 }

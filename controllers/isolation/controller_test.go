@@ -169,7 +169,7 @@ func TestReadReport(t *testing.T) {
 		// An old report of a fault is silence too: it isolates nothing.
 		"stale fault": {
 			gn:         gpuNode("n", start.Add(-91*time.Second), map[int32][]chamber.GPUFault{3: {xid79}}),
-			wantHealth: chamber.GPUUnknown, wantAgent: true, wantUnknownRe: ReasonAgentNotReporting,
+			wantHealth: chamber.GPUUnknown, wantAgent: true, wantUnknownRe: chamber.ReasonAgentNotReporting,
 		},
 		"NVML unavailable": {
 			gn: func() *chamber.GPUNode {
@@ -266,7 +266,7 @@ func (e *env) state(name string) state {
 		s.Tainted = s.Tainted || t.Key == chamber.TaintGPUUnhealthy
 	}
 	for _, c := range n.Status.Conditions {
-		if c.Type == ConditionIsolated {
+		if c.Type == chamber.ConditionNodeIsolated {
 			s.Status, s.Reason = c.Status, c.Reason
 		}
 	}
@@ -334,11 +334,11 @@ func TestOperatorCordonStays(t *testing.T) {
 	}
 	e.annotate(e.node("n1"), chamber.AnnotationIsolationClear, "true")
 	e.reconcile("n1")
-	want := state{Cordoned: true, Status: corev1.ConditionFalse, Reason: ReasonCleared}
+	want := state{Cordoned: true, Status: corev1.ConditionFalse, Reason: chamber.ReasonCleared}
 	if diff := cmp.Diff(want, e.state("n1")); diff != "" {
 		t.Errorf("cleared node (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff([]string{"Isolated", ReasonCleared}, e.eventReasons()); diff != "" {
+	if diff := cmp.Diff([]string{"Isolated", chamber.ReasonCleared}, e.eventReasons()); diff != "" {
 		t.Errorf("events (-want +got):\n%s", diff)
 	}
 }
@@ -358,7 +358,7 @@ func TestClearOutlivesTheReportBeforeIt(t *testing.T) {
 	if again := e.reconcile("n1"); again <= 0 {
 		t.Errorf("no look again after a clear while the report before it is all there is")
 	}
-	cleared := state{Status: corev1.ConditionFalse, Reason: ReasonCleared}
+	cleared := state{Status: corev1.ConditionFalse, Reason: chamber.ReasonCleared}
 	if diff := cmp.Diff(cleared, e.state("n1")); diff != "" {
 		t.Fatalf("cleared node, the agent's last report still the faulty one (-want +got):\n%s", diff)
 	}
@@ -383,7 +383,7 @@ func TestDryRun(t *testing.T) {
 		gpuNode("n1", start, map[int32][]chamber.GPUFault{0: {xid79}}))
 	e.reconcile("n1")
 	e.reconcile("n1")
-	if diff := cmp.Diff(state{Status: corev1.ConditionFalse, Reason: ReasonDryRun}, e.state("n1")); diff != "" {
+	if diff := cmp.Diff(state{Status: corev1.ConditionFalse, Reason: chamber.ReasonDryRun}, e.state("n1")); diff != "" {
 		t.Errorf("node (-want +got):\n%s", diff)
 	}
 	if diff := cmp.Diff([]string{"WouldIsolate"}, e.eventReasons()); diff != "" {
@@ -425,7 +425,7 @@ func TestBreakerHoldsUntilReset(t *testing.T) {
 		e.reconcile(n)
 	}
 	got := []state{e.state("n1"), e.state("n2"), e.state("n3")}
-	withheld := state{Status: corev1.ConditionFalse, Reason: ReasonIsolationHalted}
+	withheld := state{Status: corev1.ConditionFalse, Reason: chamber.ReasonIsolationHalted}
 	if diff := cmp.Diff([]state{isolatedState("XID79"), isolatedState("XID79"), withheld}, got); diff != "" {
 		t.Fatalf("two of four may go (-want +got):\n%s", diff)
 	}
@@ -434,7 +434,7 @@ func TestBreakerHoldsUntilReset(t *testing.T) {
 		if err := e.client.Get(context.Background(), client.ObjectKey{Name: "p"}, &have); err != nil {
 			t.Fatal(err)
 		}
-		return apimeta.FindStatusCondition(have.Status.Conditions, ConditionIsolationHalted)
+		return apimeta.FindStatusCondition(have.Status.Conditions, chamber.ConditionIsolationHalted)
 	}
 	if c := halted(); c == nil || c.Status != metav1.ConditionTrue {
 		t.Fatalf("IsolationHalted = %v, want True", c)
@@ -456,8 +456,8 @@ func TestBreakerHoldsUntilReset(t *testing.T) {
 	if diff := cmp.Diff([]state{isolatedState("XID79"), isolatedState("XID79")}, []state{e.state("n3"), e.state("n4")}); diff != "" {
 		t.Errorf("after the reset (-want +got):\n%s", diff)
 	}
-	if c := halted(); c == nil || c.Status != metav1.ConditionFalse || c.Reason != ReasonBreakerReset {
-		t.Errorf("IsolationHalted = %v, want False %s", c, ReasonBreakerReset)
+	if c := halted(); c == nil || c.Status != metav1.ConditionFalse || c.Reason != chamber.ReasonBreakerReset {
+		t.Errorf("IsolationHalted = %v, want False %s", c, chamber.ReasonBreakerReset)
 	}
 }
 
@@ -492,7 +492,7 @@ func TestGPULevel(t *testing.T) {
 	e.clock.Step(30 * time.Second)
 	e.report("n1", nil)
 	e.reconcile("n1")
-	if diff := cmp.Diff(state{Status: corev1.ConditionFalse, Reason: ReasonRecovered}, e.state("n1")); diff != "" {
+	if diff := cmp.Diff(state{Status: corev1.ConditionFalse, Reason: chamber.ReasonRecovered}, e.state("n1")); diff != "" {
 		t.Errorf("recovered node (-want +got):\n%s", diff)
 	}
 	if err := e.client.Get(context.Background(), client.ObjectKeyFromObject(&hold), &hold); !apierrors.IsNotFound(err) {

@@ -35,9 +35,6 @@ const (
 	// ReasonGPUHoldNameTaken is the Event of a pod of the hold's name that is not
 	// Chamber's hold.
 	ReasonGPUHoldNameTaken = "GPUHoldNameTaken"
-
-	labelManagedBy   = "app.kubernetes.io/managed-by"
-	managedByChamber = "chamber"
 )
 
 func holdPodName(node string) string { return "chamber-gpu-hold-" + node }
@@ -80,7 +77,7 @@ func (c *Controller) holdGPUs(ctx context.Context, node *corev1.Node, gpus []int
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: key.Namespace, Name: key.Name,
-			Labels:      map[string]string{chamber.LabelGPUHold: node.Name, labelManagedBy: managedByChamber},
+			Labels:      map[string]string{chamber.LabelGPUHold: node.Name, chamber.LabelManagedBy: chamber.ManagedBy},
 			Annotations: map[string]string{chamber.AnnotationIsolatedGPUs: joinInts(gpus)},
 			// The node owns its hold: deleting the node deletes it.
 			OwnerReferences: []metav1.OwnerReference{holdOwner(node)},
@@ -141,7 +138,7 @@ func (c *Controller) deleteHold(ctx context.Context, pod *corev1.Pod) error {
 // creates it. Anyone who may create pods in the hold namespace can take its name.
 func isHold(pod *corev1.Pod, node *corev1.Node) bool {
 	owner := holdOwner(node)
-	return pod.Labels[chamber.LabelGPUHold] == node.Name && pod.Labels[labelManagedBy] == managedByChamber &&
+	return pod.Labels[chamber.LabelGPUHold] == node.Name && pod.Labels[chamber.LabelManagedBy] == chamber.ManagedBy &&
 		slices.ContainsFunc(pod.OwnerReferences, func(r metav1.OwnerReference) bool {
 			return r.Kind == owner.Kind && r.Name == owner.Name && r.UID == owner.UID
 		})
@@ -157,5 +154,5 @@ func (c *Controller) foreignHold(ctx context.Context, node *corev1.Node, pod *co
 	log.FromContext(ctx).Info("a pod that is not Chamber's has the name of the node's GPU hold; the failing GPUs are not held", "node", node.Name, "pod", client.ObjectKeyFromObject(pod))
 	c.recorder.Eventf(node, nil, corev1.EventTypeWarning, ReasonGPUHoldNameTaken, "Hold",
 		"pod %s/%s is not Chamber's GPU hold of the node (labels %s=%s, %s=%s, owner the Node): Chamber leaves it alone and holds no failing GPU of the node until it is renamed or deleted",
-		pod.Namespace, pod.Name, chamber.LabelGPUHold, node.Name, labelManagedBy, managedByChamber)
+		pod.Namespace, pod.Name, chamber.LabelGPUHold, node.Name, chamber.LabelManagedBy, chamber.ManagedBy)
 }

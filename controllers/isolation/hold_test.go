@@ -37,8 +37,8 @@ func TestForeignPodOfTheHoldsNameIsLeftAlone(t *testing.T) {
 	}
 
 	e.healthyReport("n1")
-	if s := e.state("n1"); s.Reason != ReasonRecovered {
-		t.Errorf("node %+v, want %s", s, ReasonRecovered)
+	if s := e.state("n1"); s.Reason != chamber.ReasonRecovered {
+		t.Errorf("node %+v, want %s", s, chamber.ReasonRecovered)
 	}
 	if len(deleted) > 0 {
 		t.Errorf("deleted %v, want the foreign pod left alone", deleted)

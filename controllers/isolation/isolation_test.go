@@ -179,7 +179,7 @@ func tainted(n *corev1.Node) bool {
 
 func condition(n *corev1.Node) *corev1.NodeCondition {
 	for i := range n.Status.Conditions {
-		if n.Status.Conditions[i].Type == isolation.ConditionIsolated {
+		if n.Status.Conditions[i].Type == chamber.ConditionNodeIsolated {
 			return &n.Status.Conditions[i]
 		}
 	}
@@ -367,7 +367,7 @@ func TestNodeConditionIsolates(t *testing.T) {
 	setNodeCondition(t, "condition-1", corev1.NodeCondition{Type: gpuProblem, Status: corev1.ConditionFalse, Reason: "NoXidError"})
 	g.Eventually(func(g gomega.Gomega) {
 		inService(g, "condition-1")
-		g.Expect(condition(getNode(g, "condition-1")).Reason).To(gomega.Equal(isolation.ReasonRecovered))
+		g.Expect(condition(getNode(g, "condition-1")).Reason).To(gomega.Equal(chamber.ReasonRecovered))
 	}).Should(gomega.Succeed())
 	g.Expect(value(g, "chamber_isolations_total", "pool", "condition", "level", "Node", "reason", "XidCriticalError")).To(gomega.Equal(1.0))
 }
@@ -458,11 +458,11 @@ func TestCircuitBreaker(t *testing.T) {
 		isolatedNodes, withheld = nil, nil
 		for _, name := range failing {
 			cond := condition(getNode(g, name))
-			g.Expect(cond).NotTo(gomega.BeNil(), "node %s has no %s condition yet", name, isolation.ConditionIsolated)
+			g.Expect(cond).NotTo(gomega.BeNil(), "node %s has no %s condition yet", name, chamber.ConditionNodeIsolated)
 			switch {
 			case cond.Status == corev1.ConditionTrue:
 				isolatedNodes = append(isolatedNodes, name)
-			case cond.Reason == isolation.ReasonIsolationHalted:
+			case cond.Reason == chamber.ReasonIsolationHalted:
 				withheld = append(withheld, name)
 			}
 		}
@@ -476,13 +476,13 @@ func TestCircuitBreaker(t *testing.T) {
 	}
 	var pool chamber.GPUPool
 	g.Expect(k8s.Get(ctx, client.ObjectKey{Name: "breaker"}, &pool)).To(gomega.Succeed())
-	halted := apimeta.FindStatusCondition(pool.Status.Conditions, isolation.ConditionIsolationHalted)
+	halted := apimeta.FindStatusCondition(pool.Status.Conditions, chamber.ConditionIsolationHalted)
 	g.Expect(halted).NotTo(gomega.BeNil())
 	g.Expect(halted.Status).To(gomega.Equal(metav1.ConditionTrue))
 	g.Expect(apimeta.IsStatusConditionTrue(pool.Status.Conditions, chamber.ConditionReady)).To(gomega.BeTrue(), "the pool controller keeps its Ready condition")
 	g.Expect(value(g, "chamber_isolation_breaker_open", "pool", "breaker")).To(gomega.Equal(1.0))
 	g.Eventually(func(g gomega.Gomega) {
-		g.Expect(nodeEvents(g, withheld[0])).To(gomega.ContainElement(isolation.ReasonIsolationHalted))
+		g.Expect(nodeEvents(g, withheld[0])).To(gomega.ContainElement(chamber.ReasonIsolationHalted))
 	}).Should(gomega.Succeed())
 
 	// The operator resets the breaker: the withheld node is isolated now.
@@ -494,7 +494,7 @@ func TestCircuitBreaker(t *testing.T) {
 	g.Eventually(func(g gomega.Gomega) { isolated(g, withheld[0], "XID79") }).Should(gomega.Succeed())
 	g.Expect(k8s.Get(ctx, client.ObjectKey{Name: "breaker"}, &pool)).To(gomega.Succeed())
 	g.Expect(pool.Annotations).NotTo(gomega.HaveKey(chamber.AnnotationIsolationBreakerReset))
-	g.Expect(apimeta.IsStatusConditionFalse(pool.Status.Conditions, isolation.ConditionIsolationHalted)).To(gomega.BeTrue())
+	g.Expect(apimeta.IsStatusConditionFalse(pool.Status.Conditions, chamber.ConditionIsolationHalted)).To(gomega.BeTrue())
 	g.Expect(value(g, "chamber_isolation_breaker_open", "pool", "breaker")).To(gomega.Equal(0.0))
 }
 
@@ -519,11 +519,11 @@ func TestSilentAgentIsUnknown(t *testing.T) {
 		cond := condition(getNode(g, "silent-1"))
 		g.Expect(cond).NotTo(gomega.BeNil())
 		g.Expect(cond.Status).To(gomega.Equal(corev1.ConditionUnknown))
-		g.Expect(cond.Reason).To(gomega.Equal(isolation.ReasonAgentNotReporting))
+		g.Expect(cond.Reason).To(gomega.Equal(chamber.ReasonAgentNotReporting))
 	}).Should(gomega.Succeed())
 	g.Expect(value(g, "chamber_isolation_unknown_nodes", "pool", "silent")).To(gomega.Equal(1.0))
 	g.Eventually(func(g gomega.Gomega) {
-		g.Expect(nodeEvents(g, "silent-1")).To(gomega.ContainElement(isolation.ReasonAgentNotReporting))
+		g.Expect(nodeEvents(g, "silent-1")).To(gomega.ContainElement(chamber.ReasonAgentNotReporting))
 	}).Should(gomega.Succeed())
 	inService(g, "silent-1")
 	undisturbed(g, "silent", "train")
@@ -576,11 +576,11 @@ func TestHardwareFaultWaitsForOperator(t *testing.T) {
 		g.Expect(n.Spec.Unschedulable).To(gomega.BeFalse())
 		g.Expect(n.Annotations).NotTo(gomega.HaveKey(chamber.AnnotationIsolationClear))
 		g.Expect(n.Annotations).NotTo(gomega.HaveKey(chamber.AnnotationIsolatedAt))
-		g.Expect(condition(n).Reason).To(gomega.Equal(isolation.ReasonCleared))
+		g.Expect(condition(n).Reason).To(gomega.Equal(chamber.ReasonCleared))
 	}).Should(gomega.Succeed())
 	// Events are written asynchronously by the recorder.
 	g.Eventually(func(g gomega.Gomega) {
-		g.Expect(nodeEvents(g, "dbe-1")).To(gomega.ContainElements("Isolated", isolation.ReasonCleared))
+		g.Expect(nodeEvents(g, "dbe-1")).To(gomega.ContainElements("Isolated", chamber.ReasonCleared))
 	}).Should(gomega.Succeed())
 }
 
@@ -612,10 +612,10 @@ func TestTransientFaultRecovers(t *testing.T) {
 		n := getNode(g, "transient-1")
 		g.Expect(tainted(n)).To(gomega.BeFalse())
 		g.Expect(n.Spec.Unschedulable).To(gomega.BeFalse())
-		g.Expect(condition(n).Reason).To(gomega.Equal(isolation.ReasonRecovered))
+		g.Expect(condition(n).Reason).To(gomega.Equal(chamber.ReasonRecovered))
 	}).Should(gomega.Succeed())
 	g.Eventually(func(g gomega.Gomega) {
-		g.Expect(nodeEvents(g, "transient-1")).To(gomega.ContainElements("Isolated", isolation.ReasonRecovered))
+		g.Expect(nodeEvents(g, "transient-1")).To(gomega.ContainElements("Isolated", chamber.ReasonRecovered))
 	}).Should(gomega.Succeed())
 }
 

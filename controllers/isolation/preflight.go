@@ -29,10 +29,6 @@ const (
 // DefaultPreflightTimeout is a preflight's time limit when its policy sets none.
 const DefaultPreflightTimeout = 30 * time.Minute
 
-// LabelPreflightNode names the node a preflight Job proves (shortened with a hash
-// where the node's name is longer than a label value).
-const LabelPreflightNode = "chamber.dev/preflight-node"
-
 // preflightPoll is how often a running preflight Job is looked at: Chamber does not
 // watch Jobs (its cache would hold every Job of the cluster for these few).
 const preflightPoll = 2 * time.Second
@@ -74,7 +70,7 @@ func (c *Controller) preflight(ctx context.Context, node *corev1.Node, pool *cha
 		return reconcile.Result{}, fmt.Errorf("get preflight Job %s: %w", rec.Preflight, err)
 	case jobCondition(&job, batchv1.JobComplete) != nil:
 		c.recorder.Eventf(node, pool, corev1.EventTypeNormal, ReasonPreflightSucceeded, "Preflight", "preflight Job %s succeeded", rec.Preflight)
-		return reconcile.Result{}, c.release(ctx, node, pool, ReasonCleared,
+		return reconcile.Result{}, c.release(ctx, node, pool, chamber.ReasonCleared,
 			fmt.Sprintf("an operator cleared the isolation (%s) and preflight Job %s succeeded", chamber.AnnotationIsolationClear, rec.Preflight))
 	case jobCondition(&job, batchv1.JobFailed) != nil:
 		c := jobCondition(&job, batchv1.JobFailed)
@@ -114,7 +110,7 @@ func (c *Controller) startPreflight(ctx context.Context, node *corev1.Node, p *c
 			return c.createPreflight(ctx, node, p, name)
 		case err != nil:
 			return "", fmt.Errorf("get preflight Job %s/%s: %w", ref.Namespace, name, err)
-		case have.Labels[LabelPreflightNode] != preflightNodeLabel(node.Name):
+		case have.Labels[chamber.LabelPreflightNode] != preflightNodeLabel(node.Name):
 			return "", fmt.Errorf("a Job %s/%s that is not Chamber's preflight of node %s has its name: rename or delete it", ref.Namespace, name, node.Name)
 		case jobCondition(&have, batchv1.JobFailed) == nil:
 			return ref.Namespace + "/" + name, nil
@@ -130,7 +126,7 @@ func preflightJobName(node string, isolatedAt time.Time, attempt int) string {
 	return chamberkueue.ShortName(name, validation.DNS1123LabelMaxLength)
 }
 
-// preflightNodeLabel is the node's name as the value of LabelPreflightNode: a node's
+// preflightNodeLabel is the node's name as the value of chamber.LabelPreflightNode: a node's
 // name may be longer than a label value.
 func preflightNodeLabel(node string) string {
 	return chamberkueue.ShortName(node, validation.LabelValueMaxLength)
@@ -154,7 +150,7 @@ func (c *Controller) createPreflight(ctx context.Context, node *corev1.Node, p *
 		corev1.Toleration{Key: chamber.TaintGPUUnhealthy, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
 		corev1.Toleration{Key: corev1.TaintNodeUnschedulable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule})
 	nodeLabel := preflightNodeLabel(node.Name)
-	labels := map[string]string{LabelPreflightNode: nodeLabel}
+	labels := map[string]string{chamber.LabelPreflightNode: nodeLabel}
 	for k, v := range tmpl.Template.Labels {
 		labels[k] = v
 	}
@@ -162,7 +158,7 @@ func (c *Controller) createPreflight(ctx context.Context, node *corev1.Node, p *
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: ref.Namespace,
 			Name:      name,
-			Labels:    map[string]string{LabelPreflightNode: nodeLabel},
+			Labels:    map[string]string{chamber.LabelPreflightNode: nodeLabel},
 		},
 		Spec: batchv1.JobSpec{
 			BackoffLimit:            ptr.To[int32](0),
@@ -193,7 +189,7 @@ func jobCondition(job *batchv1.Job, t batchv1.JobConditionType) *batchv1.JobCond
 // primaryReason is the reason the node's Isolated condition carries now (the fault's).
 func primaryReason(node *corev1.Node) string {
 	for _, c := range node.Status.Conditions {
-		if c.Type == ConditionIsolated {
+		if c.Type == chamber.ConditionNodeIsolated {
 			return c.Reason
 		}
 	}

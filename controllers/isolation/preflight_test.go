@@ -64,7 +64,7 @@ func clearIsolation(t *testing.T, g *gomega.WithT, node string) {
 
 func preflightJobs(g gomega.Gomega, ns, node string) []batchv1.Job {
 	var jobs batchv1.JobList
-	g.Expect(k8s.List(context.Background(), &jobs, client.InNamespace(ns), client.MatchingLabels{isolation.LabelPreflightNode: node})).To(gomega.Succeed())
+	g.Expect(k8s.List(context.Background(), &jobs, client.InNamespace(ns), client.MatchingLabels{chamber.LabelPreflightNode: node})).To(gomega.Succeed())
 	return jobs.Items
 }
 
@@ -96,13 +96,13 @@ func TestPreflightProvesTheNode(t *testing.T) {
 	g.Eventually(func(g gomega.Gomega) {
 		n := getNode(g, "proof-1")
 		inService(g, "proof-1")
-		g.Expect(condition(n).Reason).To(gomega.Equal(isolation.ReasonCleared))
+		g.Expect(condition(n).Reason).To(gomega.Equal(chamber.ReasonCleared))
 		g.Expect(condition(n).Message).To(gomega.MatchRegexp(`preflight Job chamber-system/preflight-proof-1-\d+-1 succeeded`))
 		g.Expect(n.Annotations).NotTo(gomega.HaveKey(chamber.AnnotationIsolationPreflight))
 		g.Expect(n.Annotations).NotTo(gomega.HaveKey(chamber.AnnotationIsolationClear))
 	}).Should(gomega.Succeed())
 	g.Eventually(func(g gomega.Gomega) {
-		g.Expect(nodeEvents(g, "proof-1")).To(gomega.ContainElements(isolation.ReasonPreflightStarted, isolation.ReasonPreflightSucceeded, isolation.ReasonCleared))
+		g.Expect(nodeEvents(g, "proof-1")).To(gomega.ContainElements(isolation.ReasonPreflightStarted, isolation.ReasonPreflightSucceeded, chamber.ReasonCleared))
 	}).Should(gomega.Succeed())
 }
 

@@ -61,7 +61,7 @@ func readReport(gn *chamber.GPUNode, heard *chamber.Heartbeats, now time.Time) r
 	r.heartbeat, r.heardAt, r.interval = gn.Status.LastHeartbeatTime.Time, heard.HeardAt(gn), gn.Status.HeartbeatInterval()
 	r.staleAt = r.heardAt.Add(heard.SilentAfter(gn))
 	if !now.Before(r.staleAt) {
-		r.unknownReason = ReasonAgentNotReporting
+		r.unknownReason = chamber.ReasonAgentNotReporting
 		r.unknownMessage = fmt.Sprintf("the node agent has not reported since %s (by its clock; it reports every %s): GPU health unknown; silence isolates nothing",
 			r.heartbeat.UTC().Format(time.RFC3339), r.interval)
 		return r

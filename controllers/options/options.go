@@ -199,7 +199,7 @@ func (o *Options) validate() error {
 			continue
 		}
 		must(!strings.ContainsAny(t, " \t=:"), "--isolation-node-conditions: %q is not a node condition type (a name such as GPUProblem)", t)
-		own := corev1.NodeConditionType(t) == isolation.ConditionIsolated || t == chamber.ConditionGPUHealthy || corev1.NodeConditionType(t) == corev1.NodeReady
+		own := corev1.NodeConditionType(t) == chamber.ConditionNodeIsolated || t == chamber.ConditionGPUHealthy || corev1.NodeConditionType(t) == corev1.NodeReady
 		must(!own, "--isolation-node-conditions: %s is not a fault condition (it is Chamber's or the kubelet's own)", t)
 		c.Isolation.NodeConditions = append(c.Isolation.NodeConditions, corev1.NodeConditionType(t))
 	}

@@ -78,7 +78,7 @@ func TestVolcanoPoolGetsNoKueueObjects(t *testing.T) {
 	}).Should(gomega.Succeed())
 
 	// Nothing of Kueue's is the Volcano pool's, by label or by name.
-	ofPool := client.MatchingLabels{chamberkueue.LabelPool: volcanoPool.Name}
+	ofPool := client.MatchingLabels{chamber.LabelPool: volcanoPool.Name}
 	lists := map[string]client.ObjectList{"ResourceFlavors": &kueue.ResourceFlavorList{}, "Cohorts": &kueue.CohortList{},
 		"Topologies": &kueue.TopologyList{}, "ClusterQueues": &kueue.ClusterQueueList{}, "AdmissionChecks": &kueue.AdmissionCheckList{}}
 	for kind, list := range lists {

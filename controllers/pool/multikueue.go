@@ -66,7 +66,7 @@ func (c *Controller) applyMultiKueue(ctx context.Context, pool *chamber.GPUPool)
 
 // madeFor selects the objects Chamber made for the pool.
 func madeFor(pool *chamber.GPUPool) client.MatchingLabels {
-	return client.MatchingLabels{chamberkueue.LabelManagedBy: chamberkueue.ManagedBy, chamberkueue.LabelPool: pool.Name}
+	return client.MatchingLabels{chamber.LabelManagedBy: chamber.ManagedBy, chamber.LabelPool: pool.Name}
 }
 
 // deleteStaleMultiKueue deletes the pool's MultiKueueClusters that are not in keep, and

@@ -488,7 +488,7 @@ func (c *Controller) applyLocalQueues(ctx context.Context, team *chamber.Team, n
 			}
 		case err != nil:
 			return nil, fmt.Errorf("get LocalQueue %s/%s: %w", ns, lq.Name, err)
-		case have.Labels[chamberkueue.LabelTeam] == team.Name:
+		case have.Labels[chamber.LabelTeam] == team.Name:
 			// The team's own, orphaned by an uninstall of Chamber: the team's again.
 			adopted, err := chamberkueue.Adopt(team, &have, c.client.Scheme())
 			if err != nil {
@@ -503,7 +503,7 @@ func (c *Controller) applyLocalQueues(ctx context.Context, team *chamber.Team, n
 		// An existing queue of that name that Chamber does not own is left alone.
 	}
 	var owned kueue.LocalQueueList
-	if err := c.client.List(ctx, &owned, client.MatchingLabels{chamberkueue.LabelManagedBy: chamberkueue.ManagedBy, chamberkueue.LabelTeam: team.Name}); err != nil {
+	if err := c.client.List(ctx, &owned, client.MatchingLabels{chamber.LabelManagedBy: chamber.ManagedBy, chamber.LabelTeam: team.Name}); err != nil {
 		return nil, fmt.Errorf("list LocalQueues of team %s: %w", team.Name, err)
 	}
 	for i := range owned.Items {

@@ -19,7 +19,6 @@ import (
 	scheduling "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
-	"chamber.dev/chamber/controllers/idlereclaim"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
@@ -32,9 +31,9 @@ func (h *handBack) chamberChecks(ctx context.Context) ([]kueue.AdmissionCheck, m
 		return nil, nil, err
 	}
 	var mine []kueue.AdmissionCheck
-	names := map[kueue.AdmissionCheckReference]bool{chamberkueue.CheckName: true}
+	names := map[kueue.AdmissionCheckReference]bool{chamber.AdmissionCheckName: true}
 	for _, ac := range list.Items {
-		if ac.Spec.ControllerName == chamberkueue.CheckControllerName {
+		if ac.Spec.ControllerName == chamber.AdmissionCheckControllerName {
 			mine = append(mine, ac)
 			names[kueue.AdmissionCheckReference(ac.Name)] = true
 		}
@@ -147,7 +146,7 @@ func (h *handBack) admissionChecks(ctx context.Context) error {
 	for i := range mine {
 		ac := &mine[i]
 		errs = append(errs, h.deleteObject(ctx, StepAdmissionChecks, name("admissioncheck", ac), ac,
-			"controller "+chamberkueue.CheckControllerName+" is Chamber, which will not answer it"))
+			"controller "+chamber.AdmissionCheckControllerName+" is Chamber, which will not answer it"))
 	}
 	return errors.Join(errs...)
 }
@@ -189,11 +188,11 @@ func (h *handBack) kueueObjects(ctx context.Context) error {
 
 // workloadMarks are the annotations Chamber's eviction, idle reclaim and room for big
 // jobs keep on a Workload while it acts on it. The counts of its idle reclaims
-// (idlereclaim.AnnotationReclaims, AnnotationReclaimedGPUHours) are its history and
+// (chamber.AnnotationIdleReclaims, chamber.AnnotationIdleReclaimedGPUHours) are its history and
 // stay.
 func workloadMarks() []string {
 	marks := []string{chamber.AnnotationEvictionPaused,
-		idlereclaim.AnnotationReclaimedFor, idlereclaim.AnnotationReclaimedAt, idlereclaim.AnnotationHeld,
+		chamber.AnnotationIdleReclaimedFor, chamber.AnnotationIdleReclaimedAt, chamber.AnnotationIdleReclaimHeld,
 		chamber.AnnotationRoomPausedFor, chamber.AnnotationRoomPausedAt, chamber.AnnotationRoomHeld,
 		chamber.AnnotationRoomMadeAt, chamber.AnnotationRoomMoved}
 	for k := range chamberkueue.RequestRemoved() {
@@ -214,7 +213,7 @@ func pausedByChamber(wl *kueue.Workload) string {
 	switch {
 	case a[chamber.AnnotationEvictionPaused] != "":
 		return a[chamber.AnnotationEvictionPaused]
-	case a[idlereclaim.AnnotationHeld] == "true":
+	case a[chamber.AnnotationIdleReclaimHeld] == "true":
 		return "idle reclaim"
 	case a[chamber.AnnotationRoomHeld] == "true":
 		return "room for " + a[chamber.AnnotationRoomPausedFor]

@@ -17,7 +17,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
-	"chamber.dev/chamber/controllers/isolation"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
@@ -39,7 +38,7 @@ var nodeAnnotations = []string{
 // nodeConditions are the node conditions Chamber writes: fault isolation's, and the
 // GPU health its agents (or its DCGM source) report. Nothing updates them once
 // Chamber is gone, and a stale one misleads whoever reads the node.
-var nodeConditions = []corev1.NodeConditionType{isolation.ConditionIsolated, chamber.ConditionGPUHealthy}
+var nodeConditions = []corev1.NodeConditionType{chamber.ConditionNodeIsolated, chamber.ConditionGPUHealthy}
 
 // nodes returns the nodes Chamber took out of service: it lifts Chamber's taints, the
 // cordons Chamber made (its record, chamber.AnnotationIsolationCordoned, says which:
@@ -163,14 +162,14 @@ func (h *handBack) policies(ctx context.Context) error {
 			gvk := schema.GroupVersionKind{Group: "admissionregistration.k8s.io", Version: v, Kind: kind}
 			list := &metav1.PartialObjectMetadataList{}
 			list.SetGroupVersionKind(gvk.GroupVersion().WithKind(kind + "List"))
-			err := h.c.List(ctx, list, client.MatchingLabels{chamberkueue.LabelManagedBy: chamberkueue.ManagedBy})
+			err := h.c.List(ctx, list, client.MatchingLabels{chamber.LabelManagedBy: chamber.ManagedBy})
 			if apimeta.IsNoMatchError(err) {
 				served = false
 				break
 			}
 			if apierrors.IsForbidden(err) {
 				h.note("%ss: this identity may not list them; where Chamber 0.2 ran, delete the ones it made per team: "+
-					"kubectl delete mutatingadmissionpolicybindings,mutatingadmissionpolicies -l %s=%s", kind, chamberkueue.LabelManagedBy, chamberkueue.ManagedBy)
+					"kubectl delete mutatingadmissionpolicybindings,mutatingadmissionpolicies -l %s=%s", kind, chamber.LabelManagedBy, chamber.ManagedBy)
 				return nil
 			}
 			if err != nil {

@@ -29,8 +29,6 @@ import (
 	bus "volcano.sh/apis/pkg/apis/bus/v1alpha1"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
-	"chamber.dev/chamber/controllers/idlereclaim"
-	"chamber.dev/chamber/controllers/isolation"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
@@ -56,7 +54,7 @@ func poolOwner() metav1.OwnerReference {
 }
 
 func managed(extra ...string) map[string]string {
-	l := map[string]string{chamberkueue.LabelManagedBy: chamberkueue.ManagedBy}
+	l := map[string]string{chamber.LabelManagedBy: chamber.ManagedBy}
 	for i := 0; i+1 < len(extra); i += 2 {
 		l[extra[i]] = extra[i+1]
 	}
@@ -78,7 +76,7 @@ func isolatedNode() *corev1.Node {
 		}},
 		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{
 			{Type: corev1.NodeReady, Status: corev1.ConditionTrue},
-			{Type: isolation.ConditionIsolated, Status: corev1.ConditionTrue, Reason: "XID79"},
+			{Type: chamber.ConditionNodeIsolated, Status: corev1.ConditionTrue, Reason: "XID79"},
 			{Type: chamber.ConditionGPUHealthy, Status: corev1.ConditionFalse, Reason: "XID79"},
 		}},
 	}
@@ -90,30 +88,30 @@ func world() []client.Object {
 	pool := &chamber.GPUPool{ObjectMeta: metav1.ObjectMeta{Name: "main", UID: "pool-uid", Finalizers: []string{chamber.FinalizerWorkerCopies}},
 		Status: chamber.GPUPoolStatus{Models: []chamber.PoolModel{{Model: h100, Flavor: chamberkueue.FlavorName("main", h100)}}}}
 	cq := &kueue.ClusterQueue{
-		ObjectMeta: metav1.ObjectMeta{Name: "vision", Labels: managed(chamberkueue.LabelTeam, "vision"), OwnerReferences: []metav1.OwnerReference{teamOwner()}},
+		ObjectMeta: metav1.ObjectMeta{Name: "vision", Labels: managed(chamber.LabelTeam, "vision"), OwnerReferences: []metav1.OwnerReference{teamOwner()}},
 		Spec: kueue.ClusterQueueSpec{
 			CohortName: "main",
 			ResourceGroups: []kueue.ResourceGroup{{CoveredResources: []corev1.ResourceName{chamberkueue.ResourceGPU}, Flavors: []kueue.FlavorQuotas{{
 				Name: kueue.ResourceFlavorReference(chamberkueue.FlavorName("main", h100)), Resources: []kueue.ResourceQuota{{
 					Name: chamberkueue.ResourceGPU, NominalQuota: gpus(12), BorrowingLimit: ptr.To(gpus(0))}}}}}},
 			StopPolicy:              ptr.To(kueue.Hold),
-			AdmissionChecksStrategy: &kueue.AdmissionChecksStrategy{AdmissionChecks: []kueue.AdmissionCheckStrategyRule{{Name: chamberkueue.CheckName}}},
+			AdmissionChecksStrategy: &kueue.AdmissionChecksStrategy{AdmissionChecks: []kueue.AdmissionCheckStrategyRule{{Name: chamber.AdmissionCheckName}}},
 		},
 	}
 	// A ClusterQueue of the user's, which lists Chamber's check and a check of its own.
 	own := &kueue.ClusterQueue{ObjectMeta: metav1.ObjectMeta{Name: "own"}, Spec: kueue.ClusterQueueSpec{
-		AdmissionChecksStrategy: &kueue.AdmissionChecksStrategy{AdmissionChecks: []kueue.AdmissionCheckStrategyRule{{Name: chamberkueue.CheckName}, {Name: "provisioning"}}}}}
+		AdmissionChecksStrategy: &kueue.AdmissionChecksStrategy{AdmissionChecks: []kueue.AdmissionCheckStrategyRule{{Name: chamber.AdmissionCheckName}, {Name: "provisioning"}}}}}
 	wl := func(name string, active bool, annotations map[string]string) *kueue.Workload {
 		return &kueue.Workload{ObjectMeta: metav1.ObjectMeta{Namespace: "vision", Name: name, Annotations: annotations},
 			Spec: kueue.WorkloadSpec{Active: ptr.To(active), QueueName: "default"}}
 	}
 	return []client.Object{
 		team, pool, cq, own,
-		&kueue.LocalQueue{ObjectMeta: metav1.ObjectMeta{Namespace: "vision", Name: "default", Labels: managed(chamberkueue.LabelTeam, "vision"),
+		&kueue.LocalQueue{ObjectMeta: metav1.ObjectMeta{Namespace: "vision", Name: "default", Labels: managed(chamber.LabelTeam, "vision"),
 			OwnerReferences: []metav1.OwnerReference{teamOwner()}}, Spec: kueue.LocalQueueSpec{ClusterQueue: "vision"}},
 		&kueue.ResourceFlavor{ObjectMeta: metav1.ObjectMeta{Name: chamberkueue.FlavorName("main", h100), Labels: managed(), OwnerReferences: []metav1.OwnerReference{poolOwner()}}},
 		&kueue.Cohort{ObjectMeta: metav1.ObjectMeta{Name: "main", Labels: managed(), OwnerReferences: []metav1.OwnerReference{poolOwner()}}},
-		chamberkueue.AdmissionCheck(chamberkueue.CheckName, chamberkueue.CheckControllerName),
+		chamberkueue.AdmissionCheck(chamber.AdmissionCheckName, chamber.AdmissionCheckControllerName),
 		&kueue.AdmissionCheck{ObjectMeta: metav1.ObjectMeta{Name: "provisioning"}, Spec: kueue.AdmissionCheckSpec{ControllerName: "kueue.x-k8s.io/provisioning-request"}},
 		isolatedNode(),
 		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-2"}, Spec: corev1.NodeSpec{Unschedulable: true}},
@@ -124,13 +122,13 @@ func world() []client.Object {
 				Limits: corev1.ResourceList{chamberkueue.ResourceGPU: gpus(1)}}}}}},
 		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "vision", Name: "train-0", Annotations: map[string]string{
 			chamber.AnnotationEvictionDeadline: "2026-01-02T15:09:05Z", chamber.AnnotationEvictionReason: "GPUFault", chamber.AnnotationCheckpointOnNotice: "true"}}},
-		wl("notebook", false, map[string]string{idlereclaim.AnnotationReclaimedFor: "interactive-idle-time-limit", idlereclaim.AnnotationHeld: "true",
-			idlereclaim.AnnotationReclaimedAt: "2026-01-02T15:04:05Z", idlereclaim.AnnotationReclaims: "1"}),
+		wl("notebook", false, map[string]string{chamber.AnnotationIdleReclaimedFor: "interactive-idle-time-limit", chamber.AnnotationIdleReclaimHeld: "true",
+			chamber.AnnotationIdleReclaimedAt: "2026-01-02T15:04:05Z", chamber.AnnotationIdleReclaims: "1"}),
 		wl("train", true, map[string]string{chamber.AnnotationEvictionReason: "GPUFault", chamber.AnnotationEvictionMessage: "XID79",
 			chamber.AnnotationEvictionRequestedAt: "2026-01-02T15:04:05Z", chamber.AnnotationEvictionAdmission: "0"}),
 		wl("stopped", false, nil),
-		&admissionv1.MutatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "chamber-pod-grace-vision", Labels: managed(chamberkueue.LabelTeam, "vision")}},
-		&admissionv1.MutatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: "chamber-pod-grace-vision", Labels: managed(chamberkueue.LabelTeam, "vision")}},
+		&admissionv1.MutatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "chamber-pod-grace-vision", Labels: managed(chamber.LabelTeam, "vision")}},
+		&admissionv1.MutatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: "chamber-pod-grace-vision", Labels: managed(chamber.LabelTeam, "vision")}},
 		&admissionv1.MutatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "someone-elses"}},
 	}
 }
@@ -194,7 +192,7 @@ func TestHandBack(t *testing.T) {
 
 	var wl kueue.Workload
 	get(t, c, "vision/notebook", &wl)
-	if !ptr.Deref(wl.Spec.Active, false) || len(wl.Annotations) != 1 || wl.Annotations[idlereclaim.AnnotationReclaims] != "1" {
+	if !ptr.Deref(wl.Spec.Active, false) || len(wl.Annotations) != 1 || wl.Annotations[chamber.AnnotationIdleReclaims] != "1" {
 		t.Errorf("notebook: active %v, annotations %v; want resumed, its count of reclaims kept", wl.Spec.Active, wl.Annotations)
 	}
 	get(t, c, "vision/train", &wl)
@@ -218,7 +216,7 @@ func TestHandBack(t *testing.T) {
 	if diff := cmp.Diff([]kueue.AdmissionCheckStrategyRule{{Name: "provisioning"}}, cq.Spec.AdmissionChecksStrategy.AdmissionChecks); diff != "" {
 		t.Errorf("ClusterQueue own's checks (-want +got):\n%s", diff)
 	}
-	if err := c.Get(ctx, client.ObjectKey{Name: chamberkueue.CheckName}, &kueue.AdmissionCheck{}); !apierrors.IsNotFound(err) {
+	if err := c.Get(ctx, client.ObjectKey{Name: chamber.AdmissionCheckName}, &kueue.AdmissionCheck{}); !apierrors.IsNotFound(err) {
 		t.Errorf("Chamber's AdmissionCheck: %v, want it deleted", err)
 	}
 	get(t, c, "provisioning", &kueue.AdmissionCheck{})
@@ -396,8 +394,8 @@ func TestVolcanoJobResumes(t *testing.T) {
 			Status: batch.JobStatus{State: batch.JobState{Phase: phase}, RetryCount: 1}}
 	}
 	c := newClient([]client.Object{
-		job("paused", batch.Aborted, map[string]string{idlereclaim.AnnotationHeld: "true", idlereclaim.AnnotationRetryAtPause: "1",
-			idlereclaim.AnnotationReclaimedFor: "other/waiting", idlereclaim.AnnotationReclaims: "1"}),
+		job("paused", batch.Aborted, map[string]string{chamber.AnnotationIdleReclaimHeld: "true", chamber.AnnotationIdleReclaimPausedAtRetry: "1",
+			chamber.AnnotationIdleReclaimedFor: "other/waiting", chamber.AnnotationIdleReclaims: "1"}),
 		job("asked", batch.Running, map[string]string{chamber.AnnotationEvictionReason: "GPUFault", chamber.AnnotationEvictionMessage: "XID79",
 			chamber.AnnotationEvictionRequestedAt: "2026-01-02T15:04:05Z", chamber.AnnotationEvictionGracePeriod: "5m0s"}),
 		job("aborted", batch.Aborted, nil),
@@ -416,7 +414,7 @@ func TestVolcanoJobResumes(t *testing.T) {
 	if len(commands.Items) != 1 || commands.Items[0].Name != "paused-chamber-resumejob-1" || commands.Items[0].Action != string(bus.ResumeJobAction) {
 		t.Errorf("Commands %v, want paused's ResumeJob alone", commands.Items)
 	}
-	for name, want := range map[string]map[string]string{"paused": {idlereclaim.AnnotationReclaims: "1"}, "asked": nil, "aborted": nil} {
+	for name, want := range map[string]map[string]string{"paused": {chamber.AnnotationIdleReclaims: "1"}, "asked": nil, "aborted": nil} {
 		var j batch.Job
 		get(t, c, "vision/"+name, &j)
 		if len(j.Annotations)+len(want) > 0 && !cmp.Equal(want, j.Annotations) {

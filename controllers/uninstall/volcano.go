@@ -21,8 +21,8 @@ import (
 // volcanoJobMarks are the annotations Chamber's eviction requests and idle reclaim's
 // pause keep on a Volcano Job.
 func volcanoJobMarks() []string {
-	marks := []string{idlereclaim.AnnotationHeld, idlereclaim.AnnotationRetryAtPause,
-		idlereclaim.AnnotationReclaimedFor, idlereclaim.AnnotationReclaimedAt}
+	marks := []string{chamber.AnnotationIdleReclaimHeld, chamber.AnnotationIdleReclaimPausedAtRetry,
+		chamber.AnnotationIdleReclaimedFor, chamber.AnnotationIdleReclaimedAt}
 	return append(marks, slices.Sorted(maps.Keys(volcano.ClearRequest()))...)
 }
 
@@ -42,7 +42,7 @@ func (h *handBack) volcano(ctx context.Context) error {
 	for i := range list.Items {
 		job := &list.Items[i]
 		phase := job.Status.State.Phase
-		if job.Annotations[idlereclaim.AnnotationHeld] == "true" && (phase == batch.Aborted || phase == batch.Aborting) && !h.opts.DryRun {
+		if job.Annotations[chamber.AnnotationIdleReclaimHeld] == "true" && (phase == batch.Aborted || phase == batch.Aborting) && !h.opts.DryRun {
 			// The Command first: the hold's mark says to resume it until the Command is in.
 			cmd := volcano.JobCommand(job, bus.ResumeJobAction, volcano.CommandName(job, bus.ResumeJobAction, job.Status.RetryCount),
 				idlereclaim.ReasonReleased, "resumed as Chamber is uninstalled")
@@ -53,7 +53,7 @@ func (h *handBack) volcano(ctx context.Context) error {
 		}
 		if _, err := h.write(ctx, StepVolcano, name("job.batch.volcano.sh", job), job, func() []string {
 			var what []string
-			if job.Annotations[idlereclaim.AnnotationHeld] == "true" && (phase == batch.Aborted || phase == batch.Aborting) {
+			if job.Annotations[chamber.AnnotationIdleReclaimHeld] == "true" && (phase == batch.Aborted || phase == batch.Aborting) {
 				what = append(what, "resume (paused by idle reclaim): a ResumeJob Command")
 			}
 			if r, ok := volcano.RequestOf(job); ok {

@@ -20,16 +20,6 @@ import (
 	chamber "chamber.dev/chamber/api/v1alpha1"
 )
 
-// Labels on every object Chamber creates. Chamber changes or deletes only objects
-// that carry LabelManagedBy=ManagedBy.
-const (
-	LabelManagedBy = "app.kubernetes.io/managed-by"
-	ManagedBy      = "chamber"
-	LabelPool      = "chamber.dev/pool"
-	LabelTeam      = "chamber.dev/team"
-	LabelModel     = "chamber.dev/gpu-model"
-)
-
 // ResourceGPU is the resource NVIDIA's device plugin advertises.
 const ResourceGPU corev1.ResourceName = "nvidia.com/gpu"
 
@@ -70,7 +60,7 @@ func Schedulable(n *corev1.Node) bool {
 // before they remove a node (Cluster Autoscaler's ToBeDeletedByClusterAutoscaler,
 // Karpenter's karpenter.sh/disrupted).
 func OutOfServiceTaint(key string) bool {
-	for _, prefix := range []string{"chamber.dev/", "node.kubernetes.io/", "node.cloudprovider.kubernetes.io/"} {
+	for _, prefix := range []string{chamber.NamePrefix, "node.kubernetes.io/", "node.cloudprovider.kubernetes.io/"} {
 		if strings.HasPrefix(key, prefix) {
 			return true
 		}
@@ -104,7 +94,9 @@ func PodGPUs(spec *corev1.PodSpec) int64 {
 }
 
 // Owned reports whether Chamber created the object.
-func Owned(obj metav1.Object) bool { return obj.GetLabels()[LabelManagedBy] == ManagedBy }
+func Owned(obj metav1.Object) bool {
+	return obj.GetLabels()[chamber.LabelManagedBy] == chamber.ManagedBy
+}
 
 // Adopt makes owner the controller of obj, an object Chamber created that has none:
 // one an uninstall of Chamber orphaned (controllers/uninstall), so that a reinstall
@@ -138,7 +130,7 @@ func slug(model string) string {
 }
 
 func labels(extra ...string) map[string]string {
-	l := map[string]string{LabelManagedBy: ManagedBy}
+	l := map[string]string{chamber.LabelManagedBy: chamber.ManagedBy}
 	for i := 0; i+1 < len(extra); i += 2 {
 		l[extra[i]] = extra[i+1]
 	}
@@ -148,7 +140,7 @@ func labels(extra ...string) map[string]string {
 // Cohort is the pool's Kueue Cohort; a parent pool's Cohort is its parent.
 func Cohort(pool *chamber.GPUPool) *kueue.Cohort {
 	return &kueue.Cohort{
-		ObjectMeta: metav1.ObjectMeta{Name: pool.Name, Labels: labels(LabelPool, pool.Name)},
+		ObjectMeta: metav1.ObjectMeta{Name: pool.Name, Labels: labels(chamber.LabelPool, pool.Name)},
 		Spec:       kueue.CohortSpec{ParentName: kueue.CohortReference(pool.Spec.Parent)},
 	}
 }
@@ -164,7 +156,7 @@ func ResourceFlavor(pool *chamber.GPUPool, model string) *kueue.ResourceFlavor {
 	return &kueue.ResourceFlavor{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:   FlavorName(pool.Name, model),
-			Labels: labels(LabelPool, pool.Name, LabelModel, slug(model)),
+			Labels: labels(chamber.LabelPool, pool.Name, chamber.LabelGPUModel, slug(model)),
 		},
 		Spec: kueue.ResourceFlavorSpec{NodeLabels: nodeLabels, TopologyName: topologyName(pool)},
 	}
@@ -212,7 +204,7 @@ func Topology(pool *chamber.GPUPool) *kueue.Topology {
 	if !TopologyEnabled(pool) {
 		return nil
 	}
-	t := &kueue.Topology{ObjectMeta: metav1.ObjectMeta{Name: pool.Name, Labels: labels(LabelPool, pool.Name)}}
+	t := &kueue.Topology{ObjectMeta: metav1.ObjectMeta{Name: pool.Name, Labels: labels(chamber.LabelPool, pool.Name)}}
 	for _, l := range TopologyLevels(pool) {
 		t.Spec.Levels = append(t.Spec.Levels, kueue.TopologyLevel{NodeLabel: l})
 	}
@@ -298,7 +290,7 @@ func ClusterQueue(team *chamber.Team, pool *chamber.GPUPool, poolModels []string
 	}
 
 	cq := &kueue.ClusterQueue{
-		ObjectMeta: metav1.ObjectMeta{Name: team.Name, Labels: labels(LabelPool, pool.Name, LabelTeam, team.Name)},
+		ObjectMeta: metav1.ObjectMeta{Name: team.Name, Labels: labels(chamber.LabelPool, pool.Name, chamber.LabelTeam, team.Name)},
 		Spec: kueue.ClusterQueueSpec{
 			CohortName:        kueue.CohortReference(pool.Name),
 			NamespaceSelector: ClusterQueueNamespaceSelector(team.Spec.Namespaces),
@@ -382,7 +374,7 @@ func LocalQueue(team *chamber.Team, namespace string) *kueue.LocalQueue {
 		name = chamber.DefaultLocalQueueName
 	}
 	return &kueue.LocalQueue{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: labels(LabelTeam, team.Name)},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: labels(chamber.LabelTeam, team.Name)},
 		Spec:       kueue.LocalQueueSpec{ClusterQueue: kueue.ClusterQueueReference(team.Name)},
 	}
 }

@@ -108,7 +108,7 @@ func TestClusterQueue(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if cq.Spec.CohortName != "main" || !Owned(cq) || cq.Labels[LabelTeam] != "vision" {
+			if cq.Spec.CohortName != "main" || !Owned(cq) || cq.Labels[chamber.LabelTeam] != "vision" {
 				t.Errorf("cohort %q, labels %v: want cohort main and Chamber's labels", cq.Spec.CohortName, cq.Labels)
 			}
 			if diff := cmp.Diff(tc.wantFlavors, cq.Spec.ResourceGroups[0].Flavors); diff != "" {

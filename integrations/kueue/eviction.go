@@ -18,21 +18,11 @@ import (
 	chamber "chamber.dev/chamber/api/v1alpha1"
 )
 
-// Names of Chamber's admission check: placement on healthy GPUs (Kueue admits a
-// workload once it is Ready). Evictions do not go through it (Evict).
-const (
-	// CheckControllerName is the AdmissionCheck's spec.controllerName.
-	CheckControllerName = "chamber.dev/fleet"
-	// CheckName is the AdmissionCheck Chamber creates and attaches to every team's
-	// ClusterQueue.
-	CheckName = "chamber-fleet"
-)
-
 // CheckState is the workload's state of Chamber's admission check; nil when its
 // ClusterQueue has no such check.
 func CheckState(wl *kueue.Workload) *kueue.AdmissionCheckState {
 	for i := range wl.Status.AdmissionChecks {
-		if wl.Status.AdmissionChecks[i].Name == CheckName {
+		if wl.Status.AdmissionChecks[i].Name == chamber.AdmissionCheckName {
 			return &wl.Status.AdmissionChecks[i]
 		}
 	}

@@ -84,7 +84,7 @@ func MultiKueue(pool *chamber.GPUPool) ([]*kueue.MultiKueueCluster, *kueue.Multi
 	for _, w := range pool.Spec.WorkerClusters {
 		name := MultiKueueClusterName(pool, w.Name)
 		clusters = append(clusters, &kueue.MultiKueueCluster{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels(LabelPool, pool.Name)},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels(chamber.LabelPool, pool.Name)},
 			Spec: kueue.MultiKueueClusterSpec{ClusterSource: kueue.ClusterSource{
 				KubeConfig: &kueue.KubeConfig{Location: w.KubeconfigSecret, LocationType: kueue.SecretLocationType},
 			}},
@@ -92,11 +92,11 @@ func MultiKueue(pool *chamber.GPUPool) ([]*kueue.MultiKueueCluster, *kueue.Multi
 		names = append(names, name)
 	}
 	config := &kueue.MultiKueueConfig{
-		ObjectMeta: metav1.ObjectMeta{Name: MultiKueueConfigName(pool), Labels: labels(LabelPool, pool.Name)},
+		ObjectMeta: metav1.ObjectMeta{Name: MultiKueueConfigName(pool), Labels: labels(chamber.LabelPool, pool.Name)},
 		Spec:       kueue.MultiKueueConfigSpec{Clusters: names},
 	}
 	check := AdmissionCheck(MultiKueueCheckName(pool), MultiKueueControllerName)
-	check.Labels[LabelPool] = pool.Name
+	check.Labels[chamber.LabelPool] = pool.Name
 	check.Spec.Parameters = &kueue.AdmissionCheckParametersReference{
 		APIGroup: kueue.SchemeGroupVersion.Group, Kind: "MultiKueueConfig", Name: config.Name,
 	}

@@ -13,7 +13,7 @@ import (
 )
 
 func TestMultiKueue(t *testing.T) {
-	poolLabels := map[string]string{LabelManagedBy: ManagedBy, LabelPool: "main"}
+	poolLabels := map[string]string{chamber.LabelManagedBy: chamber.ManagedBy, chamber.LabelPool: "main"}
 	cluster := func(name, secret string) *kueue.MultiKueueCluster {
 		return &kueue.MultiKueueCluster{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: poolLabels},

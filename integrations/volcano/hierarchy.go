@@ -82,7 +82,7 @@ func PoolQueues(pools []chamber.GPUPool, teams []chamber.Team, clusterGPUs int64
 		}
 		q := &scheduling.Queue{
 			ObjectMeta: metav1.ObjectMeta{Name: PoolQueueName(name), Labels: map[string]string{
-				chamberkueue.LabelManagedBy: chamberkueue.ManagedBy, chamberkueue.LabelPool: name}},
+				chamber.LabelManagedBy: chamber.ManagedBy, chamber.LabelPool: name}},
 			Spec: scheduling.QueueSpec{Weight: 1, Reclaimable: ptr.To(true), Parent: RootQueue},
 		}
 		if up, ok := parentOf[name]; ok {

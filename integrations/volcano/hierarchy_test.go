@@ -66,7 +66,7 @@ func TestPoolQueues(t *testing.T) {
 		if got != w {
 			t.Errorf("pool %s's Queue: %+v, want %+v", name, got, w)
 		}
-		if q.Name != PoolQueueName(name) || !chamberkueue.Owned(q) || q.Labels[chamberkueue.LabelPool] != name {
+		if q.Name != PoolQueueName(name) || !chamberkueue.Owned(q) || q.Labels[chamber.LabelPool] != name {
 			t.Errorf("pool %s's Queue is named %q with labels %v", name, q.Name, q.Labels)
 		}
 	}

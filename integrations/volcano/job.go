@@ -28,18 +28,6 @@ import (
 // that reaches it fails the Job (Volcano's restarting state), so Chamber restarts only
 // a Job with a retry left (RetriesLeft).
 
-// Annotations Chamber writes on a Volcano Job it restarts. The request before it (the
-// notice and grace) uses the eviction protocol's annotations
-// (chamber.AnnotationEviction*), as on a Kueue Workload.
-const (
-	// AnnotationRestartFrom is the Job's status.retryCount when Chamber issued its
-	// RestartJob Command. Volcano adds one as it restarts the Job: while the two are
-	// equal the restart is under way, and Chamber issues no other.
-	AnnotationRestartFrom = "chamber.dev/volcano-restart-from-retry"
-	// AnnotationRestartedAt is when Chamber issued it (RFC 3339).
-	AnnotationRestartedAt = "chamber.dev/volcano-restarted-at"
-)
-
 // IndexPodNode indexes the pods of Volcano Jobs by the node they are bound to.
 const IndexPodNode = "chamber.volcano.pod.node"
 
@@ -234,7 +222,7 @@ type Restart struct {
 
 // RestartOf is the restart Chamber recorded on the job, if any.
 func RestartOf(job *batch.Job) (Restart, bool) {
-	s, ok := job.Annotations[AnnotationRestartFrom]
+	s, ok := job.Annotations[chamber.AnnotationVolcanoRestartFrom]
 	if !ok {
 		return Restart{}, false
 	}
@@ -243,7 +231,7 @@ func RestartOf(job *batch.Job) (Restart, bool) {
 		return Restart{}, false
 	}
 	r := Restart{From: int32(from)}
-	if t, err := time.Parse(time.RFC3339, job.Annotations[AnnotationRestartedAt]); err == nil {
+	if t, err := time.Parse(time.RFC3339, job.Annotations[chamber.AnnotationVolcanoRestartedAt]); err == nil {
 		r.At = t
 	}
 	return r, true
@@ -253,8 +241,8 @@ func RestartOf(job *batch.Job) (Restart, bool) {
 // removes the request it carries out.
 func (r Restart) Annotations() map[string]any {
 	out := ClearRequest()
-	out[AnnotationRestartFrom] = strconv.Itoa(int(r.From))
-	out[AnnotationRestartedAt] = r.At.UTC().Format(time.RFC3339)
+	out[chamber.AnnotationVolcanoRestartFrom] = strconv.Itoa(int(r.From))
+	out[chamber.AnnotationVolcanoRestartedAt] = r.At.UTC().Format(time.RFC3339)
 	return out
 }
 

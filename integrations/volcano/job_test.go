@@ -51,9 +51,9 @@ func TestRestartRecord(t *testing.T) {
 		wantRestarting bool
 	}{
 		"never restarted":      {retry: 0},
-		"issued, not counted":  {annotations: map[string]string{AnnotationRestartFrom: "1", AnnotationRestartedAt: at.Format(time.RFC3339)}, retry: 1, wantRestarting: true},
-		"counted by Volcano":   {annotations: map[string]string{AnnotationRestartFrom: "1"}, retry: 2},
-		"unreadable is absent": {annotations: map[string]string{AnnotationRestartFrom: "one"}, retry: 1},
+		"issued, not counted":  {annotations: map[string]string{chamber.AnnotationVolcanoRestartFrom: "1", chamber.AnnotationVolcanoRestartedAt: at.Format(time.RFC3339)}, retry: 1, wantRestarting: true},
+		"counted by Volcano":   {annotations: map[string]string{chamber.AnnotationVolcanoRestartFrom: "1"}, retry: 2},
+		"unreadable is absent": {annotations: map[string]string{chamber.AnnotationVolcanoRestartFrom: "one"}, retry: 1},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

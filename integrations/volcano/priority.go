@@ -4,6 +4,7 @@ import (
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	chamber "chamber.dev/chamber/api/v1alpha1"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
@@ -15,7 +16,7 @@ import (
 // reclaim's exempt tiers, grace periods, the metrics' tier label).
 func PriorityClass(t chamberkueue.PriorityTier) *schedulingv1.PriorityClass {
 	return &schedulingv1.PriorityClass{
-		ObjectMeta:  metav1.ObjectMeta{Name: t.Name, Labels: map[string]string{chamberkueue.LabelManagedBy: chamberkueue.ManagedBy}},
+		ObjectMeta:  metav1.ObjectMeta{Name: t.Name, Labels: map[string]string{chamber.LabelManagedBy: chamber.ManagedBy}},
 		Value:       t.Value,
 		Description: "Chamber priority tier " + t.Name + " (Volcano Jobs name it in spec.priorityClassName)",
 	}

@@ -50,7 +50,7 @@ func TeamQueue(team *chamber.Team, pool *chamber.GPUPool, hierarchy bool) *sched
 	}
 	q := &scheduling.Queue{
 		ObjectMeta: metav1.ObjectMeta{Name: team.Name, Labels: map[string]string{
-			chamberkueue.LabelManagedBy: chamberkueue.ManagedBy, chamberkueue.LabelPool: pool.Name, chamberkueue.LabelTeam: team.Name}},
+			chamber.LabelManagedBy: chamber.ManagedBy, chamber.LabelPool: pool.Name, chamber.LabelTeam: team.Name}},
 		Spec: scheduling.QueueSpec{
 			Weight:      ptr.Deref(team.Spec.FairShareWeight, 1),
 			Deserved:    gpus(quota),

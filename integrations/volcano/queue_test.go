@@ -37,7 +37,7 @@ func TestTeamQueue(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			team := &chamber.Team{ObjectMeta: metav1.ObjectMeta{Name: "ml"}, Spec: chamber.TeamSpec{Pool: "lab", Quotas: tc.quotas, FairShareWeight: tc.weight}}
 			q := TeamQueue(team, pool, false)
-			if q.Name != "ml" || !chamberkueue.Owned(q) || q.Labels[chamberkueue.LabelTeam] != "ml" || q.Labels[chamberkueue.LabelPool] != "lab" {
+			if q.Name != "ml" || !chamberkueue.Owned(q) || q.Labels[chamber.LabelTeam] != "ml" || q.Labels[chamber.LabelPool] != "lab" {
 				t.Errorf("name %q, labels %v: want ml, owned by Chamber, team ml, pool lab", q.Name, q.Labels)
 			}
 			got := map[string]int64{"deserved": q.Spec.Deserved.Name(chamberkueue.ResourceGPU, resource.DecimalSI).Value(), "capability": -1}

@@ -131,7 +131,7 @@ func (cl *cluster) start(ctx context.Context) error {
 		opts.LogDir = filepath.Join(dir, cl.name)
 	}
 	if cl == manager && chamberDispatches() {
-		opts.KueueMultiKueueDispatcher = dispatch.DispatcherName
+		opts.KueueMultiKueueDispatcher = chamber.MultiKueueDispatcherName
 	}
 	cp, err := controlplane.Start(ctx, opts)
 	if err != nil {

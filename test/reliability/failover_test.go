@@ -271,7 +271,7 @@ func TestLeaderKilledMidIdleReclaim(t *testing.T) {
 	evictedOnce(t, g, "idle-a", idlereclaim.ReasonIdleReclaim, requested.RequestedAt)
 	resumed := workload(g, "idle-a")
 	g.Expect(resumed.UID).To(gomega.Equal(queued.UID))
-	g.Expect(resumed.Annotations[idlereclaim.AnnotationReclaims]).To(gomega.Equal("1"))
+	g.Expect(resumed.Annotations[chamber.AnnotationIdleReclaims]).To(gomega.Equal("1"))
 	var held, released int
 	for _, r := range reasons(g, "idle-a") {
 		switch r {

@@ -16,7 +16,6 @@ import (
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers/controllertest"
-	"chamber.dev/chamber/controllers/isolation"
 	"chamber.dev/chamber/test/controlplane"
 )
 
@@ -61,10 +60,10 @@ func TestRestartKeepsTheBreakersWindow(t *testing.T) {
 		cond := isolatedCondition(node(g, names[5]))
 		g.Expect(cond).NotTo(gomega.BeNil())
 		g.Expect(cond.Status).To(gomega.Equal(corev1.ConditionFalse))
-		g.Expect(cond.Reason).To(gomega.Equal(isolation.ReasonIsolationHalted))
+		g.Expect(cond.Reason).To(gomega.Equal(chamber.ReasonIsolationHalted))
 		var pool chamber.GPUPool
 		g.Expect(k8s.Get(ctx, client.ObjectKey{Name: "breaker"}, &pool)).To(gomega.Succeed())
-		g.Expect(apimeta.IsStatusConditionTrue(pool.Status.Conditions, isolation.ConditionIsolationHalted)).To(gomega.BeTrue(), "the pool's breaker is not open")
+		g.Expect(apimeta.IsStatusConditionTrue(pool.Status.Conditions, chamber.ConditionIsolationHalted)).To(gomega.BeTrue(), "the pool's breaker is not open")
 	}).Should(gomega.Succeed())
 	n := node(g, names[5])
 	g.Expect(isolationTaint(n) || n.Spec.Unschedulable).To(gomega.BeFalse(), "%s isolated past the breaker", names[5])
@@ -142,7 +141,7 @@ func setGPUProblem(t *testing.T, name string) {
 }
 
 func isolatedCondition(n *corev1.Node) *corev1.NodeCondition {
-	i := slices.IndexFunc(n.Status.Conditions, func(c corev1.NodeCondition) bool { return c.Type == isolation.ConditionIsolated })
+	i := slices.IndexFunc(n.Status.Conditions, func(c corev1.NodeCondition) bool { return c.Type == chamber.ConditionNodeIsolated })
 	if i < 0 {
 		return nil
 	}

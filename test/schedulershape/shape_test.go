@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
+	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers/controllertest"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 	"chamber.dev/chamber/test/controlplane"
@@ -414,7 +415,7 @@ func perfClusterQueue(name, cohort string, check bool) *kueue.ClusterQueue {
 		}}}},
 	}}
 	if check {
-		cq.Spec.AdmissionChecksStrategy = &kueue.AdmissionChecksStrategy{AdmissionChecks: []kueue.AdmissionCheckStrategyRule{{Name: chamberkueue.CheckName}}}
+		cq.Spec.AdmissionChecksStrategy = &kueue.AdmissionChecksStrategy{AdmissionChecks: []kueue.AdmissionCheckStrategyRule{{Name: chamber.AdmissionCheckName}}}
 	}
 	return cq
 }

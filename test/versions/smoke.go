@@ -38,7 +38,6 @@ import (
 	"chamber.dev/chamber/controllers"
 	"chamber.dev/chamber/controllers/controllertest"
 	"chamber.dev/chamber/controllers/idlereclaim"
-	"chamber.dev/chamber/controllers/isolation"
 	"chamber.dev/chamber/controllers/team"
 	"chamber.dev/chamber/healthcheck/nvmlsource"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
@@ -480,7 +479,7 @@ func FaultIsolated(t *testing.T, p *Plane) {
 		g.Expect(n.Spec.Taints).To(gomega.ContainElement(gomega.And(
 			gomega.HaveField("Key", chamber.TaintGPUUnhealthy), gomega.HaveField("Effect", corev1.TaintEffectNoSchedule))))
 		g.Expect(n.Spec.Unschedulable).To(gomega.BeTrue(), "node %s not cordoned", n.Name)
-		g.Expect(n.Status.Conditions).To(gomega.ContainElement(gomega.And(gomega.HaveField("Type", isolation.ConditionIsolated),
+		g.Expect(n.Status.Conditions).To(gomega.ContainElement(gomega.And(gomega.HaveField("Type", chamber.ConditionNodeIsolated),
 			gomega.HaveField("Status", corev1.ConditionTrue), gomega.HaveField("Reason", "XID79"))))
 	}).Should(gomega.Succeed())
 	g.Eventually(func(g gomega.Gomega) {

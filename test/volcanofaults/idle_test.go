@@ -50,7 +50,7 @@ func TestIdleJobPausedWhileAnotherTeamWaits(t *testing.T) {
 	g.Eventually(func(g gomega.Gomega) {
 		got := vcjob(g, a)
 		g.Expect(got.Status.State.Phase).To(gomega.Equal(batch.Aborted))
-		g.Expect(got.Annotations).To(gomega.HaveKeyWithValue(idlereclaim.AnnotationReclaimedFor, nsB+"/"+podGroupName(g, b)))
+		g.Expect(got.Annotations).To(gomega.HaveKeyWithValue(chamber.AnnotationIdleReclaimedFor, nsB+"/"+podGroupName(g, b)))
 	}).Should(gomega.Succeed())
 	t.Logf("team B's job waiting to team A's idle job paused: %s", time.Since(waits).Round(10*time.Millisecond))
 	// B runs while A is paused, to completion: A's pod went after its notice and a
@@ -66,8 +66,8 @@ func TestIdleJobPausedWhileAnotherTeamWaits(t *testing.T) {
 		got := vcjob(g, a)
 		g.Expect(got.Status.State.Phase).To(gomega.Equal(batch.Completed))
 		g.Expect(got.Status.RetryCount).To(gomega.Equal(int32(1)), "resumed once")
-		g.Expect(got.Annotations).NotTo(gomega.HaveKey(idlereclaim.AnnotationHeld))
-		g.Expect(got.Annotations).To(gomega.HaveKeyWithValue(idlereclaim.AnnotationReclaims, "1"))
+		g.Expect(got.Annotations).NotTo(gomega.HaveKey(chamber.AnnotationIdleReclaimHeld))
+		g.Expect(got.Annotations).To(gomega.HaveKeyWithValue(chamber.AnnotationIdleReclaims, "1"))
 	}).WithTimeout(2 * time.Minute).Should(gomega.Succeed())
 	for _, job := range []*batch.Job{a, b} {
 		var jobs batch.JobList

@@ -21,7 +21,6 @@ import (
 	"chamber.dev/chamber/controllers/controllertest"
 	"chamber.dev/chamber/healthcheck/nvmlsource"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
-	"chamber.dev/chamber/integrations/volcano"
 	"chamber.dev/chamber/test/controlplane"
 )
 
@@ -326,7 +325,7 @@ func TestRestartIssuedOnceWhileVolcanoIsDown(t *testing.T) {
 	}
 	g.Eventually(func(g gomega.Gomega) {
 		got := vcjob(g, job)
-		g.Expect(got.Annotations).To(gomega.HaveKeyWithValue(volcano.AnnotationRestartFrom, "0"))
+		g.Expect(got.Annotations).To(gomega.HaveKeyWithValue(chamber.AnnotationVolcanoRestartFrom, "0"))
 		g.Expect(commandsOf(g, job)).To(gomega.HaveLen(1))
 	}).Should(gomega.Succeed())
 	// Chamber looks again every 2 s while the job is on the isolated node.
