@@ -150,7 +150,7 @@ bench-sim-large: tools ## The simulator's headline at 128 GPUs: Kueue alone agai
 
 # Each fuzz target for FUZZTIME (their seed corpora also run in make test).
 FUZZTIME ?= 15s
-FUZZ_TARGETS = ./sim:FuzzReadTrace ./integrations/kueue:FuzzParsePriorityTiers ./integrations/kueue:FuzzWithheldQuota \
+FUZZ_TARGETS = ./sim:FuzzReadTrace ./integrations/kube:FuzzParsePriorityTiers ./integrations/kueue:FuzzWithheldQuota \
 	./healthcheck:FuzzConfigWithFile ./controllers/isolation:FuzzReadRecord ./integrations/kueue:FuzzRequestedEviction
 
 .PHONY: fuzz

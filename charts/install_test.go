@@ -26,7 +26,7 @@ import (
 	testingjob "sigs.k8s.io/kueue/pkg/util/testingjobs/job"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
-	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/integrations/kube"
 	"chamber.dev/chamber/test/controlplane"
 	"chamber.dev/chamber/test/controlplane/controlplanetest"
 )
@@ -67,8 +67,8 @@ func TestInstall(t *testing.T) {
 			delete(cpuNode.Labels, k)
 		}
 	}
-	delete(cpuNode.Status.Capacity, chamberkueue.ResourceGPU)
-	delete(cpuNode.Status.Allocatable, chamberkueue.ResourceGPU)
+	delete(cpuNode.Status.Capacity, kube.ResourceGPU)
+	delete(cpuNode.Status.Allocatable, kube.ResourceGPU)
 	g.Expect(c.Create(ctx, cpuNode)).To(gomega.Succeed())
 	g.Expect(c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "vision"}})).To(gomega.Succeed())
 	// Prometheus's ServiceAccount, which the values make a reader of the controller's
@@ -180,7 +180,7 @@ func TestInstall(t *testing.T) {
 
 	// A job submitted the Kueue way is admitted and runs on one of the GPU nodes.
 	job := testingjob.MakeJob("train", "vision").Queue("default").Suspend(false).
-		RequestAndLimit(chamberkueue.ResourceGPU, "8").
+		RequestAndLimit(kube.ResourceGPU, "8").
 		PodAnnotation("pod-complete.stage.kwok.x-k8s.io/delay", "10m").Obj()
 	g.Expect(c.Create(ctx, job)).To(gomega.Succeed())
 	g.Eventually(func(g gomega.Gomega) {

@@ -31,6 +31,7 @@ import (
 	"chamber.dev/chamber/controllers/idlereclaim"
 	"chamber.dev/chamber/controllers/uninstall"
 	"chamber.dev/chamber/healthcheck/nvmlsource"
+	"chamber.dev/chamber/integrations/kube"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 	"chamber.dev/chamber/test/controlplane"
 )
@@ -197,7 +198,7 @@ func TestUninstallHandsBack(t *testing.T) {
 		g.Expect(holds(g, ctx, c)).To(gomega.HaveLen(1))
 	}).Should(gomega.Succeed())
 	job := func(name string, gpus string) *testingjob.JobWrapper {
-		return testingjob.MakeJob(name, "vision").Queue("default").Suspend(false).RequestAndLimit(chamberkueue.ResourceGPU, gpus).
+		return testingjob.MakeJob(name, "vision").Queue("default").Suspend(false).RequestAndLimit(kube.ResourceGPU, gpus).
 			PodAnnotation("pod-complete.stage.kwok.x-k8s.io/delay", "10m").PodAnnotation("pod-complete.stage.kwok.x-k8s.io/jitter-delay", "10m")
 	}
 	g.Expect(c.Create(ctx, job("train", "8").NodeSelector(corev1.LabelHostname, "gpu-4").Obj())).To(gomega.Succeed())

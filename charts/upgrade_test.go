@@ -25,7 +25,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
-	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/integrations/kube"
 	"chamber.dev/chamber/test/controlplane"
 )
 
@@ -101,7 +101,7 @@ func testUpgrade(t *testing.T, previous previousLayout, takeOwnership bool) {
 	controller := startController("chamber-controller-previous")
 
 	job := testingjob.MakeJob(jobName, "vision").Queue("default").Suspend(false).
-		RequestAndLimit(chamberkueue.ResourceGPU, "8")
+		RequestAndLimit(kube.ResourceGPU, "8")
 	for k, v := range controlplane.KwokPodStages(map[string]time.Duration{"pod-complete": time.Hour}) {
 		job.PodAnnotation(k, v)
 	}

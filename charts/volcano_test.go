@@ -17,7 +17,7 @@ import (
 
 // TestVolcanoSchedulerConfig renders Volcano's own chart (from the module the tools
 // build vc-scheduler from) with the scheduler configuration Chamber's chart ships,
-// as docs/volcano.md tells users to: the scheduler's ConfigMap holds it unchanged, it
+// as docs/tasks/volcano.md tells users to: the scheduler's ConfigMap holds it unchanged, it
 // has the actions and plugins Chamber relies on, and it is the one the local control
 // plane runs.
 func TestVolcanoSchedulerConfig(t *testing.T) {

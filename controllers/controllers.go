@@ -27,6 +27,7 @@ import (
 	"chamber.dev/chamber/controllers/volcanoresync"
 	"chamber.dev/chamber/exporter/fleetpage"
 	"chamber.dev/chamber/fleet"
+	"chamber.dev/chamber/integrations/kube"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
@@ -42,7 +43,7 @@ func CacheOptions() cache.Options {
 type Config struct {
 	// PriorityTiers become Kueue WorkloadPriorityClasses, and PriorityClasses where
 	// Volcano is served.
-	PriorityTiers []chamberkueue.PriorityTier
+	PriorityTiers []kube.PriorityTier
 	// AccountingInterval is how often team spend is added up.
 	AccountingInterval time.Duration
 	// Inventory configures the fleet inventory and its metrics; its clock is Clock.
@@ -124,7 +125,7 @@ type Config struct {
 
 // DefaultConfig is the controllers' configuration unless flags say otherwise.
 func DefaultConfig() Config {
-	return Config{PriorityTiers: chamberkueue.DefaultPriorityTiers, AccountingInterval: team.DefaultAccountingInterval, Inventory: inventory.DefaultOptions(),
+	return Config{PriorityTiers: kube.DefaultPriorityTiers, AccountingInterval: team.DefaultAccountingInterval, Inventory: inventory.DefaultOptions(),
 		Admission: admission.DefaultOptions(), AdmissionCheck: false, IdleReclaim: idlereclaim.DefaultOptions(), Room: room.DefaultOptions(), RoomForBigJobs: true, PodGracePeriods: true,
 		GracePolicy: DefaultGracePolicy, DCGM: dcgm.DefaultOptions()}
 }
@@ -293,7 +294,7 @@ func Setup(mgr ctrl.Manager, cfg Config) (string, error) {
 // updates the value of the ones Chamber created.
 type priorityTiers struct {
 	client client.Client
-	tiers  []chamberkueue.PriorityTier
+	tiers  []kube.PriorityTier
 }
 
 var _ manager.LeaderElectionRunnable = priorityTiers{}
@@ -312,7 +313,7 @@ func (p priorityTiers) Start(ctx context.Context) error {
 			}
 		case err != nil:
 			return fmt.Errorf("get priority tier %s: %w", t.Name, err)
-		case chamberkueue.Owned(have) && have.Value != want.Value:
+		case kube.Owned(have) && have.Value != want.Value:
 			have.Value = want.Value
 			if err := p.client.Update(ctx, have); err != nil {
 				return fmt.Errorf("update priority tier %s: %w", t.Name, err)

@@ -93,10 +93,9 @@ func TestDashboardQueriesParse(t *testing.T) {
 	}
 }
 
-// metricDocFiles are the docs that document metrics: Chamber's controller metrics
-// (docs/metrics.md) and the node agent's, dcgm-exporter's names included
-// (docs/node-agent.md).
-var metricDocFiles = []string{"docs/metrics.md", "docs/node-agent.md"}
+// metricDocFiles are the docs that document metrics: the metrics reference, which holds
+// Chamber's controller metrics and the node agent's, dcgm-exporter's names included.
+var metricDocFiles = []string{"docs/reference/metrics.md"}
 
 // metricDocs returns the text of metricDocFiles, one after the other.
 func metricDocs(t *testing.T) []byte {
@@ -113,8 +112,8 @@ func metricDocs(t *testing.T) []byte {
 }
 
 // TestDashboardsUseDocumentedMetrics fails when a panel queries a metric the docs
-// do not document (Chamber's own, in docs/metrics.md, or the agent's, its
-// dcgm-compatible ones included, in docs/node-agent.md).
+// do not document (Chamber's own or the agent's, its dcgm-compatible ones included, in
+// docs/reference/metrics.md).
 func TestDashboardsUseDocumentedMetrics(t *testing.T) {
 	docs := metricDocs(t)
 	name := regexp.MustCompile(`(?:^|[^:\w])((?:chamber|DCGM_FI)_[A-Za-z_]+)`)

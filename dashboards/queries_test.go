@@ -18,13 +18,13 @@ import (
 	"time"
 )
 
-// documentedSeries are the series docs/metrics.md's table promises, one per label set
+// documentedSeries are the series docs/reference/metrics.md's table promises, one per label set
 // of sample values (every GPU state, so that a panel's state filter finds its own),
-// and the node agent's few that the dashboards read (docs/node-agent.md documents
-// them in prose).
+// and the node agent's few that the dashboards read (the same page documents them in
+// prose).
 func documentedSeries(t *testing.T) []series {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "docs", "metrics.md"))
+	data, err := os.ReadFile(filepath.Join("..", "docs", "reference", "metrics.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +45,7 @@ func documentedSeries(t *testing.T) []series {
 		for _, l := range labels {
 			values, ok := sample[l]
 			if !ok {
-				t.Fatalf("docs/metrics.md: %s has label %s, which this test has no sample value for: add one", m[1], l)
+				t.Fatalf("docs/reference/metrics.md: %s has label %s, which this test has no sample value for: add one", m[1], l)
 			}
 			var next []map[string]string
 			for _, set := range sets {
@@ -64,7 +64,7 @@ func documentedSeries(t *testing.T) []series {
 		}
 	}
 	if len(out) < 40 {
-		t.Fatalf("read %d series from docs/metrics.md's table: has its format changed?", len(out))
+		t.Fatalf("read %d series from docs/reference/metrics.md's table: has its format changed?", len(out))
 	}
 	agent := map[string]string{"Hostname": "gpu-1", "gpu": "0", "UUID": "GPU-0"}
 	return append(out,

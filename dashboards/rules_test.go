@@ -44,7 +44,7 @@ func TestRules(t *testing.T) {
 }
 
 // TestRulesUseDocumentedMetrics fails when a rule names a chamber_ metric the
-// metrics reference (docs/metrics.md, and docs/node-agent.md for the agent's) does not
+// metrics reference (docs/reference/metrics.md, the agent's included) does not
 // list (renamed or never exported).
 func TestRulesUseDocumentedMetrics(t *testing.T) {
 	rules, err := os.ReadFile("prometheus-rules.yaml")

@@ -18,13 +18,13 @@ import (
 	"chamber.dev/chamber/exporter"
 )
 
-// metricDoc is a metric as the table of docs/metrics.md gives it.
+// metricDoc is a metric as the table of docs/reference/metrics.md gives it.
 type metricDoc struct {
 	Type   string
 	Labels []string // sorted
 }
 
-// TestREADMEMetrics: the Metrics table (docs/metrics.md) lists exactly the metrics the exporter
+// TestREADMEMetrics: the Metrics table (docs/reference/metrics.md) lists exactly the metrics the exporter
 // registers and those the controllers declare in their metrics.go, with their types
 // and labels, so the reference cannot drift from the code.
 func TestREADMEMetrics(t *testing.T) {
@@ -62,14 +62,14 @@ func TestREADMEMetrics(t *testing.T) {
 		}
 	}
 
-	if diff := cmp.Diff(want, readmeMetrics(t, "../docs/metrics.md")); diff != "" {
-		t.Errorf("docs/metrics.md's table (+) against the code (-):\n%s", diff)
+	if diff := cmp.Diff(want, readmeMetrics(t, "../docs/reference/metrics.md")); diff != "" {
+		t.Errorf("docs/reference/metrics.md's table (+) against the code (-):\n%s", diff)
 	}
 }
 
 var tableRow = regexp.MustCompile("^\\| `(chamber_[a-z_]+)` \\| ([a-z]+) \\| ([^|]*) \\|")
 
-// readmeMetrics reads the metrics table of docs/metrics.md (path), the file that holds
+// readmeMetrics reads the metrics table of docs/reference/metrics.md (path), the file that holds
 // the Metrics reference.
 func readmeMetrics(t *testing.T, path string) map[string]metricDoc {
 	t.Helper()

@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
+	"chamber.dev/chamber/integrations/kube"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
@@ -220,7 +221,7 @@ func (m *Model) SetClusterQueue(obj *kueue.ClusterQueue) {
 	for _, rg := range obj.Spec.ResourceGroups {
 		for _, f := range rg.Flavors {
 			for _, r := range f.Resources {
-				if r.Name != chamberkueue.ResourceGPU {
+				if r.Name != kube.ResourceGPU {
 					continue
 				}
 				q := flavorQuota{nominal: float64(r.NominalQuota.Value()), lendingLimit: -1}
@@ -233,7 +234,7 @@ func (m *Model) SetClusterQueue(obj *kueue.ClusterQueue) {
 	}
 	for _, f := range obj.Status.FlavorsUsage {
 		for _, r := range f.Resources {
-			if r.Name == chamberkueue.ResourceGPU {
+			if r.Name == kube.ResourceGPU {
 				cq.usage[string(f.Name)] = flavorUsage{total: float64(r.Total.Value()), borrowed: float64(r.Borrowed.Value())}
 			}
 		}

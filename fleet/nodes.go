@@ -8,7 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
-	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/integrations/kube"
 )
 
 // maxGPUIndex bounds the GPU indices taken from a GPUNode: the schema sets no maximum,
@@ -23,7 +23,7 @@ type node struct {
 	capacity int // nvidia.com/gpu capacity
 	cordoned bool
 	tainted  bool // carries chamber.TaintGPUUnhealthy
-	// takesWork: chamberkueue.Schedulable (not cordoned nor tainted out of service).
+	// takesWork: kube.Schedulable (not cordoned nor tainted out of service).
 	takesWork bool
 	// fault and isolatedAt are the record fault isolation keeps on a node it isolated
 	// (chamber.AnnotationIsolationReason and AnnotationIsolatedAt); empty otherwise.
@@ -86,7 +86,7 @@ func (m *Model) dropIfEmpty(n *node) {
 // SetNode records a Node's GPU capacity, labels (pool and model), cordon and taints.
 // Nodes without GPUs, and without an agent report of any, have no GPUs in the fleet.
 func (m *Model) SetNode(obj *corev1.Node) {
-	capacity := obj.Status.Capacity[chamberkueue.ResourceGPU]
+	capacity := obj.Status.Capacity[kube.ResourceGPU]
 	tainted := slices.ContainsFunc(obj.Spec.Taints, func(t corev1.Taint) bool { return t.Key == chamber.TaintGPUUnhealthy })
 
 	m.mu.Lock()
@@ -99,7 +99,7 @@ func (m *Model) SetNode(obj *corev1.Node) {
 	n.capacity = int(capacity.Value())
 	n.cordoned = obj.Spec.Unschedulable
 	n.tainted = tainted
-	n.takesWork = chamberkueue.Schedulable(obj)
+	n.takesWork = kube.Schedulable(obj)
 	n.fault, n.isolatedAt = isolationRecord(obj.Annotations)
 	m.resolveNode(n)
 	m.assign(n, now)

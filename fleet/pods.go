@@ -9,7 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
-	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/integrations/kube"
 )
 
 // pod is a GPU pod bound to a node and not finished: it holds gpus of the node's GPUs.
@@ -39,7 +39,7 @@ type pod struct {
 // its node nor its GPUs costs a map lookup.
 func (m *Model) SetPod(obj *corev1.Pod) {
 	key := objKey{obj.Namespace, obj.Name}
-	gpus := int(chamberkueue.PodGPUs(&obj.Spec))
+	gpus := int(kube.PodGPUs(&obj.Spec))
 	active := gpus > 0 && obj.Spec.NodeName != "" &&
 		obj.Status.Phase != corev1.PodSucceeded && obj.Status.Phase != corev1.PodFailed
 

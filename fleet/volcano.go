@@ -3,7 +3,7 @@ package fleet
 import (
 	scheduling "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
-	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/integrations/kube"
 )
 
 // podGroupPrefix keeps PodGroups' keys apart from Workloads' in the model's
@@ -23,7 +23,7 @@ func (m *Model) SetPodGroup(pg *scheduling.PodGroup) {
 	w.pending = pg.DeletionTimestamp == nil && (phase == "" || phase == scheduling.PodGroupPending || phase == scheduling.PodGroupInqueue)
 	w.gpus = 0
 	if pg.Spec.MinResources != nil {
-		if q, ok := (*pg.Spec.MinResources)[chamberkueue.ResourceGPU]; ok {
+		if q, ok := (*pg.Spec.MinResources)[kube.ResourceGPU]; ok {
 			w.gpus = q.Value()
 		}
 	}

@@ -13,7 +13,7 @@ import (
 
 	"chamber.dev/chamber/fleet"
 	ft "chamber.dev/chamber/fleet/fleettest"
-	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/integrations/kube"
 )
 
 // A Volcano PodGroup waiting to be placed (Pending or Inqueue) is in its namespace's
@@ -23,7 +23,7 @@ func TestPodGroupsAreTheirTeamsQueue(t *testing.T) {
 	m := newModel(clocktesting.NewFakeClock(start))
 	m.SetTeam(ft.MakeTeam("vision", "main", start, "vision"))
 	podGroup := func(name string, phase scheduling.PodGroupPhase, tier string, gpus int64) *scheduling.PodGroup {
-		min := corev1.ResourceList{chamberkueue.ResourceGPU: *resource.NewQuantity(gpus, resource.DecimalSI)}
+		min := corev1.ResourceList{kube.ResourceGPU: *resource.NewQuantity(gpus, resource.DecimalSI)}
 		return &scheduling.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: "vision", Name: name, UID: types.UID("uid-" + name)},
 			Spec:   scheduling.PodGroupSpec{MinResources: &min, PriorityClassName: tier},
 			Status: scheduling.PodGroupStatus{Phase: phase}}

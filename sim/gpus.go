@@ -16,7 +16,7 @@ import (
 
 	"chamber.dev/chamber/agent"
 	"chamber.dev/chamber/healthcheck/nvmlsource"
-	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/integrations/kube"
 	"chamber.dev/chamber/test/controlplane"
 )
 
@@ -203,7 +203,7 @@ func setAllocatable(ctx context.Context, c client.Client, node string, gpus int)
 		return err
 	}
 	patch := client.MergeFrom(n.DeepCopy())
-	n.Status.Allocatable[chamberkueue.ResourceGPU] = *resource.NewQuantity(int64(gpus), resource.DecimalSI)
+	n.Status.Allocatable[kube.ResourceGPU] = *resource.NewQuantity(int64(gpus), resource.DecimalSI)
 	return c.Status().Patch(ctx, &n, patch)
 }
 

@@ -41,6 +41,7 @@ import (
 	"chamber.dev/chamber/controllers/options"
 	"chamber.dev/chamber/controllers/room"
 	"chamber.dev/chamber/controllers/volcanoresync"
+	"chamber.dev/chamber/integrations/kube"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 	"chamber.dev/chamber/test/controlplane"
 )
@@ -382,7 +383,7 @@ func setUpTeams(ctx context.Context, c client.Client, sc *Scenario, p Policy) ([
 			}
 			objs = append(objs, rf)
 		}
-		for _, tier := range chamberkueue.DefaultPriorityTiers {
+		for _, tier := range kube.DefaultPriorityTiers {
 			objs = append(objs, chamberkueue.WorkloadPriorityClass(tier))
 		}
 		for _, t := range teams {
@@ -640,8 +641,8 @@ func podTemplate(j *Job, sc *Scenario) corev1.PodTemplateSpec {
 			Containers: []corev1.Container{{
 				Name: "train", Image: "sim.chamber.dev/train",
 				Resources: corev1.ResourceRequirements{
-					Requests: corev1.ResourceList{chamberkueue.ResourceGPU: *resource.NewQuantity(int64(perPod), resource.DecimalSI)},
-					Limits:   corev1.ResourceList{chamberkueue.ResourceGPU: *resource.NewQuantity(int64(perPod), resource.DecimalSI)},
+					Requests: corev1.ResourceList{kube.ResourceGPU: *resource.NewQuantity(int64(perPod), resource.DecimalSI)},
+					Limits:   corev1.ResourceList{kube.ResourceGPU: *resource.NewQuantity(int64(perPod), resource.DecimalSI)},
 				},
 			}},
 		},

@@ -14,7 +14,7 @@ import (
 	scheduling "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
-	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/integrations/kube"
 	"chamber.dev/chamber/integrations/volcano"
 	"chamber.dev/chamber/test/controlplane"
 )
@@ -72,7 +72,7 @@ func volcanoTeams(pool *chamber.GPUPool, teams []*chamber.Team, p Policy) []clie
 	} else {
 		pool.Spec.Backend = chamber.BackendVolcano
 	}
-	for _, tier := range chamberkueue.DefaultPriorityTiers {
+	for _, tier := range kube.DefaultPriorityTiers {
 		objs = append(objs, volcano.PriorityClass(tier))
 	}
 	return objs

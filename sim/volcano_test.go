@@ -14,7 +14,7 @@ import (
 	scheduling "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
-	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/integrations/kube"
 )
 
 func TestParsePolicies(t *testing.T) {
@@ -101,7 +101,7 @@ func TestVCJobObject(t *testing.T) {
 			if diff := cmp.Diff(jobObject(&tc.job, PolicyKueue, sc).Spec.Template, got.Spec.Tasks[0].Template); diff != "" {
 				t.Errorf("pod template differs from the Kubernetes Job's (-Job +Volcano Job):\n%s", diff)
 			}
-			gpus := got.Spec.Tasks[0].Template.Spec.Containers[0].Resources.Limits[chamberkueue.ResourceGPU]
+			gpus := got.Spec.Tasks[0].Template.Spec.Containers[0].Resources.Limits[kube.ResourceGPU]
 			if gpus.Value() != int64(tc.wantGPUsEach) {
 				t.Errorf("%v GPUs a pod, want %d", gpus.Value(), tc.wantGPUsEach)
 			}
@@ -123,7 +123,7 @@ func TestVolcanoTeams(t *testing.T) {
 			switch o := o.(type) {
 			case *scheduling.Queue:
 				got["Queue"]++
-				if d := o.Spec.Deserved[chamberkueue.ResourceGPU]; o.Name == "vc1" && d.Value() != 20 {
+				if d := o.Spec.Deserved[kube.ResourceGPU]; o.Name == "vc1" && d.Value() != 20 {
 					t.Errorf("%s: Queue vc1 deserves %v GPUs, want its quota 20", p, d.Value())
 				}
 			case *schedulingv1.PriorityClass:
@@ -135,14 +135,14 @@ func TestVolcanoTeams(t *testing.T) {
 		return got, pool
 	}
 	got, pool := kinds(PolicyVolcano)
-	if diff := cmp.Diff(map[string]int{"Queue": 2, "PriorityClass": len(chamberkueue.DefaultPriorityTiers)}, got); diff != "" {
+	if diff := cmp.Diff(map[string]int{"Queue": 2, "PriorityClass": len(kube.DefaultPriorityTiers)}, got); diff != "" {
 		t.Errorf("Volcano alone (-want +got):\n%s", diff)
 	}
 	if pool.Spec.Backend != "" {
 		t.Errorf("Volcano alone: the pool (never created) got backend %q", pool.Spec.Backend)
 	}
 	got, pool = kinds(PolicyVolcanoChamber)
-	if diff := cmp.Diff(map[string]int{"PriorityClass": len(chamberkueue.DefaultPriorityTiers)}, got); diff != "" {
+	if diff := cmp.Diff(map[string]int{"PriorityClass": len(kube.DefaultPriorityTiers)}, got); diff != "" {
 		t.Errorf("Volcano + Chamber (-want +got):\n%s", diff)
 	}
 	if pool.Spec.Backend != chamber.BackendVolcano {

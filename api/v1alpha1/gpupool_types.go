@@ -111,7 +111,7 @@ type GPUPoolSpec struct {
 	// TeamModelUsage.Withheld, and given back as the GPUs return; Kueue then never
 	// admits against GPUs that are gone, and a team whose quota is guaranteed gets it
 	// by preemption instead of waiting behind GPUs that do not exist. Default false:
-	// the guarantee costs preemptions while GPUs are out (docs/teams-and-pools.md measures it).
+	// the guarantee costs preemptions while GPUs are out (docs/results.md measures it).
 	// +optional
 	QuotasFollowHealth *bool `json:"quotasFollowHealth,omitempty"`
 	// WorkerClusters are other clusters, each running Kueue and the pool's Teams
@@ -120,7 +120,7 @@ type GPUPoolSpec struct {
 	// and one MultiKueue AdmissionCheck for the pool, and puts the check on each of
 	// the pool's teams' ClusterQueues; the pool's flavors then have no topology (the
 	// workers place the pods). Where Kueue runs Chamber's dispatcher
-	// (docs/multicluster.md), a workload goes to the cheapest worker (its prices,
+	// (docs/concepts/multicluster.md), a workload goes to the cheapest worker (its prices,
 	// else the pool's) with enough free healthy GPUs of its model, at equal price to
 	// the one with more free GPUs. Chamber copies the pool and its Teams to each worker
 	// and deletes the copies from a worker dropped from the list, or from every worker

@@ -182,6 +182,11 @@ func FailedGPUs(nodeAnnotations map[string]string, unhealthy []int) []int {
 	return slices.Compact(slices.Sorted(slices.Values(append(IsolatedGPUs(nodeAnnotations), unhealthy...))))
 }
 
+// ReasonGPUFault is the reason (AnnotationEvictionReason) of the evictions fault
+// isolation asks for: the workload runs, or was placed, on a node or GPU Chamber
+// isolated.
+const ReasonGPUFault = "GPUFault"
+
 // Annotations of Chamber's eviction protocol. Chamber's controllers (and anyone, by
 // hand) ask for an eviction by annotating the Workload (integrations/kueue's
 // RequestEviction); Chamber's admission controller alone writes the check state. The

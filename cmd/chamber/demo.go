@@ -24,7 +24,7 @@ import (
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers"
-	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/integrations/kube"
 	"chamber.dev/chamber/test/controlplane"
 )
 
@@ -153,7 +153,7 @@ func demoTeam(name string, gpus int32) *chamber.Team {
 }
 
 func demoJob(ns, name, tier string, d time.Duration) client.Object {
-	gpus := corev1.ResourceList{chamberkueue.ResourceGPU: resource.MustParse("4")}
+	gpus := corev1.ResourceList{kube.ResourceGPU: resource.MustParse("4")}
 	return &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{
 			"kueue.x-k8s.io/queue-name": "default", "kueue.x-k8s.io/priority-class": tier}},

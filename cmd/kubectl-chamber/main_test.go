@@ -24,6 +24,7 @@ import (
 	"chamber.dev/chamber/controllers/uninstall"
 	"chamber.dev/chamber/fleet"
 	"chamber.dev/chamber/healthcheck/nvmlsource"
+	"chamber.dev/chamber/integrations/kube"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 	"chamber.dev/chamber/test/controlplane"
 )
@@ -61,7 +62,7 @@ func create(t *testing.T, obj client.Object) {
 
 func job(ns, name string, gpus int) *testingjob.JobWrapper {
 	return testingjob.MakeJob(name, ns).Queue("default").Suspend(false).
-		RequestAndLimit(chamberkueue.ResourceGPU, fmt.Sprint(gpus)).
+		RequestAndLimit(kube.ResourceGPU, fmt.Sprint(gpus)).
 		PodAnnotation("pod-complete.stage.kwok.x-k8s.io/delay", "10m").
 		PodAnnotation("pod-complete.stage.kwok.x-k8s.io/jitter-delay", "10m")
 }
@@ -277,7 +278,7 @@ func TestCommands(t *testing.T) {
 			g.Expect(n.Spec.Taints).To(gomega.ContainElement(gomega.HaveField("Key", chamber.TaintGPUUnhealthy)))
 			wl := controllertest.WorkloadOf(g, k8s, "ml", "train")
 			_, asked := chamberkueue.RequestedEviction(wl)
-			g.Expect(asked || controllertest.EvictedByChamber(wl, chamberkueue.ReasonGPUFault)).To(gomega.BeTrue(), "train is neither given notice nor evicted")
+			g.Expect(asked || controllertest.EvictedByChamber(wl, chamber.ReasonGPUFault)).To(gomega.BeTrue(), "train is neither given notice nor evicted")
 		}).Should(gomega.Succeed())
 		g.Eventually(func(g gomega.Gomega) {
 			g.Expect(run(g, "why", "train", "-n", "ml")).To(gomega.ContainSubstring("isolated by an operator: fan replacement"))

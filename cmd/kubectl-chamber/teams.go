@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
-	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/integrations/kube"
 )
 
 // teamRow is one team's quota and use of one GPU model.
@@ -110,7 +110,7 @@ func (o *options) clearCommand() *cobra.Command {
 			if node.Annotations[chamber.AnnotationIsolatedAt] == "" {
 				return fmt.Errorf("node %s is not isolated by Chamber (no %s annotation): nothing to clear", node.Name, chamber.AnnotationIsolatedAt)
 			}
-			if err := chamberkueue.PatchAnnotations(ctx, c, node, map[string]any{chamber.AnnotationIsolationClear: "true"}); err != nil {
+			if err := kube.PatchAnnotations(ctx, c, node, map[string]any{chamber.AnnotationIsolationClear: "true"}); err != nil {
 				return fmt.Errorf("clear node %s: %w", node.Name, err)
 			}
 			fmt.Fprintf(o.streams.Out, "node/%s: clear asked (was isolated for %s); Chamber returns it to service", node.Name, orNone(node.Annotations[chamber.AnnotationIsolationReason]))
@@ -146,7 +146,7 @@ func (o *options) isolateCommand() *cobra.Command {
 			if chamber.PoolOf(node.Labels, pools.Items) == nil {
 				return fmt.Errorf("node %s is in no GPUPool: Chamber isolates only its pools' nodes (cordon it instead)", node.Name)
 			}
-			if err := chamberkueue.PatchAnnotations(ctx, c, node, map[string]any{chamber.AnnotationIsolate: reason, chamber.AnnotationIsolationClear: nil}); err != nil {
+			if err := kube.PatchAnnotations(ctx, c, node, map[string]any{chamber.AnnotationIsolate: reason, chamber.AnnotationIsolationClear: nil}); err != nil {
 				return fmt.Errorf("isolate node %s: %w", node.Name, err)
 			}
 			fmt.Fprintf(o.streams.Out, "node/%s: isolation asked (%s); Chamber taints and cordons it and evicts its workloads with notice; end it with: kubectl chamber clear %s\n",

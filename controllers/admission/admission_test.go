@@ -24,6 +24,7 @@ import (
 	"chamber.dev/chamber/controllers"
 	"chamber.dev/chamber/controllers/controllertest"
 	"chamber.dev/chamber/healthcheck/nvmlsource"
+	"chamber.dev/chamber/integrations/kube"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 	"chamber.dev/chamber/test/controlplane"
 )
@@ -110,7 +111,7 @@ func gpuNodes(t *testing.T, gpus int, labels map[string]string, names ...string)
 // job is a Job of one pod holding gpus GPUs for ten minutes.
 func job(ns, name string, gpus int, tier string) *testingjob.JobWrapper {
 	j := testingjob.MakeJob(name, ns).Queue("default").Suspend(false).
-		RequestAndLimit(chamberkueue.ResourceGPU, fmt.Sprint(gpus)).
+		RequestAndLimit(kube.ResourceGPU, fmt.Sprint(gpus)).
 		PodAnnotation("pod-complete.stage.kwok.x-k8s.io/delay", "10m").
 		PodAnnotation("pod-complete.stage.kwok.x-k8s.io/jitter-delay", "10m")
 	if tier != "" {
@@ -141,8 +142,8 @@ func filler(t *testing.T, ns, node string, gpus int) *corev1.Pod {
 			NodeName:    node,
 			Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 			Containers: []corev1.Container{{Name: "c", Image: "busybox", Resources: corev1.ResourceRequirements{
-				Requests: corev1.ResourceList{chamberkueue.ResourceGPU: *resource.NewQuantity(int64(gpus), resource.DecimalSI)},
-				Limits:   corev1.ResourceList{chamberkueue.ResourceGPU: *resource.NewQuantity(int64(gpus), resource.DecimalSI)},
+				Requests: corev1.ResourceList{kube.ResourceGPU: *resource.NewQuantity(int64(gpus), resource.DecimalSI)},
+				Limits:   corev1.ResourceList{kube.ResourceGPU: *resource.NewQuantity(int64(gpus), resource.DecimalSI)},
 			}}},
 		},
 	}
@@ -202,8 +203,8 @@ func TestWaitsForANodeWithRoom(t *testing.T) {
 	create(t, &kueue.ResourceFlavor{ObjectMeta: metav1.ObjectMeta{Name: "plain"}, Spec: kueue.ResourceFlavorSpec{NodeLabels: plainLabels}})
 	create(t, &kueue.ClusterQueue{ObjectMeta: metav1.ObjectMeta{Name: "plain"}, Spec: kueue.ClusterQueueSpec{
 		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: "plain"}},
-		ResourceGroups: []kueue.ResourceGroup{{CoveredResources: []corev1.ResourceName{chamberkueue.ResourceGPU}, Flavors: []kueue.FlavorQuotas{{
-			Name: "plain", Resources: []kueue.ResourceQuota{{Name: chamberkueue.ResourceGPU, NominalQuota: resource.MustParse("8")}},
+		ResourceGroups: []kueue.ResourceGroup{{CoveredResources: []corev1.ResourceName{kube.ResourceGPU}, Flavors: []kueue.FlavorQuotas{{
+			Name: "plain", Resources: []kueue.ResourceQuota{{Name: kube.ResourceGPU, NominalQuota: resource.MustParse("8")}},
 		}}}},
 	}})
 	create(t, &kueue.LocalQueue{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: "plain"}, Spec: kueue.LocalQueueSpec{ClusterQueue: "plain"}})
@@ -549,8 +550,8 @@ func TestEvictionWithoutTheCheck(t *testing.T) {
 	}).Should(gomega.Succeed())
 	create(t, &kueue.ClusterQueue{ObjectMeta: metav1.ObjectMeta{Name: ns}, Spec: kueue.ClusterQueueSpec{
 		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: ns}},
-		ResourceGroups: []kueue.ResourceGroup{{CoveredResources: []corev1.ResourceName{chamberkueue.ResourceGPU}, Flavors: []kueue.FlavorQuotas{{
-			Name: kueue.ResourceFlavorReference(flavor), Resources: []kueue.ResourceQuota{{Name: chamberkueue.ResourceGPU, NominalQuota: resource.MustParse("8")}},
+		ResourceGroups: []kueue.ResourceGroup{{CoveredResources: []corev1.ResourceName{kube.ResourceGPU}, Flavors: []kueue.FlavorQuotas{{
+			Name: kueue.ResourceFlavorReference(flavor), Resources: []kueue.ResourceQuota{{Name: kube.ResourceGPU, NominalQuota: resource.MustParse("8")}},
 		}}}},
 	}})
 	create(t, &kueue.LocalQueue{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: ns}, Spec: kueue.LocalQueueSpec{ClusterQueue: ns}})

@@ -30,6 +30,7 @@ import (
 	utiltas "sigs.k8s.io/kueue/pkg/util/tas"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
+	"chamber.dev/chamber/integrations/kube"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
@@ -408,7 +409,7 @@ func (c *Controller) evictCooperatively(ctx context.Context, wl *kueue.Workload,
 	}
 	if e.RequestedAt.IsZero() {
 		e.RequestedAt = now
-		if err := chamberkueue.DateEvictionRequest(ctx, c.client, wl, now); err != nil {
+		if err := kube.DateEvictionRequest(ctx, c.client, wl, now); err != nil {
 			return reconcile.Result{}, err
 		}
 	}
@@ -434,7 +435,7 @@ func (c *Controller) evictCooperatively(ctx context.Context, wl *kueue.Workload,
 		if p.Annotations[chamber.AnnotationEvictionDeadline] == notice {
 			continue
 		}
-		err := chamberkueue.PatchAnnotations(ctx, c.client, p, map[string]any{chamber.AnnotationEvictionDeadline: notice, chamber.AnnotationEvictionReason: e.Reason})
+		err := kube.PatchAnnotations(ctx, c.client, p, map[string]any{chamber.AnnotationEvictionDeadline: notice, chamber.AnnotationEvictionReason: e.Reason})
 		if client.IgnoreNotFound(err) != nil {
 			return reconcile.Result{}, fmt.Errorf("give pod %s/%s notice of eviction: %w", p.Namespace, p.Name, err)
 		}
@@ -565,7 +566,7 @@ func (c *Controller) checkpointReady(ctx context.Context, wl *kueue.Workload, po
 }
 
 func (c *Controller) clearEviction(ctx context.Context, wl *kueue.Workload) error {
-	err := chamberkueue.PatchAnnotations(ctx, c.client, wl, chamberkueue.RequestRemoved())
+	err := kube.PatchAnnotations(ctx, c.client, wl, chamberkueue.RequestRemoved())
 	if client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("clear eviction request of workload %s/%s: %w", wl.Namespace, wl.Name, err)
 	}
@@ -586,7 +587,7 @@ func (c *Controller) setCheck(ctx context.Context, wl *kueue.Workload, state kue
 
 // writeCheck is setCheck, and says whether the check now has that state.
 func (c *Controller) writeCheck(ctx context.Context, wl *kueue.Workload, state kueue.CheckState, msg string) (bool, error) {
-	msg = chamberkueue.TruncateMessage(msg)
+	msg = kube.TruncateMessage(msg)
 	transition := metav1.NewTime(c.opts.Clock.Now())
 	if current := chamberkueue.CheckState(wl); current != nil {
 		if current.State == state && current.Message == msg && current.RequeueAfterSeconds == nil {

@@ -13,7 +13,7 @@ import (
 	utiltas "sigs.k8s.io/kueue/pkg/util/tas"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
-	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/integrations/kube"
 )
 
 // NodeGPUs is what the check knows of one node's GPUs.
@@ -22,7 +22,7 @@ type NodeGPUs struct {
 	// Allocatable GPUs the node advertises (the device plugin's count).
 	Allocatable int64
 	// Schedulable is false for cordoned nodes and nodes tainted out of service
-	// (chamberkueue.Schedulable).
+	// (kube.Schedulable).
 	Schedulable bool
 	// UsedByOthers: GPUs requested by running pods of other workloads, Chamber's GPU
 	// hold pods among them.
@@ -56,14 +56,14 @@ func (n NodeGPUs) HealthyFree() int64 {
 // silent agent's (chamber.SilentAfterHeartbeats, as heard says at now) is not believed
 // either way: silence marks nothing as failing.
 func nodeGPUs(node *corev1.Node, pods []corev1.Pod, own func(*corev1.Pod) bool, gpuNode *chamber.GPUNode, heard *chamber.Heartbeats, now time.Time) NodeGPUs {
-	alloc := node.Status.Allocatable[chamberkueue.ResourceGPU]
-	n := NodeGPUs{Name: node.Name, Allocatable: alloc.Value(), Schedulable: chamberkueue.Schedulable(node), Withheld: chamberkueue.WithheldGPUs(node)}
+	alloc := node.Status.Allocatable[kube.ResourceGPU]
+	n := NodeGPUs{Name: node.Name, Allocatable: alloc.Value(), Schedulable: kube.Schedulable(node), Withheld: kube.WithheldGPUs(node)}
 	for i := range pods {
 		p := &pods[i]
 		if own(p) || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
-		gpus := chamberkueue.PodGPUs(&p.Spec)
+		gpus := kube.PodGPUs(&p.Spec)
 		n.UsedByOthers += gpus
 		if p.Labels[chamber.LabelGPUHold] != "" {
 			n.Held += gpus
@@ -107,7 +107,7 @@ type podSetDemand struct {
 func demands(admission *kueue.Admission) []podSetDemand {
 	var out []podSetDemand
 	for _, psa := range admission.PodSetAssignments {
-		total := psa.ResourceUsage[chamberkueue.ResourceGPU]
+		total := psa.ResourceUsage[kube.ResourceGPU]
 		count := int32(1)
 		if psa.Count != nil {
 			count = *psa.Count
@@ -117,7 +117,7 @@ func demands(admission *kueue.Admission) []podSetDemand {
 		}
 		out = append(out, podSetDemand{
 			Name: psa.Name, Count: count, PerPod: total.Value() / int64(count),
-			Flavor: psa.Flavors[chamberkueue.ResourceGPU], Topology: psa.TopologyAssignment,
+			Flavor: psa.Flavors[kube.ResourceGPU], Topology: psa.TopologyAssignment,
 		})
 	}
 	return out

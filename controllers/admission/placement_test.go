@@ -14,14 +14,14 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
-	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/integrations/kube"
 )
 
 var now = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 
 func gpuNode(name string, gpus int64, mutate ...func(*corev1.Node)) *corev1.Node {
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.NodeStatus{
-		Allocatable: corev1.ResourceList{chamberkueue.ResourceGPU: *resource.NewQuantity(gpus, resource.DecimalSI)},
+		Allocatable: corev1.ResourceList{kube.ResourceGPU: *resource.NewQuantity(gpus, resource.DecimalSI)},
 	}}
 	for _, m := range mutate {
 		m(n)
@@ -33,7 +33,7 @@ func gpuPod(name string, gpus int64, owner types.UID, phase corev1.PodPhase) cor
 	q := *resource.NewQuantity(gpus, resource.DecimalSI)
 	return corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, OwnerReferences: []metav1.OwnerReference{{UID: owner}}},
-		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{chamberkueue.ResourceGPU: q}}}}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{kube.ResourceGPU: q}}}}},
 		Status:     corev1.PodStatus{Phase: phase},
 	}
 }
@@ -80,7 +80,7 @@ func TestNodeGPUs(t *testing.T) {
 		},
 		"a failing GPU the device plugin withdrew is taken out once": {
 			node: gpuNode("n", 7, func(n *corev1.Node) {
-				n.Status.Capacity = corev1.ResourceList{chamberkueue.ResourceGPU: resource.MustParse("8")}
+				n.Status.Capacity = corev1.ResourceList{kube.ResourceGPU: resource.MustParse("8")}
 			}),
 			pods:     []corev1.Pod{gpuPod("a", 6, "other", corev1.PodRunning)},
 			agent:    agentReport(8, now, map[int]*chamber.PodReference{2: nil}),

@@ -18,6 +18,7 @@ import (
 	utiltas "sigs.k8s.io/kueue/pkg/util/tas"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
+	"chamber.dev/chamber/integrations/kube"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
@@ -174,7 +175,7 @@ func specDemands(wl *kueue.Workload, flavor kueue.ResourceFlavorReference) []pod
 	var out []podSetDemand
 	for i := range wl.Spec.PodSets {
 		ps := &wl.Spec.PodSets[i]
-		if per := chamberkueue.PodGPUs(&ps.Template.Spec); per > 0 && ps.Count > 0 {
+		if per := kube.PodGPUs(&ps.Template.Spec); per > 0 && ps.Count > 0 {
 			out = append(out, podSetDemand{Name: ps.Name, Count: ps.Count, PerPod: per, Flavor: flavor})
 		}
 	}

@@ -18,7 +18,7 @@ import (
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers/admission"
 	"chamber.dev/chamber/controllers/controllertest"
-	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/integrations/kube"
 	"chamber.dev/chamber/test/controlplane"
 )
 
@@ -221,7 +221,7 @@ func TestIsolatedNodeLeavesTheFlavorPreApproved(t *testing.T) {
 	g.Eventually(func(g gomega.Gomega) {
 		var n corev1.Node
 		g.Expect(k8s.Get(ctx, client.ObjectKey{Name: "elsewhere-1"}, &n)).To(gomega.Succeed())
-		g.Expect(chamberkueue.Schedulable(&n)).To(gomega.BeFalse())
+		g.Expect(kube.Schedulable(&n)).To(gomega.BeFalse())
 	}).Should(gomega.Succeed())
 
 	// "first" takes the other node's 8 GPUs; "second" waits for them, pre-approved

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
+	chamber "chamber.dev/chamber/api/v1alpha1"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
@@ -35,7 +36,7 @@ func (c *Controller) whileReplacingNodes(ctx context.Context, wl *kueue.Workload
 	if !asked {
 		return reconcile.Result{}, nil
 	}
-	if e.Reason != chamberkueue.ReasonGPUFault {
+	if e.Reason != chamber.ReasonGPUFault {
 		// The workload changes when the replacement lands, and comes back here then.
 		return reconcile.Result{RequeueAfter: c.opts.Recheck}, nil
 	}

@@ -26,6 +26,7 @@ import (
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/fleet"
+	"chamber.dev/chamber/integrations/kube"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
@@ -153,7 +154,7 @@ func (c *Controller) poolOf(ctx context.Context, wl *kueue.Workload) (*chamber.G
 			return nil, fmt.Errorf("get AdmissionCheck %s: %w", s.Name, err)
 		}
 		poolName := ac.Labels[chamber.LabelPool]
-		if ac.Spec.ControllerName != chamberkueue.MultiKueueControllerName || !chamberkueue.Owned(&ac) || poolName == "" {
+		if ac.Spec.ControllerName != chamberkueue.MultiKueueControllerName || !kube.Owned(&ac) || poolName == "" {
 			continue
 		}
 		var pool chamber.GPUPool
@@ -229,14 +230,14 @@ func Request(wl *kueue.Workload, pool *chamber.GPUPool) (model string, pods []in
 		byFlavor[m.Flavor] = m.Model
 	}
 	for _, psa := range wl.Status.Admission.PodSetAssignments {
-		flavor, ok := psa.Flavors[chamberkueue.ResourceGPU]
+		flavor, ok := psa.Flavors[kube.ResourceGPU]
 		if !ok {
 			continue
 		}
 		if model == "" {
 			model = byFlavor[string(flavor)]
 		}
-		q := psa.ResourceUsage[chamberkueue.ResourceGPU]
+		q := psa.ResourceUsage[kube.ResourceGPU]
 		count := int64(ptr.Deref(psa.Count, 1))
 		if count <= 0 || q.Value() == 0 {
 			continue
@@ -252,7 +253,7 @@ func Request(wl *kueue.Workload, pool *chamber.GPUPool) (model string, pods []in
 // order), counted at most WorkersMaxAge ago from the fleet model the inventory keeps
 // of the worker (its nodes, pods and node agents' reports, watched through the
 // kubeconfig Secret): GPUs not held by a pod, not reported unhealthy nor held by fault
-// isolation, on nodes that take work (chamberkueue.Schedulable).
+// isolation, on nodes that take work (kube.Schedulable).
 func (c *Controller) freeGPUs(worker string) (map[string][]int64, error) {
 	now := c.opts.Clock.Now()
 	c.mu.Lock()

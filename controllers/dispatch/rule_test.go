@@ -11,7 +11,7 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
-	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/integrations/kube"
 )
 
 func TestNominate(t *testing.T) {
@@ -81,8 +81,8 @@ func TestRequest(t *testing.T) {
 	assignment := func(flavor string, gpus int64, count int32) kueue.PodSetAssignment {
 		psa := kueue.PodSetAssignment{Name: "main", Count: &count, ResourceUsage: corev1.ResourceList{}, Flavors: map[corev1.ResourceName]kueue.ResourceFlavorReference{}}
 		if flavor != "" {
-			psa.Flavors[chamberkueue.ResourceGPU] = kueue.ResourceFlavorReference(flavor)
-			psa.ResourceUsage[chamberkueue.ResourceGPU] = *resource.NewQuantity(gpus, resource.DecimalSI)
+			psa.Flavors[kube.ResourceGPU] = kueue.ResourceFlavorReference(flavor)
+			psa.ResourceUsage[kube.ResourceGPU] = *resource.NewQuantity(gpus, resource.DecimalSI)
 		}
 		return psa
 	}

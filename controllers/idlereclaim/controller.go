@@ -33,6 +33,7 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
+	"chamber.dev/chamber/integrations/kube"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
@@ -528,7 +529,7 @@ func (c *Controller) queueState(ctx context.Context) ([]kueue.Workload, []kueue.
 // for GPUs of one of the flavors.
 func offersGPUFlavor(cq *kueue.ClusterQueue, flavors []kueue.ResourceFlavorReference) bool {
 	for _, rg := range cq.Spec.ResourceGroups {
-		if !slices.Contains(rg.CoveredResources, chamberkueue.ResourceGPU) {
+		if !slices.Contains(rg.CoveredResources, kube.ResourceGPU) {
 			continue
 		}
 		for _, f := range rg.Flavors {

@@ -29,6 +29,7 @@ import (
 	utiltesting "sigs.k8s.io/kueue/pkg/util/testing/v1beta2"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
+	"chamber.dev/chamber/integrations/kube"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 	"chamber.dev/chamber/test/controlplane"
 )
@@ -68,13 +69,13 @@ func (w *world) withNodes(gpus ...int64) {
 		q := *resource.NewQuantity(n, resource.DecimalSI)
 		w.nodes = append(w.nodes, &corev1.Node{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("n%d", i+1), Labels: map[string]string{"gpu": "h100"}},
-			Status:     corev1.NodeStatus{Capacity: corev1.ResourceList{chamberkueue.ResourceGPU: q}, Allocatable: corev1.ResourceList{chamberkueue.ResourceGPU: q}}})
+			Status:     corev1.NodeStatus{Capacity: corev1.ResourceList{kube.ResourceGPU: q}, Allocatable: corev1.ResourceList{kube.ResourceGPU: q}}})
 	}
 }
 
 // waiterOf makes the world's waiting workload ask for pods x gpus GPUs.
 func (w *world) waiterOf(pods int32, gpus string) {
-	w.waiting.Spec.PodSets = []kueue.PodSet{*utiltesting.MakePodSet("main", int(pods)).Limit(chamberkueue.ResourceGPU, gpus).Obj()}
+	w.waiting.Spec.PodSets = []kueue.PodSet{*utiltesting.MakePodSet("main", int(pods)).Limit(kube.ResourceGPU, gpus).Obj()}
 }
 
 func newWorld() *world {

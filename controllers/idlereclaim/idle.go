@@ -13,6 +13,7 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
+	"chamber.dev/chamber/integrations/kube"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
@@ -90,7 +91,7 @@ func measure(pods []corev1.Pod, nodes map[string]*chamber.GPUNode, heard *chambe
 	var u usage
 	for i := range pods {
 		p := &pods[i]
-		gpus := chamberkueue.PodGPUs(&p.Spec)
+		gpus := kube.PodGPUs(&p.Spec)
 		if gpus == 0 || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}

@@ -16,7 +16,7 @@ import (
 	utiltesting "sigs.k8s.io/kueue/pkg/util/testing/v1beta2"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
-	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/integrations/kube"
 )
 
 var start = time.Date(2026, 11, 15, 12, 0, 0, 0, time.UTC)
@@ -79,7 +79,7 @@ func gpuPod(name, node string, gpus int) *corev1.Pod {
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "team-a", UID: types.UID("uid-pod-" + name)},
 		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{
 			Name:      "main",
-			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{chamberkueue.ResourceGPU: resource.MustParse(fmt.Sprint(gpus))}},
+			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{kube.ResourceGPU: resource.MustParse(fmt.Sprint(gpus))}},
 		}}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning},
 	}
@@ -302,7 +302,7 @@ func TestMeasureLowSince(t *testing.T) {
 // has a LocalQueue "default" in the namespace of its name.
 func queues() ([]kueue.LocalQueue, []kueue.ClusterQueue) {
 	gpuQuota := func(flavor string) kueue.FlavorQuotas {
-		return *utiltesting.MakeFlavorQuotas(flavor).Resource(chamberkueue.ResourceGPU, "8").Obj()
+		return *utiltesting.MakeFlavorQuotas(flavor).Resource(kube.ResourceGPU, "8").Obj()
 	}
 	cqs := []kueue.ClusterQueue{
 		*utiltesting.MakeClusterQueue("team-a").Cohort("pool").ResourceGroup(gpuQuota(h100)).Obj(),
@@ -321,7 +321,7 @@ func queues() ([]kueue.LocalQueue, []kueue.ClusterQueue) {
 // admittedWorkload holds 8 H100s of cq since an hour before start.
 func admittedWorkload(name, ns, cq string) *utiltesting.WorkloadWrapper {
 	return utiltesting.MakeWorkload(name, ns).UID(types.UID("uid-"+name)).Queue("default").Creation(start.Add(-time.Hour)).
-		RequestAndLimit(chamberkueue.ResourceGPU, "8").
+		RequestAndLimit(kube.ResourceGPU, "8").
 		SimpleReserveQuota(kueue.ClusterQueueReference(cq), h100, start.Add(-time.Hour)).AdmittedAt(true, start.Add(-time.Hour)).
 		AdmissionCheck(kueue.AdmissionCheckState{Name: chamber.AdmissionCheckName, State: kueue.CheckStateReady})
 }
@@ -329,7 +329,7 @@ func admittedWorkload(name, ns, cq string) *utiltesting.WorkloadWrapper {
 // waitingWorkload is pending in ns's default queue, created at created.
 func waitingWorkload(name, ns string, created time.Time) *utiltesting.WorkloadWrapper {
 	return utiltesting.MakeWorkload(name, ns).UID(types.UID("uid-"+name)).Queue("default").Creation(created).
-		RequestAndLimit(chamberkueue.ResourceGPU, "4")
+		RequestAndLimit(kube.ResourceGPU, "4")
 }
 
 func TestWaiting(t *testing.T) {

@@ -25,6 +25,7 @@ import (
 	"chamber.dev/chamber/controllers/controllertest"
 	"chamber.dev/chamber/controllers/idlereclaim"
 	"chamber.dev/chamber/healthcheck/nvmlsource"
+	"chamber.dev/chamber/integrations/kube"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 	"chamber.dev/chamber/test/controlplane"
 )
@@ -252,7 +253,7 @@ func startAgents(t *testing.T, nodes []string, busy string) {
 func submit(t *testing.T, ns, name, node, d string, change func(*testingjob.JobWrapper)) {
 	t.Helper()
 	j := testingjob.MakeJob(name, ns).Queue("default").Suspend(false).
-		RequestAndLimit(chamberkueue.ResourceGPU, "8").
+		RequestAndLimit(kube.ResourceGPU, "8").
 		PodAnnotation("pod-complete.stage.kwok.x-k8s.io/delay", d).
 		PodAnnotation("pod-complete.stage.kwok.x-k8s.io/jitter-delay", d)
 	if node != "" {

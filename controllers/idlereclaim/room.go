@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
+	"chamber.dev/chamber/integrations/kube"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
@@ -41,7 +42,7 @@ func gpuFlavors(wl *kueue.Workload) []kueue.ResourceFlavorReference {
 		return nil
 	}
 	for _, psa := range wl.Status.Admission.PodSetAssignments {
-		if f, ok := psa.Flavors[chamberkueue.ResourceGPU]; ok && !slices.Contains(out, f) {
+		if f, ok := psa.Flavors[kube.ResourceGPU]; ok && !slices.Contains(out, f) {
 			out = append(out, f)
 		}
 	}

@@ -25,7 +25,7 @@ import (
 	scheduling "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
-	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/integrations/kube"
 	"chamber.dev/chamber/integrations/volcano"
 )
 
@@ -171,7 +171,7 @@ func (r *VolcanoJobs) Reconcile(ctx context.Context, job *batch.Job) (reconcile.
 		GracePeriod: chamber.ResolveGracePeriod(job.Spec.PriorityClassName, r.opts.GracePeriod, policies...),
 		Message: fmt.Sprintf("idle reclaim: its %d GPUs stayed below %d%% utilization for %s, and %s/%s waits for them; the job is paused (Volcano AbortJob) and resumed when GPUs free",
 			use.gpus, policy.UtilizationPercent, idleFor.Round(time.Second), waiting.Namespace, waiting.Name)}
-	if chamberkueue.MarkedInteractive(job, volcano.Templates(job), pods) {
+	if kube.MarkedInteractive(job, volcano.Templates(job), pods) {
 		req.GracePeriod = noNotice
 	}
 	gpuHours := float64(use.gpus) * idleFor.Hours()
@@ -179,7 +179,7 @@ func (r *VolcanoJobs) Reconcile(ctx context.Context, job *batch.Job) (reconcile.
 	for k, v := range reclaimMarks(job, waiting.Namespace+"/"+waiting.Name, now, gpuHours) {
 		patch[k] = v
 	}
-	if err := chamberkueue.PatchAnnotations(ctx, r.client, job, patch); err != nil {
+	if err := kube.PatchAnnotations(ctx, r.client, job, patch); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	evictions.WithLabelValues(team.Name).Inc()
@@ -204,7 +204,7 @@ func (r *VolcanoJobs) pause(ctx context.Context, job *batch.Job, req volcano.Req
 			if p.Annotations[chamber.AnnotationEvictionDeadline] == deadline {
 				continue
 			}
-			err := chamberkueue.PatchAnnotations(ctx, r.client, p, map[string]any{chamber.AnnotationEvictionDeadline: deadline, chamber.AnnotationEvictionReason: req.Reason})
+			err := kube.PatchAnnotations(ctx, r.client, p, map[string]any{chamber.AnnotationEvictionDeadline: deadline, chamber.AnnotationEvictionReason: req.Reason})
 			if client.IgnoreNotFound(err) != nil {
 				return reconcile.Result{}, fmt.Errorf("give pod %s/%s notice of pause: %w", p.Namespace, p.Name, err)
 			}
@@ -215,7 +215,7 @@ func (r *VolcanoJobs) pause(ctx context.Context, job *batch.Job, req volcano.Req
 	// Command is issued again below on the next look (the Command's name is fixed).
 	patch := volcano.ClearRequest()
 	patch[chamber.AnnotationIdleReclaimHeld] = "true"
-	if err := chamberkueue.PatchAnnotations(ctx, r.client, job, patch); err != nil {
+	if err := kube.PatchAnnotations(ctx, r.client, job, patch); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	return reconcile.Result{RequeueAfter: r.opts.Interval}, r.command(ctx, job, bus.AbortJobAction, req.Reason, req.Message)
@@ -257,7 +257,7 @@ func (r *VolcanoJobs) reconcilePaused(ctx context.Context, job *batch.Job, now t
 		}
 		r.recorder.Eventf(job, nil, corev1.EventTypeNormal, ReasonReleased, "Resume", "resumed: nobody waits for GPUs it could use, or its hold (%s) is over", hold)
 	}
-	err := chamberkueue.PatchAnnotations(ctx, r.client, job, map[string]any{chamber.AnnotationIdleReclaimHeld: nil, chamber.AnnotationIdleReclaimPausedAtRetry: nil})
+	err := kube.PatchAnnotations(ctx, r.client, job, map[string]any{chamber.AnnotationIdleReclaimHeld: nil, chamber.AnnotationIdleReclaimPausedAtRetry: nil})
 	return again, client.IgnoreNotFound(err)
 }
 
@@ -273,7 +273,7 @@ func retryAtPause(job *batch.Job) int32 {
 // the job's retryCount, so that it is created once.
 func (r *VolcanoJobs) command(ctx context.Context, job *batch.Job, action bus.Action, reason, msg string) error {
 	if action == bus.AbortJobAction && job.Annotations[chamber.AnnotationIdleReclaimPausedAtRetry] == "" {
-		err := chamberkueue.PatchAnnotations(ctx, r.client, job, map[string]any{chamber.AnnotationIdleReclaimPausedAtRetry: strconv.Itoa(int(job.Status.RetryCount))})
+		err := kube.PatchAnnotations(ctx, r.client, job, map[string]any{chamber.AnnotationIdleReclaimPausedAtRetry: strconv.Itoa(int(job.Status.RetryCount))})
 		if err != nil {
 			return client.IgnoreNotFound(err)
 		}
@@ -319,7 +319,7 @@ func (r *VolcanoJobs) waiter(ctx context.Context, job *batch.Job, team *chamber.
 		if now.Sub(pg.CreationTimestamp.Time) < r.opts.MinWait || pg.Spec.MinResources == nil {
 			continue
 		}
-		want := (*pg.Spec.MinResources)[chamberkueue.ResourceGPU]
+		want := (*pg.Spec.MinResources)[kube.ResourceGPU]
 		if want.Value() == 0 || want.Value() > gpus {
 			continue
 		}
@@ -350,7 +350,7 @@ func (r *VolcanoJobs) waiter(ctx context.Context, job *batch.Job, team *chamber.
 func jobGPUs(job *batch.Job) int64 {
 	var n int64
 	for _, t := range job.Spec.Tasks {
-		n += int64(t.Replicas) * chamberkueue.PodGPUs(&t.Template.Spec)
+		n += int64(t.Replicas) * kube.PodGPUs(&t.Template.Spec)
 	}
 	return n
 }

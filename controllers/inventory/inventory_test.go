@@ -26,7 +26,7 @@ import (
 	"chamber.dev/chamber/controllers/controllertest"
 	"chamber.dev/chamber/fleet"
 	ft "chamber.dev/chamber/fleet/fleettest"
-	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/integrations/kube"
 	"chamber.dev/chamber/test/controlplane"
 )
 
@@ -94,7 +94,7 @@ func fixture(t *testing.T, pool string, nodes ...string) {
 func submit(t *testing.T, ns, name string, gpus int, node string) {
 	t.Helper()
 	j := testingjob.MakeJob(name, ns).Queue("default").Suspend(false).
-		RequestAndLimit(chamberkueue.ResourceGPU, fmt.Sprint(gpus)).
+		RequestAndLimit(kube.ResourceGPU, fmt.Sprint(gpus)).
 		PodAnnotation("pod-complete.stage.kwok.x-k8s.io/delay", "10m").
 		PodAnnotation("pod-complete.stage.kwok.x-k8s.io/jitter-delay", "10m")
 	if node != "" {
@@ -234,7 +234,7 @@ func TestFleetStates(t *testing.T) {
 		g.Expect(k8s.List(ctx, &nodes, client.MatchingLabels{"chamber.dev/test-pool": "states"})).To(gomega.Succeed())
 		capacity, unhealthy := 0.0, 0.0
 		for _, n := range nodes.Items {
-			q := n.Status.Capacity[chamberkueue.ResourceGPU]
+			q := n.Status.Capacity[kube.ResourceGPU]
 			capacity += float64(q.Value())
 			var gn chamber.GPUNode
 			g.Expect(k8s.Get(ctx, client.ObjectKey{Name: n.Name}, &gn)).To(gomega.Succeed())
@@ -249,7 +249,7 @@ func TestFleetStates(t *testing.T) {
 		allocated := 0.0
 		for _, p := range pods.Items {
 			if p.Spec.NodeName != "" && p.Status.Phase == corev1.PodRunning {
-				q := p.Spec.Containers[0].Resources.Limits[chamberkueue.ResourceGPU]
+				q := p.Spec.Containers[0].Resources.Limits[kube.ResourceGPU]
 				allocated += float64(q.Value())
 			}
 		}
@@ -281,8 +281,8 @@ func TestFleetStates(t *testing.T) {
 	}).Should(gomega.Succeed())
 
 	// Every chamber_ metric the controller serves is in the metrics reference,
-	// docs/metrics.md.
-	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "metrics.md"))
+	// docs/reference/metrics.md.
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "reference", "metrics.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,7 +293,7 @@ func TestFleetStates(t *testing.T) {
 	}
 	for _, mf := range families {
 		if name := mf.GetName(); strings.HasPrefix(name, "chamber_") && !strings.Contains(section, "| `"+name+"` |") {
-			t.Errorf("metric %s is served but not in docs/metrics.md", name)
+			t.Errorf("metric %s is served but not in docs/reference/metrics.md", name)
 		}
 	}
 }

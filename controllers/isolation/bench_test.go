@@ -25,7 +25,7 @@ import (
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers/controllertest"
-	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/integrations/kube"
 	"chamber.dev/chamber/test/controlplane"
 )
 
@@ -150,7 +150,7 @@ const (
 // startEcho runs the echo controller in a manager of its own, in this process beside
 // Chamber's: on a write of echoNode's GPUNode it reads the report from its cache and
 // taints the node with the report's first fault's count, through the same helper
-// isolation taints with (chamberkueue.UpdateNode: a cached read and a merge patch).
+// isolation taints with (kube.UpdateNode: a cached read and a merge patch).
 func startEcho(b *testing.B, ctx context.Context) {
 	mgr, err := ctrl.NewManager(controllertest.Config, ctrl.Options{Scheme: controlplane.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
 	if err != nil {
@@ -169,7 +169,7 @@ func startEcho(b *testing.B, ctx context.Context) {
 				return reconcile.Result{}, nil
 			}
 			token := strconv.Itoa(int(gn.Status.GPUs[i].Faults[0].Count))
-			return reconcile.Result{}, chamberkueue.UpdateNode(ctx, c, echoNode, func(n *corev1.Node) {
+			return reconcile.Result{}, kube.UpdateNode(ctx, c, echoNode, func(n *corev1.Node) {
 				n.Spec.Taints = []corev1.Taint{{Key: echoTaint, Value: token, Effect: corev1.TaintEffectNoSchedule}}
 			})
 		}))

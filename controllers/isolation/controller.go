@@ -42,7 +42,7 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
-	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/integrations/kube"
 )
 
 // Defaults of Options and of a pool's IsolationPolicy.
@@ -260,7 +260,7 @@ func (c *Controller) poolNodes(ctx context.Context, obj client.Object) []reconci
 // nodeSignature is what of a node the controller acts on.
 func (c *Controller) nodeSignature(n *corev1.Node) string {
 	// Allocatable too: the device plugin withdrawing a failing GPU resizes the hold.
-	capacity, allocatable := n.Status.Capacity[chamberkueue.ResourceGPU], n.Status.Allocatable[chamberkueue.ResourceGPU]
+	capacity, allocatable := n.Status.Capacity[kube.ResourceGPU], n.Status.Allocatable[kube.ResourceGPU]
 	sig := fmt.Sprintf("%v|%v|%v|%t|%s|%s", n.Labels, n.Annotations, n.Spec.Taints, n.Spec.Unschedulable, capacity.String(), allocatable.String())
 	for _, cond := range n.Status.Conditions {
 		if slices.Contains(c.opts.NodeConditions, cond.Type) {
@@ -271,7 +271,7 @@ func (c *Controller) nodeSignature(n *corev1.Node) string {
 }
 
 func gpuCapacity(n *corev1.Node) int64 {
-	q := n.Status.Capacity[chamberkueue.ResourceGPU]
+	q := n.Status.Capacity[kube.ResourceGPU]
 	return q.Value()
 }
 
@@ -545,7 +545,7 @@ func (c *Controller) reconcileIsolated(ctx context.Context, node *corev1.Node, p
 func (c *Controller) patchIsolated(ctx context.Context, node *corev1.Node, rep report, level chamber.IsolationLevel, now time.Time) (record, error) {
 	primary := rep.primary()
 	var wrote record
-	err := chamberkueue.UpdateNode(ctx, c.client, node.Name, func(n *corev1.Node) {
+	err := kube.UpdateNode(ctx, c.client, node.Name, func(n *corev1.Node) {
 		rec, _ := readRecord(n) // what cannot be read is written anew
 		if !rec.Isolated || rec.At.IsZero() {
 			rec.Isolated, rec.At = true, now
@@ -581,7 +581,7 @@ func (c *Controller) release(ctx context.Context, node *corev1.Node, pool *chamb
 	if err := c.setCondition(ctx, node, corev1.ConditionFalse, reason, msg, ""); err != nil {
 		return err
 	}
-	err := chamberkueue.UpdateNode(ctx, c.client, node.Name, func(n *corev1.Node) {
+	err := kube.UpdateNode(ctx, c.client, node.Name, func(n *corev1.Node) {
 		rec, _ := readRecord(n)
 		if rec.Tainted {
 			n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == chamber.TaintGPUUnhealthy })

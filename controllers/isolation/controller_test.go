@@ -23,6 +23,7 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
+	"chamber.dev/chamber/integrations/kube"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 	"chamber.dev/chamber/test/controlplane"
 )
@@ -225,7 +226,7 @@ func node(name, pool string) *corev1.Node {
 	gpus := *resource.NewQuantity(8, resource.DecimalSI)
 	return &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"pool": pool}},
-		Status:     corev1.NodeStatus{Capacity: corev1.ResourceList{chamberkueue.ResourceGPU: gpus}, Allocatable: corev1.ResourceList{chamberkueue.ResourceGPU: gpus}},
+		Status:     corev1.NodeStatus{Capacity: corev1.ResourceList{kube.ResourceGPU: gpus}, Allocatable: corev1.ResourceList{kube.ResourceGPU: gpus}},
 	}
 }
 
@@ -480,7 +481,7 @@ func TestGPULevel(t *testing.T) {
 	if err := e.client.Get(context.Background(), client.ObjectKey{Namespace: DefaultHoldNamespace, Name: holdPodName("n1")}, &hold); err != nil {
 		t.Fatalf("hold pod: %v", err)
 	}
-	q := hold.Spec.Containers[0].Resources.Limits[chamberkueue.ResourceGPU]
+	q := hold.Spec.Containers[0].Resources.Limits[kube.ResourceGPU]
 	if hold.Spec.NodeName != "n1" || q.Value() != 1 {
 		t.Errorf("hold pod on %q for %s GPUs, want n1 and 1", hold.Spec.NodeName, q.String())
 	}
@@ -506,7 +507,7 @@ func TestGPULevel(t *testing.T) {
 func TestGPUHoldLeavesWhatTheDevicePluginWithdrew(t *testing.T) {
 	bad := gpuNode("n1", start, map[int32][]chamber.GPUFault{2: {gsp}, 5: {gsp}})
 	n := node("n1", "p")
-	n.Status.Allocatable[chamberkueue.ResourceGPU] = resource.MustParse("7")
+	n.Status.Allocatable[kube.ResourceGPU] = resource.MustParse("7")
 	objs := []client.Object{pool("p", &chamber.IsolationPolicy{Level: chamber.IsolateGPU}), n, bad}
 	e := newEnv(t, Options{}, nil, objs...)
 	e.reconcile("n1")
@@ -515,7 +516,7 @@ func TestGPUHoldLeavesWhatTheDevicePluginWithdrew(t *testing.T) {
 	if err := e.client.Get(context.Background(), key, &hold); err != nil {
 		t.Fatalf("hold pod: %v", err)
 	}
-	if q := hold.Spec.Containers[0].Resources.Limits[chamberkueue.ResourceGPU]; q.Value() != 1 {
+	if q := hold.Spec.Containers[0].Resources.Limits[kube.ResourceGPU]; q.Value() != 1 {
 		t.Errorf("hold pod for %s GPUs, want 1: 2 failing, 1 withdrawn by the device plugin", q.String())
 	}
 
@@ -523,7 +524,7 @@ func TestGPUHoldLeavesWhatTheDevicePluginWithdrew(t *testing.T) {
 	if err := e.client.Get(context.Background(), client.ObjectKey{Name: "n1"}, n); err != nil {
 		t.Fatal(err)
 	}
-	n.Status.Allocatable[chamberkueue.ResourceGPU] = resource.MustParse("6")
+	n.Status.Allocatable[kube.ResourceGPU] = resource.MustParse("6")
 	if err := e.client.Status().Update(context.Background(), n); err != nil {
 		t.Fatal(err)
 	}

@@ -82,7 +82,7 @@ func (c *Controller) evict(ctx context.Context, node *corev1.Node, pool *chamber
 	grace := c.opts.EvictionGracePeriod
 	var asked []*kueue.Workload
 	for _, wl := range wls {
-		if have, ok := chamberkueue.RequestedEviction(wl); (ok && have.Reason == chamberkueue.ReasonGPUFault) || c.askedRecently(wl.UID, node.Name, now) {
+		if have, ok := chamberkueue.RequestedEviction(wl); (ok && have.Reason == chamber.ReasonGPUFault) || c.askedRecently(wl.UID, node.Name, now) {
 			continue
 		}
 		if slices.Contains(wl.Status.UnhealthyNodes, kueue.UnhealthyNode{Name: node.Name}) {
@@ -92,7 +92,7 @@ func (c *Controller) evict(ctx context.Context, node *corev1.Node, pool *chamber
 			continue
 		}
 		msg := fmt.Sprintf("evicted from node %s, isolated for a GPU fault (%s); Kueue requeues it onto healthy GPUs", node.Name, rep.describe())
-		e := chamberkueue.Eviction{Reason: chamberkueue.ReasonGPUFault, Message: msg, RequestedAt: now}
+		e := chamberkueue.Eviction{Reason: chamber.ReasonGPUFault, Message: msg, RequestedAt: now}
 		if failing == nil || has(onFailing, wl) || has(lost, wl) {
 			// Nothing of it runs on a healthy GPU to checkpoint.
 			e.GracePeriod = &grace

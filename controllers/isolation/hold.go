@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
-	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/integrations/kube"
 )
 
 // GPU-level isolation takes the failing GPUs out of the node's capacity with a "GPU
@@ -47,11 +47,11 @@ func (c *Controller) holdNamespace() string {
 }
 
 // holdGPUs makes the node's hold pod request the failing GPUs the node still offers:
-// len(gpus) less those its device plugin withholds already (chamberkueue.WithheldGPUs).
+// len(gpus) less those its device plugin withholds already (kube.WithheldGPUs).
 // Holding those too would take healthy GPUs out of service. A pod's requests cannot
 // change, so a hold of another size is replaced; none is left when nothing is to hold.
 func (c *Controller) holdGPUs(ctx context.Context, node *corev1.Node, gpus []int) error {
-	want := max(0, int64(len(gpus))-chamberkueue.WithheldGPUs(node))
+	want := max(0, int64(len(gpus))-kube.WithheldGPUs(node))
 	key := client.ObjectKey{Namespace: c.holdNamespace(), Name: holdPodName(node.Name)}
 	var have corev1.Pod
 	err := c.reader.Get(ctx, key, &have)
@@ -60,7 +60,7 @@ func (c *Controller) holdGPUs(ctx context.Context, node *corev1.Node, gpus []int
 		c.foreignHold(ctx, node, &have)
 		return nil
 	case err == nil:
-		q := have.Spec.Containers[0].Resources.Limits[chamberkueue.ResourceGPU]
+		q := have.Spec.Containers[0].Resources.Limits[kube.ResourceGPU]
 		if q.Value() == want && have.DeletionTimestamp == nil {
 			return nil
 		}
@@ -91,8 +91,8 @@ func (c *Controller) holdGPUs(ctx context.Context, node *corev1.Node, gpus []int
 				Name:  "hold",
 				Image: holdImage,
 				Resources: corev1.ResourceRequirements{
-					Requests: corev1.ResourceList{chamberkueue.ResourceGPU: gpuQty},
-					Limits:   corev1.ResourceList{chamberkueue.ResourceGPU: gpuQty},
+					Requests: corev1.ResourceList{kube.ResourceGPU: gpuQty},
+					Limits:   corev1.ResourceList{kube.ResourceGPU: gpuQty},
 				},
 			}},
 		},

@@ -32,6 +32,7 @@ import (
 	"chamber.dev/chamber/controllers/controllertest"
 	"chamber.dev/chamber/controllers/isolation"
 	"chamber.dev/chamber/healthcheck/nvmlsource"
+	"chamber.dev/chamber/integrations/kube"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 	"chamber.dev/chamber/test/controlplane"
 )
@@ -146,7 +147,7 @@ func submit(t testing.TB, ns, name string) {
 func submitGPUs(t testing.TB, ns, name string, gpus int) {
 	t.Helper()
 	create(t, testingjob.MakeJob(name, ns).Queue("default").Suspend(false).
-		RequestAndLimit(chamberkueue.ResourceGPU, strconv.Itoa(gpus)).
+		RequestAndLimit(kube.ResourceGPU, strconv.Itoa(gpus)).
 		PodAnnotation("pod-complete.stage.kwok.x-k8s.io/delay", "10m").
 		PodAnnotation("pod-complete.stage.kwok.x-k8s.io/jitter-delay", "10m").Obj())
 }
@@ -241,7 +242,7 @@ func value(g gomega.Gomega, name string, labels ...string) float64 {
 // evictedByCheck: Chamber evicted the job's workload for a GPU fault at least once.
 func evictedByCheck(g gomega.Gomega, ns, job string) {
 	wl := controllertest.WorkloadOf(g, k8s, ns, job)
-	g.Expect(controllertest.EvictedByChamber(wl, chamberkueue.ReasonGPUFault)).To(gomega.BeTrue(), "scheduling stats %+v", wl.Status.SchedulingStats)
+	g.Expect(controllertest.EvictedByChamber(wl, chamber.ReasonGPUFault)).To(gomega.BeTrue(), "scheduling stats %+v", wl.Status.SchedulingStats)
 }
 
 // undisturbed: the job's one workload has no eviction request and its pod runs.
@@ -701,7 +702,7 @@ func TestXID48IsolatesTheGPUOnly(t *testing.T) {
 	var hold corev1.PodList
 	g.Expect(k8s.List(ctx, &hold, client.MatchingLabels{chamber.LabelGPUHold: "gpu48-1"})).To(gomega.Succeed())
 	g.Expect(hold.Items).To(gomega.HaveLen(1))
-	q := hold.Items[0].Spec.Containers[0].Resources.Limits[chamberkueue.ResourceGPU]
+	q := hold.Items[0].Spec.Containers[0].Resources.Limits[kube.ResourceGPU]
 	g.Expect(q.Value()).To(gomega.Equal(int64(1)), "the hold takes the failing GPU only")
 	g.Expect(value(g, "chamber_isolations_total", "pool", "gpu48", "level", "GPU", "reason", "XID48")).To(gomega.Equal(1.0))
 }
@@ -748,7 +749,7 @@ func TestXID79DrainsTheNodeThenGivesNotice(t *testing.T) {
 		deadline, err := time.Parse(time.RFC3339, pod.Annotations[chamber.AnnotationEvictionDeadline])
 		g.Expect(err).NotTo(gomega.HaveOccurred())
 		g.Expect(deadline).To(gomega.BeTemporally(">=", raised.Add(drainTimeout+admission.DefaultGracePeriod).Truncate(time.Second)))
-		g.Expect(pod.Annotations[chamber.AnnotationEvictionReason]).To(gomega.Equal(chamberkueue.ReasonGPUFault))
+		g.Expect(pod.Annotations[chamber.AnnotationEvictionReason]).To(gomega.Equal(chamber.ReasonGPUFault))
 	}).Should(gomega.Succeed())
 }
 
@@ -814,7 +815,7 @@ func (d *devicePlugin) GPUPods(ctx context.Context) (map[string]agent.PodRef, er
 			continue
 		}
 		if _, ok := d.held[p.UID]; !ok {
-			q := p.Spec.Containers[0].Resources.Limits[chamberkueue.ResourceGPU]
+			q := p.Spec.Containers[0].Resources.Limits[kube.ResourceGPU]
 			var free []int
 			for i := 0; i < len(used) && int64(len(free)) < q.Value(); i++ {
 				if !used[i] {
@@ -862,7 +863,7 @@ func TestKilledPodIsMovedByKueueAlone(t *testing.T) {
 	// then the agent reads the XID.
 	g.Eventually(func(g gomega.Gomega) { // again on a conflict with kwok's heartbeat
 		n := getNode(g, "replace-1")
-		n.Status.Allocatable[chamberkueue.ResourceGPU] = resource.MustParse("7")
+		n.Status.Allocatable[kube.ResourceGPU] = resource.MustParse("7")
 		g.Expect(k8s.Status().Update(ctx, n)).To(gomega.Succeed())
 	}).Should(gomega.Succeed())
 	if err := k8s.Delete(ctx, first, client.GracePeriodSeconds(0)); err != nil {
@@ -889,7 +890,7 @@ func TestKilledPodIsMovedByKueueAlone(t *testing.T) {
 	g.Expect(wls).To(gomega.HaveLen(1))
 	g.Expect(wls[0].UID).To(gomega.Equal(uid))
 	g.Expect(wls[0].Status.UnhealthyNodes).To(gomega.BeEmpty())
-	g.Expect(controllertest.EvictedByChamber(&wls[0], chamberkueue.ReasonGPUFault)).To(gomega.BeFalse())
+	g.Expect(controllertest.EvictedByChamber(&wls[0], chamber.ReasonGPUFault)).To(gomega.BeFalse())
 	_, asked := chamberkueue.RequestedEviction(&wls[0])
 	g.Expect(asked).To(gomega.BeFalse())
 	var job batchv1.Job

@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
-	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/integrations/kube"
 )
 
 // Preflight reasons (Events; the Isolated condition keeps the fault's reason).
@@ -123,13 +123,13 @@ func (c *Controller) startPreflight(ctx context.Context, node *corev1.Node, p *c
 // the whole where the node's name makes it longer than 63 characters.
 func preflightJobName(node string, isolatedAt time.Time, attempt int) string {
 	name := fmt.Sprintf("preflight-%s-%d-%d", strings.ReplaceAll(node, ".", "-"), isolatedAt.Unix(), attempt)
-	return chamberkueue.ShortName(name, validation.DNS1123LabelMaxLength)
+	return kube.ShortName(name, validation.DNS1123LabelMaxLength)
 }
 
 // preflightNodeLabel is the node's name as the value of chamber.LabelPreflightNode: a node's
 // name may be longer than a label value.
 func preflightNodeLabel(node string) string {
-	return chamberkueue.ShortName(node, validation.LabelValueMaxLength)
+	return kube.ShortName(node, validation.LabelValueMaxLength)
 }
 
 // createPreflight creates the preflight Job of the given name on the node.

@@ -14,7 +14,7 @@ import (
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers/isolation"
-	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/integrations/kube"
 	"chamber.dev/chamber/test/controlplane"
 )
 
@@ -59,7 +59,7 @@ func clearIsolation(t *testing.T, g *gomega.WithT, node string) {
 	// A merge patch, as kubectl annotate makes: the agent's and Chamber's own writes to
 	// the Node do not make it conflict.
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}
-	g.Expect(chamberkueue.PatchAnnotations(context.Background(), k8s, n, map[string]any{chamber.AnnotationIsolationClear: "true"})).To(gomega.Succeed())
+	g.Expect(kube.PatchAnnotations(context.Background(), k8s, n, map[string]any{chamber.AnnotationIsolationClear: "true"})).To(gomega.Succeed())
 }
 
 func preflightJobs(g gomega.Gomega, ns, node string) []batchv1.Job {

@@ -13,7 +13,7 @@ import (
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/healthcheck"
-	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/integrations/kube"
 )
 
 // fault is one Unhealthy fault of one GPU, as its agent reports it, or of the whole
@@ -190,7 +190,7 @@ func (f fault) taintValue() string {
 	if v == "" {
 		return "GPUUnhealthy"
 	}
-	return chamberkueue.ShortName(v, validation.LabelValueMaxLength)
+	return kube.ShortName(v, validation.LabelValueMaxLength)
 }
 
 // level is the isolation level of the report's faults under the pool's level, and

@@ -22,7 +22,7 @@ import (
 	bus "volcano.sh/apis/pkg/apis/bus/v1alpha1"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
-	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/integrations/kube"
 	"chamber.dev/chamber/integrations/volcano"
 )
 
@@ -206,7 +206,7 @@ func (r *VolcanoRestarts) restart(ctx context.Context, node *corev1.Node, pool *
 	if err != nil {
 		return 0, client.IgnoreNotFound(err)
 	}
-	if !asked || req.Reason != chamberkueue.ReasonGPUFault {
+	if !asked || req.Reason != chamber.ReasonGPUFault {
 		grace := r.opts.EvictionGracePeriod
 		msg := fmt.Sprintf("restarted whole, off node %s, isolated for a GPU fault (%s); Volcano places it again on healthy GPUs", node.Name, rec.Reason)
 		if !on.onFailing {
@@ -220,8 +220,8 @@ func (r *VolcanoRestarts) restart(ctx context.Context, node *corev1.Node, pool *
 		// A request of another reason (idle reclaim's pause) gives way: a job on failing
 		// hardware is restarted whatever else was asked of it, and idle reclaim leaves
 		// a job alone while another request stands.
-		req = volcano.Request{Reason: chamberkueue.ReasonGPUFault, Message: msg, RequestedAt: now, GracePeriod: grace}
-		if err := chamberkueue.PatchAnnotations(ctx, r.client, job, req.Annotations()); err != nil {
+		req = volcano.Request{Reason: chamber.ReasonGPUFault, Message: msg, RequestedAt: now, GracePeriod: grace}
+		if err := kube.PatchAnnotations(ctx, r.client, job, req.Annotations()); err != nil {
 			return 0, client.IgnoreNotFound(err)
 		}
 		r.recorder.Eventf(job, node, corev1.EventTypeWarning, "RestartRequested", "Restart", "%s: %s (grace period %s)", req.Reason, req.Message, req.GracePeriod)
@@ -245,7 +245,7 @@ func (r *VolcanoRestarts) notice(ctx context.Context, job *batch.Job, pods []cor
 		if p.DeletionTimestamp != nil || !volcano.CurrentPod(job, p) || p.Annotations[chamber.AnnotationEvictionDeadline] == deadline {
 			continue
 		}
-		err := chamberkueue.PatchAnnotations(ctx, r.client, p, map[string]any{chamber.AnnotationEvictionDeadline: deadline, chamber.AnnotationEvictionReason: req.Reason})
+		err := kube.PatchAnnotations(ctx, r.client, p, map[string]any{chamber.AnnotationEvictionDeadline: deadline, chamber.AnnotationEvictionReason: req.Reason})
 		if client.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("give pod %s/%s notice of restart: %w", p.Namespace, p.Name, err)
 		}
@@ -271,7 +271,7 @@ func (r *VolcanoRestarts) issue(ctx context.Context, node *corev1.Node, pool *ch
 		return 0, nil
 	}
 	rs := volcano.Restart{From: job.Status.RetryCount, At: now}
-	if err := chamberkueue.PatchAnnotations(ctx, r.client, job, rs.Annotations()); err != nil {
+	if err := kube.PatchAnnotations(ctx, r.client, job, rs.Annotations()); err != nil {
 		return 0, client.IgnoreNotFound(err)
 	}
 	r.remember(job)
@@ -295,7 +295,7 @@ func (r *VolcanoRestarts) reissue(ctx context.Context, job *batch.Job, now time.
 	if err == nil || !apierrors.IsNotFound(err) {
 		return volcanoRecheck, client.IgnoreNotFound(err)
 	}
-	return volcanoRecheck, r.command(ctx, job, chamberkueue.ReasonGPUFault, "issued again: Volcano did not restart the job within "+reissueAfter.String())
+	return volcanoRecheck, r.command(ctx, job, chamber.ReasonGPUFault, "issued again: Volcano did not restart the job within "+reissueAfter.String())
 }
 
 func (r *VolcanoRestarts) command(ctx context.Context, job *batch.Job, reason, msg string) error {

@@ -23,7 +23,7 @@ import (
 	"chamber.dev/chamber/controllers/isolation"
 	"chamber.dev/chamber/controllers/volcanoresync"
 	"chamber.dev/chamber/exporter/fleetpage"
-	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/integrations/kube"
 )
 
 // Options are chamber-controller's settings.
@@ -111,9 +111,9 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Isolation.EvictionGracePeriod, "isolation-eviction-grace-period", c.Isolation.EvictionGracePeriod, "checkpoint grace period of workloads on failed GPUs (0: at once; a failed GPU cannot checkpoint); workloads on the healthy GPUs of an isolated node keep their team's")
 	fs.DurationVar(&c.Isolation.DrainTimeout, "isolation-drain-timeout", c.Isolation.DrainTimeout, "how long workloads on the healthy GPUs of a node isolated at node level run on (the node drains) before they are evicted with their team's grace, so the node can be rebooted for its repair; negative: never")
 	fs.StringVar(&c.Isolation.HoldNamespace, "isolation-hold-namespace", c.Isolation.HoldNamespace, "namespace of the pods that hold failing GPUs under GPU-level isolation")
-	fs.BoolVar(&c.MultiKueueDispatcher, "multikueue-dispatcher", c.MultiKueueDispatcher, "choose the worker cluster of each MultiKueue workload by free healthy GPUs of its model and price per GPU-hour (docs/multicluster.md); Kueue's Configuration must name the dispatcher: multiKueue.dispatcherName: chamber.dev/multikueue-dispatcher")
-	fs.DurationVar(&c.Resync.After, "volcano-resync-after", c.Resync.After, "how long a Volcano Job vc-controller-manager left stalled (Pending with no PodGroup, Restarting with no pod) waits before Chamber resumes it with a ResumeJob Command (docs/volcano.md)")
-	fs.BoolVar(&c.VolcanoQueueHierarchy, "volcano-queue-hierarchy", c.VolcanoQueueHierarchy, "compile Volcano pools into Volcano's queue hierarchy: a Queue per pool, the parent of its teams' Queues and the child of its parent pool's (spec.parent); vc-scheduler's capacity plugin must have enableHierarchy: true (docs/volcano.md)")
+	fs.BoolVar(&c.MultiKueueDispatcher, "multikueue-dispatcher", c.MultiKueueDispatcher, "choose the worker cluster of each MultiKueue workload by free healthy GPUs of its model and price per GPU-hour (docs/concepts/multicluster.md); Kueue's Configuration must name the dispatcher: multiKueue.dispatcherName: chamber.dev/multikueue-dispatcher")
+	fs.DurationVar(&c.Resync.After, "volcano-resync-after", c.Resync.After, "how long a Volcano Job vc-controller-manager left stalled (Pending with no PodGroup, Restarting with no pod) waits before Chamber resumes it with a ResumeJob Command (docs/concepts/volcano.md)")
+	fs.BoolVar(&c.VolcanoQueueHierarchy, "volcano-queue-hierarchy", c.VolcanoQueueHierarchy, "compile Volcano pools into Volcano's queue hierarchy: a Queue per pool, the parent of its teams' Queues and the child of its parent pool's (spec.parent); vc-scheduler's capacity plugin must have enableHierarchy: true (docs/concepts/volcano.md)")
 	fs.StringVar(&c.KueueNamespace, "kueue-namespace", c.KueueNamespace, "the namespace Kueue runs in, where GPUPools' worker clusters' kubeconfig Secrets are (empty: kueue-system)")
 	fs.BoolVar(&c.MonitoringOnly, "monitoring-only", c.MonitoringOnly, "run as GPU monitoring alone (the fleet inventory, its metrics and the DCGM source): nothing compiled into Kueue, nothing evicted or tainted; also what runs when the cluster does not serve Kueue's API")
 	fs.StringVar(&c.DCGM.PrometheusURL, "dcgm-prometheus-url", c.DCGM.PrometheusURL, "a Prometheus that scrapes NVIDIA's dcgm-exporter (e.g. http://prometheus.monitoring:9090): Chamber reads GPU health and utilization from it for every node without a Chamber agent; empty: off")
@@ -151,7 +151,7 @@ func (o *Options) validate() error {
 		must(d >= 0, "--%s must not be negative, got %s", name, d)
 	}
 
-	tiers, err := chamberkueue.ParsePriorityTiers(o.priorityTiers)
+	tiers, err := kube.ParsePriorityTiers(o.priorityTiers)
 	must(err == nil, "--priority-tiers: %v", err)
 	c.PriorityTiers = tiers
 	must(o.APIQPS > 0, "--kube-api-qps must be positive, got %v", o.APIQPS)
@@ -206,7 +206,7 @@ func (o *Options) validate() error {
 	return errors.Join(errs...)
 }
 
-func formatTiers(tiers []chamberkueue.PriorityTier) string {
+func formatTiers(tiers []kube.PriorityTier) string {
 	parts := make([]string, len(tiers))
 	for i, t := range tiers {
 		parts[i] = fmt.Sprintf("%s=%d", t.Name, t.Value)

@@ -16,7 +16,7 @@ import (
 
 	"chamber.dev/chamber/controllers"
 	"chamber.dev/chamber/controllers/options"
-	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/integrations/kube"
 )
 
 func parse(args ...string) (*options.Options, error) {
@@ -35,7 +35,7 @@ func TestDefaults(t *testing.T) {
 	}
 	want := controllers.DefaultConfig()
 	got := o.Controllers
-	if diff := cmp.Diff(chamberkueue.DefaultPriorityTiers, got.PriorityTiers); diff != "" {
+	if diff := cmp.Diff(kube.DefaultPriorityTiers, got.PriorityTiers); diff != "" {
 		t.Errorf("priority tiers (-want +got):\n%s", diff)
 	}
 	if got.Admission != want.Admission || got.IdleReclaim != want.IdleReclaim || got.Room != want.Room ||
@@ -66,7 +66,7 @@ func TestFlagsSetTheConfig(t *testing.T) {
 	if want := []corev1.NodeConditionType{"GPUProblem", "KernelDeadlock"}; !cmp.Equal(want, c.Isolation.NodeConditions) {
 		t.Errorf("isolation node conditions %v, want %v", c.Isolation.NodeConditions, want)
 	}
-	if want := []chamberkueue.PriorityTier{{Name: "gold", Value: 10}, {Name: "tin", Value: 1}}; !cmp.Equal(want, c.PriorityTiers) {
+	if want := []kube.PriorityTier{{Name: "gold", Value: 10}, {Name: "tin", Value: 1}}; !cmp.Equal(want, c.PriorityTiers) {
 		t.Errorf("priority tiers %v, want %v", c.PriorityTiers, want)
 	}
 }

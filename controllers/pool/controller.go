@@ -33,6 +33,7 @@ import (
 	scheduling "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
+	"chamber.dev/chamber/integrations/kube"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 	"chamber.dev/chamber/integrations/volcano"
 )
@@ -311,10 +312,10 @@ func (c *Controller) apply(ctx context.Context, pool *chamber.GPUPool, obj clien
 	if err != nil {
 		return fmt.Errorf("get %T %s: %w", obj, obj.GetName(), err)
 	}
-	if !chamberkueue.Owned(existing) {
+	if !kube.Owned(existing) {
 		return fmt.Errorf("%T %s exists and is not managed by Chamber: rename it or delete it", obj, obj.GetName())
 	}
-	changed, err := chamberkueue.Adopt(pool, existing, c.client.Scheme())
+	changed, err := kube.Adopt(pool, existing, c.client.Scheme())
 	if err != nil {
 		return err
 	}
@@ -389,7 +390,7 @@ func CountModels(pool *chamber.GPUPool, nodes []corev1.Node, unhealthy map[strin
 	byModel := map[string]*chamber.PoolModel{}
 	for _, n := range nodes {
 		model := n.Labels[productLabel]
-		capacity := n.Status.Capacity[chamberkueue.ResourceGPU]
+		capacity := n.Status.Capacity[kube.ResourceGPU]
 		if model == "" || capacity.Value() == 0 {
 			continue
 		}
@@ -403,8 +404,8 @@ func CountModels(pool *chamber.GPUPool, nodes []corev1.Node, unhealthy map[strin
 		}
 		m.Nodes++
 		m.Total += capacity.Value()
-		if chamberkueue.Schedulable(&n) {
-			alloc := n.Status.Allocatable[chamberkueue.ResourceGPU]
+		if kube.Schedulable(&n) {
+			alloc := n.Status.Allocatable[kube.ResourceGPU]
 			m.Allocatable += alloc.Value()
 			failed := int64(len(chamber.FailedGPUs(n.Annotations, unhealthy[n.Name])))
 			m.Healthy += max(0, min(alloc.Value(), capacity.Value()-failed))
@@ -420,7 +421,7 @@ func CountModels(pool *chamber.GPUPool, nodes []corev1.Node, unhealthy map[strin
 
 // nodeCounts is what of a node the pool's status depends on.
 func nodeCounts(n *corev1.Node) string {
-	capacity := n.Status.Capacity[chamberkueue.ResourceGPU]
-	allocatable := n.Status.Allocatable[chamberkueue.ResourceGPU]
-	return fmt.Sprintf("%v|%s|%s|%t|%v", n.Labels, capacity.String(), allocatable.String(), chamberkueue.Schedulable(n), chamber.IsolatedGPUs(n.Annotations))
+	capacity := n.Status.Capacity[kube.ResourceGPU]
+	allocatable := n.Status.Allocatable[kube.ResourceGPU]
+	return fmt.Sprintf("%v|%s|%s|%t|%v", n.Labels, capacity.String(), allocatable.String(), kube.Schedulable(n), chamber.IsolatedGPUs(n.Annotations))
 }

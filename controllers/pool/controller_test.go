@@ -10,6 +10,7 @@ import (
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers/pool"
 	"chamber.dev/chamber/fleet/fleettest"
+	"chamber.dev/chamber/integrations/kube"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
@@ -48,7 +49,7 @@ func TestParentAndChildCountEachGPUOnce(t *testing.T) {
 func TestHealthyCountsEachFailedGPUOnce(t *testing.T) {
 	p := fleettest.MakePool("main", map[string]string{"gpu": "true"}, nil)
 	withdrawn := fleettest.MakeNode("withdrawn", 8).Label("gpu", "true").Obj()
-	withdrawn.Status.Allocatable[chamberkueue.ResourceGPU] = *resource.NewQuantity(7, resource.DecimalSI)
+	withdrawn.Status.Allocatable[kube.ResourceGPU] = *resource.NewQuantity(7, resource.DecimalSI)
 	held := fleettest.MakeNode("held", 8).Label("gpu", "true").Obj()
 	held.Annotations = map[string]string{chamber.AnnotationIsolatedAt: "2026-12-04T12:00:00Z",
 		chamber.AnnotationIsolationLevel: string(chamber.IsolateGPU), chamber.AnnotationIsolatedGPUs: "1,2"}

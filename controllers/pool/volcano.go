@@ -9,7 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
-	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/integrations/kube"
 	"chamber.dev/chamber/integrations/volcano"
 )
 
@@ -36,7 +36,7 @@ func (c *Controller) applyVolcano(ctx context.Context, pool *chamber.GPUPool, po
 	}
 	var clusterGPUs int64
 	for i := range nodes.Items {
-		clusterGPUs += nodes.Items[i].Status.Allocatable.Name(chamberkueue.ResourceGPU, "").Value()
+		clusterGPUs += nodes.Items[i].Status.Allocatable.Name(kube.ResourceGPU, "").Value()
 	}
 	queues, problems := volcano.PoolQueues(pools, teams, clusterGPUs)
 	want := queues[pool.Name]

@@ -36,6 +36,7 @@ import (
 	utiltas "sigs.k8s.io/kueue/pkg/util/tas"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
+	"chamber.dev/chamber/integrations/kube"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
@@ -185,7 +186,7 @@ func (c *Controller) borrowedIn(ctx context.Context, cq *kueue.ClusterQueue, fla
 				continue
 			}
 			for _, r := range f.Resources {
-				if r.Name == chamberkueue.ResourceGPU && r.Borrowed.Value() > 0 {
+				if r.Name == kube.ResourceGPU && r.Borrowed.Value() > 0 {
 					out[q.Name] = r.Borrowed.Value()
 				}
 			}
@@ -222,7 +223,7 @@ func waitsForRoom(wl *kueue.Workload) (since time.Time, quota int64, ok bool) {
 }
 
 // shortOfQuota is Kueue's message for a workload whose GPU quota falls short.
-var shortOfQuota = regexp.MustCompile(`insufficient unused quota for ` + regexp.QuoteMeta(string(chamberkueue.ResourceGPU)) + ` in flavor \S+, (\d+) more needed`)
+var shortOfQuota = regexp.MustCompile(`insufficient unused quota for ` + regexp.QuoteMeta(string(kube.ResourceGPU)) + ` in flavor \S+, (\d+) more needed`)
 
 // movedFor are the UIDs of the workloads moved for wl before.
 func movedFor(wl *kueue.Workload) map[types.UID]bool {
@@ -260,7 +261,7 @@ func (c *Controller) flavorsOf(ctx context.Context, wl *kueue.Workload) (*kueue.
 	}
 	var out []*kueue.ResourceFlavor
 	for _, rg := range cq.Spec.ResourceGroups {
-		if !slices.Contains(rg.CoveredResources, chamberkueue.ResourceGPU) {
+		if !slices.Contains(rg.CoveredResources, kube.ResourceGPU) {
 			continue
 		}
 		for _, f := range rg.Flavors {
@@ -288,7 +289,7 @@ func (c *Controller) nodesOf(ctx context.Context, flavor *kueue.ResourceFlavor, 
 	var out []nodeState
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
-		if !chamberkueue.Schedulable(n) {
+		if !kube.Schedulable(n) {
 			continue
 		}
 		s, err := c.nodeState(ctx, n, below, moved)
@@ -339,11 +340,11 @@ func movable(wl *kueue.Workload, below int32, moved map[types.UID]bool) bool {
 
 // freeGPUs are the node's allocatable GPUs its live pods leave.
 func freeGPUs(n *corev1.Node, pods []corev1.Pod) int64 {
-	alloc := n.Status.Allocatable[chamberkueue.ResourceGPU]
+	alloc := n.Status.Allocatable[kube.ResourceGPU]
 	free := alloc.Value()
 	for i := range pods {
-		if chamberkueue.Live(&pods[i]) {
-			free -= chamberkueue.PodGPUs(&pods[i].Spec)
+		if kube.Live(&pods[i]) {
+			free -= kube.PodGPUs(&pods[i].Spec)
 		}
 	}
 	return max(free, 0)
@@ -354,8 +355,8 @@ func freeGPUs(n *corev1.Node, pods []corev1.Pod) int64 {
 func boundGPUs(pods []corev1.Pod, wl *kueue.Workload) []int64 {
 	var out []int64
 	for i := range pods {
-		if p := &pods[i]; chamberkueue.Live(p) && ownedBy(p, wl) {
-			out = append(out, chamberkueue.PodGPUs(&p.Spec))
+		if p := &pods[i]; kube.Live(p) && ownedBy(p, wl) {
+			out = append(out, kube.PodGPUs(&p.Spec))
 		}
 	}
 	return out
@@ -420,7 +421,7 @@ func (c *Controller) move(ctx context.Context, wl *kueue.Workload, p plan, pause
 		names = append(names, m.key.String())
 	}
 	slices.Sort(uids)
-	if err := chamberkueue.PatchAnnotations(ctx, c.client, wl.DeepCopy(), map[string]any{
+	if err := kube.PatchAnnotations(ctx, c.client, wl.DeepCopy(), map[string]any{
 		chamber.AnnotationRoomMadeAt: now.UTC().Format(time.RFC3339),
 		chamber.AnnotationRoomMoved:  strings.Join(uids, ","),
 	}); err != nil {

@@ -23,6 +23,7 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
+	"chamber.dev/chamber/integrations/kube"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
@@ -36,7 +37,7 @@ import (
 
 // holdRoom taints the node for the waiting workload.
 func (c *Controller) holdRoom(ctx context.Context, node string, wl *kueue.Workload, gpus int64, now time.Time) error {
-	return chamberkueue.UpdateNode(ctx, c.client, node, func(n *corev1.Node) {
+	return kube.UpdateNode(ctx, c.client, node, func(n *corev1.Node) {
 		if n.Annotations == nil {
 			n.Annotations = map[string]string{}
 		}
@@ -93,7 +94,7 @@ func (h holds) Reconcile(ctx context.Context, n *corev1.Node) (reconcile.Result,
 		madeAt, _ := time.Parse(time.RFC3339, n.Annotations[chamber.AnnotationRoomMadeAt])
 		return reconcile.Result{RequeueAfter: min(h.opts.Interval, max(madeAt.Add(h.opts.Settle).Sub(now), time.Second))}, nil
 	}
-	err = chamberkueue.UpdateNode(ctx, h.client, n.Name, func(n *corev1.Node) {
+	err = kube.UpdateNode(ctx, h.client, n.Name, func(n *corev1.Node) {
 		n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, isRoomTaint)
 		delete(n.Annotations, chamber.AnnotationRoomFor)
 		delete(n.Annotations, chamber.AnnotationRoomGPUs)

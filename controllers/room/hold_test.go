@@ -16,6 +16,7 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
+	"chamber.dev/chamber/integrations/kube"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 	"chamber.dev/chamber/test/controlplane"
 )
@@ -46,7 +47,7 @@ func placed(name, host string, gpus int64, bound bool) []client.Object {
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name + "-0", Annotations: map[string]string{kueue.WorkloadAnnotation: name}},
 		Spec: corev1.PodSpec{NodeName: host, Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{
-			Limits: corev1.ResourceList{chamberkueue.ResourceGPU: *resource.NewQuantity(gpus, resource.DecimalSI)}}}}},
+			Limits: corev1.ResourceList{kube.ResourceGPU: *resource.NewQuantity(gpus, resource.DecimalSI)}}}}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning},
 	}
 	return []client.Object{wl, pod}
@@ -62,7 +63,7 @@ func TestRoomGoesForAWorkloadPlacedMeanwhile(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{corev1.LabelHostname: "n1"}, Annotations: map[string]string{
 			chamber.AnnotationRoomFor: "ns/big", chamber.AnnotationRoomGPUs: "8", chamber.AnnotationRoomMadeAt: now.UTC().Format(time.RFC3339)}},
 		Spec:   corev1.NodeSpec{Taints: []corev1.Taint{{Key: chamber.TaintRoom, Value: "wl-big", Effect: corev1.TaintEffectNoSchedule}}},
-		Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{chamberkueue.ResourceGPU: *resource.NewQuantity(8, resource.DecimalSI)}},
+		Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{kube.ResourceGPU: *resource.NewQuantity(8, resource.DecimalSI)}},
 	}
 	big := &kueue.Workload{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "big", UID: "wl-big", Annotations: map[string]string{chamber.AnnotationRoomMoved: "wl-moved"}},

@@ -22,7 +22,7 @@ import (
 	"chamber.dev/chamber/controllers"
 	"chamber.dev/chamber/controllers/controllertest"
 	"chamber.dev/chamber/controllers/room"
-	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/integrations/kube"
 	"chamber.dev/chamber/test/controlplane"
 )
 
@@ -76,7 +76,7 @@ func run(t *testing.T, g *gomega.WithT, ns, name string, gpus int, d time.Durati
 func submit(t *testing.T, ns, name string, gpus int, d time.Duration, tier string) {
 	t.Helper()
 	create(t, testingjob.MakeJob(name, ns).Queue("default").Suspend(false).WorkloadPriorityClass(tier).
-		RequestAndLimit(chamberkueue.ResourceGPU, fmt.Sprint(gpus)).
+		RequestAndLimit(kube.ResourceGPU, fmt.Sprint(gpus)).
 		PodAnnotation("pod-complete.stage.kwok.x-k8s.io/delay", d.String()).
 		PodAnnotation("pod-complete.stage.kwok.x-k8s.io/jitter-delay", d.String()).Obj())
 }
@@ -194,7 +194,7 @@ func TestRoomForBigJob(t *testing.T) {
 	}).Should(gomega.Succeed())
 
 	create(t, testingjob.MakeJob("train", "room-prod").Queue("default").Suspend(false).WorkloadPriorityClass("production").
-		RequestAndLimit(chamberkueue.ResourceGPU, "8").
+		RequestAndLimit(kube.ResourceGPU, "8").
 		PodAnnotation("pod-complete.stage.kwok.x-k8s.io/delay", "10m").Obj())
 	// Kueue's own verdict first: quota yes, node no.
 	g.Eventually(func(g gomega.Gomega) {
@@ -257,7 +257,7 @@ func TestRoomPausesBorrowedWork(t *testing.T) {
 	g.Expect(onNode).To(gomega.HaveLen(2))
 
 	create(t, testingjob.MakeJob("train", "pause-prod").Queue("default").Suspend(false).WorkloadPriorityClass("production").
-		RequestAndLimit(chamberkueue.ResourceGPU, "8").
+		RequestAndLimit(kube.ResourceGPU, "8").
 		PodAnnotation("pod-complete.stage.kwok.x-k8s.io/delay", "10m").Obj())
 	// Kueue's own verdict first: short of quota, no preemption.
 	g.Eventually(func(g gomega.Gomega) {

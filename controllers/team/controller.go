@@ -33,6 +33,7 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
+	"chamber.dev/chamber/integrations/kube"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
@@ -423,10 +424,10 @@ func (c *Controller) applyClusterQueue(ctx context.Context, team *chamber.Team, 
 	if err != nil {
 		return nil, fmt.Errorf("get ClusterQueue %s: %w", want.Name, err)
 	}
-	if !chamberkueue.Owned(&have) {
+	if !kube.Owned(&have) {
 		return nil, nil
 	}
-	adopted, err := chamberkueue.Adopt(team, &have, c.client.Scheme())
+	adopted, err := kube.Adopt(team, &have, c.client.Scheme())
 	if err != nil {
 		return nil, err
 	}
@@ -490,7 +491,7 @@ func (c *Controller) applyLocalQueues(ctx context.Context, team *chamber.Team, n
 			return nil, fmt.Errorf("get LocalQueue %s/%s: %w", ns, lq.Name, err)
 		case have.Labels[chamber.LabelTeam] == team.Name:
 			// The team's own, orphaned by an uninstall of Chamber: the team's again.
-			adopted, err := chamberkueue.Adopt(team, &have, c.client.Scheme())
+			adopted, err := kube.Adopt(team, &have, c.client.Scheme())
 			if err != nil {
 				return nil, err
 			}
@@ -534,7 +535,7 @@ func (c *Controller) borrowedByOthers(ctx context.Context, cq *kueue.ClusterQueu
 		}
 		for _, fu := range other.Status.FlavorsUsage {
 			for _, r := range fu.Resources {
-				if r.Name == chamberkueue.ResourceGPU {
+				if r.Name == kube.ResourceGPU {
 					out[string(fu.Name)] += r.Borrowed.Value()
 				}
 			}
@@ -564,7 +565,7 @@ func usage(cq *kueue.ClusterQueue, pool *chamber.GPUPool, team *chamber.Team, wi
 	var out []chamber.TeamModelUsage
 	for _, fu := range cq.Status.FlavorsUsage {
 		for _, r := range fu.Resources {
-			if r.Name != chamberkueue.ResourceGPU {
+			if r.Name != kube.ResourceGPU {
 				continue
 			}
 			model := byFlavor[string(fu.Name)]
@@ -643,7 +644,7 @@ func (c *Controller) outOfService(ctx context.Context, pool *chamber.GPUPool, mo
 		if p := chamber.PoolOf(n.Labels, pools.Items); n.Labels[product] != model || p == nil || p.Name != pool.Name {
 			continue
 		}
-		if !chamberkueue.Schedulable(n) {
+		if !kube.Schedulable(n) {
 			out = append(out, n.Name+": takes no work (cordoned or tainted)")
 			continue
 		}
@@ -652,7 +653,7 @@ func (c *Controller) outOfService(ctx context.Context, pool *chamber.GPUPool, mo
 			return "the failed GPUs could not be listed"
 		}
 		failed := chamber.FailedGPUs(n.Annotations, gn.Status.UnhealthyGPUs())
-		if withdrawn := chamberkueue.WithheldGPUs(n); len(failed) > 0 || withdrawn > 0 {
+		if withdrawn := kube.WithheldGPUs(n); len(failed) > 0 || withdrawn > 0 {
 			gpus := make([]string, 0, len(failed))
 			for _, i := range failed {
 				gpus = append(gpus, strconv.Itoa(i))

@@ -29,7 +29,7 @@ import (
 	"chamber.dev/chamber/controllers/controllertest"
 	"chamber.dev/chamber/controllers/team"
 	"chamber.dev/chamber/healthcheck/nvmlsource"
-	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/integrations/kube"
 	"chamber.dev/chamber/test/controlplane"
 )
 
@@ -109,7 +109,7 @@ func newTeam(name, pool string, namespaces []string, quotas ...chamber.TeamQuota
 func submit(t *testing.T, ns, name string, gpus int, d time.Duration, tier string) {
 	t.Helper()
 	w := testingjob.MakeJob(name, ns).Queue("default").Suspend(false).
-		RequestAndLimit(chamberkueue.ResourceGPU, fmt.Sprint(gpus)).
+		RequestAndLimit(kube.ResourceGPU, fmt.Sprint(gpus)).
 		PodAnnotation("pod-complete.stage.kwok.x-k8s.io/delay", d.String()).
 		PodAnnotation("pod-complete.stage.kwok.x-k8s.io/jitter-delay", d.String())
 	if tier != "" {
@@ -323,7 +323,7 @@ func TestQuotasFollowHealthyGPUs(t *testing.T) {
 
 	// 8 of its own and 8 borrowed would have fit the pool's 16 GPUs; 14 are left.
 	job := testingjob.MakeJob("whole-pool", "healthq-a").Queue("default").Suspend(false).Parallelism(2).Completions(2).
-		RequestAndLimit(chamberkueue.ResourceGPU, "8").
+		RequestAndLimit(kube.ResourceGPU, "8").
 		PodAnnotation("pod-complete.stage.kwok.x-k8s.io/delay", "5s").Obj()
 	create(t, job)
 	g.Eventually(func(g gomega.Gomega) {

@@ -18,7 +18,7 @@ import (
 	scheduling "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
-	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/integrations/kube"
 	"chamber.dev/chamber/integrations/volcano"
 )
 
@@ -112,7 +112,7 @@ func (c *volcanoTeams) Reconcile(ctx context.Context, team *chamber.Team) (recon
 		}
 	case err != nil:
 		return reconcile.Result{}, fmt.Errorf("get Volcano Queue %s: %w", want.Name, err)
-	case !chamberkueue.Owned(&have):
+	case !kube.Owned(&have):
 		ready.Status, ready.Reason = metav1.ConditionFalse, chamber.ReasonQueueTaken
 		ready.Message = fmt.Sprintf("a Volcano Queue %q exists that Chamber did not make; Chamber never takes one over: rename the team or delete the Queue", want.Name)
 		return reconcile.Result{}, writeCondition(ctx, c.client, team, false, ready)

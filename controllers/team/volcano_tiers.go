@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
-	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/integrations/kube"
 	"chamber.dev/chamber/integrations/volcano"
 )
 
@@ -23,7 +23,7 @@ const ReasonPriorityClassNotOwned = "PriorityClassNotOwned"
 
 // RegisterVolcanoPriorityTiers makes the tiers Volcano's PriorityClasses
 // (integrations/volcano.PriorityClass) when the manager starts (its leader).
-func RegisterVolcanoPriorityTiers(mgr ctrl.Manager, tiers []chamberkueue.PriorityTier) error {
+func RegisterVolcanoPriorityTiers(mgr ctrl.Manager, tiers []kube.PriorityTier) error {
 	return mgr.Add(&VolcanoPriorityTiers{client: mgr.GetClient(), reader: mgr.GetAPIReader(),
 		recorder: mgr.GetEventRecorder("chamber-priority-tiers"), tiers: tiers})
 }
@@ -39,7 +39,7 @@ type VolcanoPriorityTiers struct {
 	// start, so the controller keeps no cache of them.
 	reader   client.Reader
 	recorder events.EventRecorder
-	tiers    []chamberkueue.PriorityTier
+	tiers    []kube.PriorityTier
 }
 
 var _ manager.LeaderElectionRunnable = &VolcanoPriorityTiers{}
@@ -66,7 +66,7 @@ func (p *VolcanoPriorityTiers) apply(ctx context.Context, want *schedulingv1.Pri
 		return fmt.Errorf("get PriorityClass %s: %w", want.Name, err)
 	case have.Value == want.Value:
 		return nil
-	case !chamberkueue.Owned(&have):
+	case !kube.Owned(&have):
 		p.recorder.Eventf(&have, nil, corev1.EventTypeWarning, ReasonPriorityClassNotOwned, "ReadPriorityTier",
 			"PriorityClass %s has value %d, Chamber's tier %s %d; Chamber did not make it and never changes it, so Volcano orders the tier's jobs by %d: delete it to have Chamber's, or change the tier's value (--priority-tiers)",
 			have.Name, have.Value, want.Name, want.Value, have.Value)

@@ -19,6 +19,7 @@ import (
 	scheduling "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
+	"chamber.dev/chamber/integrations/kube"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
@@ -78,7 +79,7 @@ func (h *handBack) clusterQueues(ctx context.Context) error {
 					cq.Spec.AdmissionChecksStrategy = nil
 				}
 			}
-			if want, ok := declared[cq.Name]; ok && chamberkueue.Owned(cq) {
+			if want, ok := declared[cq.Name]; ok && kube.Owned(cq) {
 				if !equality.Semantic.DeepEqual(cq.Spec.ResourceGroups, want.ResourceGroups) {
 					cq.Spec.ResourceGroups = want.ResourceGroups
 					what = append(what, "restore the quota its Team declares (GPUs withheld for failing hardware, a spent budget's borrowing stop)")

@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
-	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/integrations/kube"
 )
 
 // chamberTaints are the taints Chamber puts on nodes: fault isolation's and room for
@@ -137,7 +137,7 @@ func (h *handBack) gpuHolds(ctx context.Context) error {
 	var errs []error
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		q := p.Spec.Containers[0].Resources.Limits[chamberkueue.ResourceGPU]
+		q := p.Spec.Containers[0].Resources.Limits[kube.ResourceGPU]
 		why := fmt.Sprintf("it holds %s of node %s's GPUs, which Chamber isolated", q.String(), p.Labels[chamber.LabelGPUHold])
 		errs = append(errs, h.deleteObject(ctx, StepGPUHolds, name("pod", p), p, why, client.GracePeriodSeconds(0)))
 	}

@@ -29,6 +29,7 @@ import (
 	bus "volcano.sh/apis/pkg/apis/bus/v1alpha1"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
+	"chamber.dev/chamber/integrations/kube"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
@@ -91,9 +92,9 @@ func world() []client.Object {
 		ObjectMeta: metav1.ObjectMeta{Name: "vision", Labels: managed(chamber.LabelTeam, "vision"), OwnerReferences: []metav1.OwnerReference{teamOwner()}},
 		Spec: kueue.ClusterQueueSpec{
 			CohortName: "main",
-			ResourceGroups: []kueue.ResourceGroup{{CoveredResources: []corev1.ResourceName{chamberkueue.ResourceGPU}, Flavors: []kueue.FlavorQuotas{{
+			ResourceGroups: []kueue.ResourceGroup{{CoveredResources: []corev1.ResourceName{kube.ResourceGPU}, Flavors: []kueue.FlavorQuotas{{
 				Name: kueue.ResourceFlavorReference(chamberkueue.FlavorName("main", h100)), Resources: []kueue.ResourceQuota{{
-					Name: chamberkueue.ResourceGPU, NominalQuota: gpus(12), BorrowingLimit: ptr.To(gpus(0))}}}}}},
+					Name: kube.ResourceGPU, NominalQuota: gpus(12), BorrowingLimit: ptr.To(gpus(0))}}}}}},
 			StopPolicy:              ptr.To(kueue.Hold),
 			AdmissionChecksStrategy: &kueue.AdmissionChecksStrategy{AdmissionChecks: []kueue.AdmissionCheckStrategyRule{{Name: chamber.AdmissionCheckName}}},
 		},
@@ -119,7 +120,7 @@ func world() []client.Object {
 			Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: chamber.TaintRoom, Value: "uid", Effect: corev1.TaintEffectNoSchedule}}}},
 		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "chamber-gpu-hold-gpu-4", Labels: map[string]string{chamber.LabelGPUHold: "gpu-4"}},
 			Spec: corev1.PodSpec{NodeName: "gpu-4", Containers: []corev1.Container{{Name: "hold", Resources: corev1.ResourceRequirements{
-				Limits: corev1.ResourceList{chamberkueue.ResourceGPU: gpus(1)}}}}}},
+				Limits: corev1.ResourceList{kube.ResourceGPU: gpus(1)}}}}}},
 		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "vision", Name: "train-0", Annotations: map[string]string{
 			chamber.AnnotationEvictionDeadline: "2026-01-02T15:09:05Z", chamber.AnnotationEvictionReason: "GPUFault", chamber.AnnotationCheckpointOnNotice: "true"}}},
 		wl("notebook", false, map[string]string{chamber.AnnotationIdleReclaimedFor: "interactive-idle-time-limit", chamber.AnnotationIdleReclaimHeld: "true",

@@ -14,7 +14,7 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
-	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/integrations/kube"
 )
 
 // GPU models as GPU feature discovery labels them.
@@ -24,7 +24,7 @@ const (
 )
 
 func gpus(n int) corev1.ResourceList {
-	return corev1.ResourceList{chamberkueue.ResourceGPU: *resource.NewQuantity(int64(n), resource.DecimalSI)}
+	return corev1.ResourceList{kube.ResourceGPU: *resource.NewQuantity(int64(n), resource.DecimalSI)}
 }
 
 // NodeWrapper builds a Node.
@@ -209,7 +209,7 @@ func (w *WorkloadWrapper) PodSet(count int32, gpus int64) *WorkloadWrapper {
 		Count: count,
 		Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{
 			Name:      "main",
-			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{chamberkueue.ResourceGPU: *resource.NewQuantity(gpus, resource.DecimalSI)}},
+			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{kube.ResourceGPU: *resource.NewQuantity(gpus, resource.DecimalSI)}},
 		}}}},
 	})
 	return w
@@ -229,13 +229,13 @@ func MakeClusterQueue(name, cohort string) *ClusterQueueWrapper {
 	return &ClusterQueueWrapper{kueue.ClusterQueue{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: kueue.ClusterQueueSpec{CohortName: kueue.CohortReference(cohort),
-			ResourceGroups: []kueue.ResourceGroup{{CoveredResources: []corev1.ResourceName{chamberkueue.ResourceGPU}}}},
+			ResourceGroups: []kueue.ResourceGroup{{CoveredResources: []corev1.ResourceName{kube.ResourceGPU}}}},
 	}}
 }
 
 // Quota adds a flavor with a nominal GPU quota and, when lending >= 0, a lending limit.
 func (q *ClusterQueueWrapper) Quota(flavor string, nominal, lending int64) *ClusterQueueWrapper {
-	r := kueue.ResourceQuota{Name: chamberkueue.ResourceGPU, NominalQuota: *resource.NewQuantity(nominal, resource.DecimalSI)}
+	r := kueue.ResourceQuota{Name: kube.ResourceGPU, NominalQuota: *resource.NewQuantity(nominal, resource.DecimalSI)}
 	if lending >= 0 {
 		r.LendingLimit = resource.NewQuantity(lending, resource.DecimalSI)
 	}
@@ -248,7 +248,7 @@ func (q *ClusterQueueWrapper) Quota(flavor string, nominal, lending int64) *Clus
 func (q *ClusterQueueWrapper) Usage(flavor string, total, borrowed int64) *ClusterQueueWrapper {
 	q.Status.FlavorsUsage = append(q.Status.FlavorsUsage, kueue.FlavorUsage{
 		Name: kueue.ResourceFlavorReference(flavor),
-		Resources: []kueue.ResourceUsage{{Name: chamberkueue.ResourceGPU,
+		Resources: []kueue.ResourceUsage{{Name: kube.ResourceGPU,
 			Total: *resource.NewQuantity(total, resource.DecimalSI), Borrowed: *resource.NewQuantity(borrowed, resource.DecimalSI)}},
 	})
 	return q

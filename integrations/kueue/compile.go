@@ -2,112 +2,19 @@ package kueue
 
 import (
 	"fmt"
-	"math"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
+	"chamber.dev/chamber/integrations/kube"
 )
-
-// ResourceGPU is the resource NVIDIA's device plugin advertises.
-const ResourceGPU corev1.ResourceName = "nvidia.com/gpu"
-
-// WithheldGPUs is how many of the node's GPUs its device plugin no longer offers:
-// capacity minus allocatable. NVIDIA's device plugin marks a GPU that raised a fatal
-// XID unhealthy, and the kubelet then leaves it out of allocatable, so neither
-// kube-scheduler nor Kueue's topology-aware scheduling gives it to a pod.
-func WithheldGPUs(node *corev1.Node) int64 {
-	capacity, allocatable := node.Status.Capacity[ResourceGPU], node.Status.Allocatable[ResourceGPU]
-	return max(0, capacity.Value()-allocatable.Value())
-}
-
-// Schedulable reports whether a node takes new GPU work: it is not cordoned and has
-// no NoSchedule or NoExecute taint that takes it out of service (OutOfServiceTaint).
-// Other such taints keep other pods off GPU nodes, and GPU workloads tolerate them:
-// GKE puts nvidia.com/gpu=present:NoSchedule on every GPU node, and operators taint
-// nodes dedicated to a team; those nodes take GPU work. The pool controller counts a
-// pool's schedulable GPUs by it, the admission check its placements, room for big jobs
-// its nodes and the MultiKueue dispatcher a worker's free GPUs.
-func Schedulable(n *corev1.Node) bool {
-	if n.Spec.Unschedulable {
-		return false
-	}
-	for _, t := range n.Spec.Taints {
-		if (t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute) && OutOfServiceTaint(t.Key) {
-			return false
-		}
-	}
-	return true
-}
-
-// OutOfServiceTaint reports whether a taint of this key says that a node takes no new
-// work, whatever the pod: Chamber's own (chamber.dev/: isolation of failing GPUs, room
-// kept for a big job), Kubernetes' node lifecycle and kubelet conditions
-// (node.kubernetes.io/: not-ready, unreachable, unschedulable, memory, disk and PID
-// pressure, network-unavailable, out-of-service), the cloud provider's
-// (node.cloudprovider.kubernetes.io/: uninitialized, shutdown), and the autoscalers'
-// before they remove a node (Cluster Autoscaler's ToBeDeletedByClusterAutoscaler,
-// Karpenter's karpenter.sh/disrupted).
-func OutOfServiceTaint(key string) bool {
-	for _, prefix := range []string{chamber.NamePrefix, "node.kubernetes.io/", "node.cloudprovider.kubernetes.io/"} {
-		if strings.HasPrefix(key, prefix) {
-			return true
-		}
-	}
-	switch key {
-	case "ToBeDeletedByClusterAutoscaler", "karpenter.sh/disrupted", "karpenter.sh/disruption":
-		return true
-	}
-	return false
-}
-
-// PodGPUs is the GPUs a pod spec holds: the scheduler's effective request, the
-// larger of its containers' sum and its largest init container. A device-plugin
-// resource's request equals its limit, and either may be given alone.
-func PodGPUs(spec *corev1.PodSpec) int64 {
-	of := func(c *corev1.Container) int64 {
-		if q, ok := c.Resources.Requests[ResourceGPU]; ok {
-			return q.Value()
-		}
-		q := c.Resources.Limits[ResourceGPU]
-		return q.Value()
-	}
-	var sum, initMax int64
-	for i := range spec.Containers {
-		sum += of(&spec.Containers[i])
-	}
-	for i := range spec.InitContainers {
-		initMax = max(initMax, of(&spec.InitContainers[i]))
-	}
-	return max(sum, initMax)
-}
-
-// Owned reports whether Chamber created the object.
-func Owned(obj metav1.Object) bool {
-	return obj.GetLabels()[chamber.LabelManagedBy] == chamber.ManagedBy
-}
-
-// Adopt makes owner the controller of obj, an object Chamber created that has none:
-// one an uninstall of Chamber orphaned (controllers/uninstall), so that a reinstall
-// owns it again and deleting its Team or GPUPool deletes it as before. It reports
-// whether it changed obj.
-func Adopt(owner, obj metav1.Object, scheme *runtime.Scheme) (bool, error) {
-	if !Owned(obj) || metav1.GetControllerOf(obj) != nil {
-		return false, nil
-	}
-	return true, controllerutil.SetControllerReference(owner, obj, scheme)
-}
 
 var notDNS = regexp.MustCompile(`[^a-z0-9-]+`)
 
@@ -265,7 +172,7 @@ func ClusterQueue(team *chamber.Team, pool *chamber.GPUPool, poolModels []string
 	}
 	var flavors []kueue.FlavorQuotas
 	for _, m := range models {
-		quota := kueue.ResourceQuota{Name: ResourceGPU, NominalQuota: *resource.NewQuantity(0, resource.DecimalSI)}
+		quota := kueue.ResourceQuota{Name: kube.ResourceGPU, NominalQuota: *resource.NewQuantity(0, resource.DecimalSI)}
 		for _, q := range team.Spec.Quotas {
 			if q.Model != m {
 				continue
@@ -303,7 +210,7 @@ func ClusterQueue(team *chamber.Team, pool *chamber.GPUPool, poolModels []string
 		},
 	}
 	if len(flavors) > 0 {
-		cq.Spec.ResourceGroups = []kueue.ResourceGroup{{CoveredResources: []corev1.ResourceName{ResourceGPU}, Flavors: flavors}}
+		cq.Spec.ResourceGroups = []kueue.ResourceGroup{{CoveredResources: []corev1.ResourceName{kube.ResourceGPU}, Flavors: flavors}}
 	}
 	if team.Spec.FairShareWeight != nil {
 		cq.Spec.FairSharing = &kueue.FairSharing{Weight: resource.NewQuantity(int64(*team.Spec.FairShareWeight), resource.DecimalSI)}
@@ -379,22 +286,8 @@ func LocalQueue(team *chamber.Team, namespace string) *kueue.LocalQueue {
 	}
 }
 
-// PriorityTier is a named workload priority.
-type PriorityTier struct {
-	Name  string
-	Value int32
-}
-
-// DefaultPriorityTiers are the tiers Chamber ships: jobs pick one with the
-// kueue.x-k8s.io/priority-class label.
-var DefaultPriorityTiers = []PriorityTier{
-	{Name: "production", Value: 1000},
-	{Name: "standard", Value: 500},
-	{Name: "preemptible", Value: 100},
-}
-
 // WorkloadPriorityClass is the Kueue priority class of a tier.
-func WorkloadPriorityClass(t PriorityTier) *kueue.WorkloadPriorityClass {
+func WorkloadPriorityClass(t kube.PriorityTier) *kueue.WorkloadPriorityClass {
 	return &kueue.WorkloadPriorityClass{
 		ObjectMeta:  metav1.ObjectMeta{Name: t.Name, Labels: labels()},
 		Value:       t.Value,
@@ -402,34 +295,11 @@ func WorkloadPriorityClass(t PriorityTier) *kueue.WorkloadPriorityClass {
 	}
 }
 
-// ParsePriorityTiers parses "production=1000,standard=500,preemptible=100": each
-// name a WorkloadPriorityClass name (a DNS subdomain), once; each value a whole number
-// that fits Kueue's int32.
-func ParsePriorityTiers(s string) ([]PriorityTier, error) {
-	var tiers []PriorityTier
-	seen := map[string]bool{}
-	for _, part := range strings.Split(s, ",") {
-		name, value, ok := strings.Cut(strings.TrimSpace(part), "=")
-		v, err := strconv.ParseInt(strings.TrimSpace(value), 10, 32)
-		switch {
-		case !ok || err != nil || name == "":
-			return nil, fmt.Errorf("priority tier %q: want name=value, the value a whole number (at most %d), e.g. production=1000", part, math.MaxInt32)
-		case len(validation.IsDNS1123Subdomain(name)) > 0:
-			return nil, fmt.Errorf("priority tier %q: %q is not a WorkloadPriorityClass name: %s", part, name, strings.Join(validation.IsDNS1123Subdomain(name), "; "))
-		case seen[name]:
-			return nil, fmt.Errorf("priority tier %q: %s is given twice", part, name)
-		}
-		seen[name] = true
-		tiers = append(tiers, PriorityTier{Name: name, Value: int32(v)})
-	}
-	return tiers, nil
-}
-
 // GPUFlavors lists the flavors a ClusterQueue has GPU quota of.
 func GPUFlavors(cq *kueue.ClusterQueue) []kueue.ResourceFlavorReference {
 	var out []kueue.ResourceFlavorReference
 	for _, rg := range cq.Spec.ResourceGroups {
-		if !slices.Contains(rg.CoveredResources, ResourceGPU) {
+		if !slices.Contains(rg.CoveredResources, kube.ResourceGPU) {
 			continue
 		}
 		for _, f := range rg.Flavors {

@@ -7,11 +7,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
+	"chamber.dev/chamber/integrations/kube"
 )
 
 func q(n int64) resource.Quantity { return *resource.NewQuantity(n, resource.DecimalSI) }
@@ -33,12 +33,12 @@ func TestClusterQueue(t *testing.T) {
 	}
 	h100 := func(borrow *resource.Quantity) kueue.FlavorQuotas {
 		return kueue.FlavorQuotas{Name: "main-nvidia-h100-80gb-hbm3", Resources: []kueue.ResourceQuota{{
-			Name: ResourceGPU, NominalQuota: q(16), BorrowingLimit: borrow, LendingLimit: ptr.To(q(4)),
+			Name: kube.ResourceGPU, NominalQuota: q(16), BorrowingLimit: borrow, LendingLimit: ptr.To(q(4)),
 		}}}
 	}
 	a100 := func(borrow *resource.Quantity) kueue.FlavorQuotas {
 		return kueue.FlavorQuotas{Name: "main-nvidia-a100-sxm4-80gb", Resources: []kueue.ResourceQuota{{
-			Name: ResourceGPU, NominalQuota: q(0), BorrowingLimit: borrow,
+			Name: kube.ResourceGPU, NominalQuota: q(0), BorrowingLimit: borrow,
 		}}}
 	}
 	defaultPreemption := &kueue.ClusterQueuePreemption{
@@ -108,13 +108,13 @@ func TestClusterQueue(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if cq.Spec.CohortName != "main" || !Owned(cq) || cq.Labels[chamber.LabelTeam] != "vision" {
+			if cq.Spec.CohortName != "main" || !kube.Owned(cq) || cq.Labels[chamber.LabelTeam] != "vision" {
 				t.Errorf("cohort %q, labels %v: want cohort main and Chamber's labels", cq.Spec.CohortName, cq.Labels)
 			}
 			if diff := cmp.Diff(tc.wantFlavors, cq.Spec.ResourceGroups[0].Flavors); diff != "" {
 				t.Errorf("flavors (-want +got):\n%s", diff)
 			}
-			if diff := cmp.Diff([]corev1.ResourceName{ResourceGPU}, cq.Spec.ResourceGroups[0].CoveredResources); diff != "" {
+			if diff := cmp.Diff([]corev1.ResourceName{kube.ResourceGPU}, cq.Spec.ResourceGroups[0].CoveredResources); diff != "" {
 				t.Errorf("covered resources (-want +got):\n%s", diff)
 			}
 			if diff := cmp.Diff(tc.wantPreemption, cq.Spec.Preemption); diff != "" {
@@ -149,74 +149,5 @@ func TestFlavorName(t *testing.T) {
 				t.Errorf("FlavorName(%q, %q) = %q, want %q", tc.pool, tc.model, got, tc.want)
 			}
 		})
-	}
-}
-
-func TestParsePriorityTiers(t *testing.T) {
-	got, err := ParsePriorityTiers("production=1000, preemptible=10")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if diff := cmp.Diff([]PriorityTier{{"production", 1000}, {"preemptible", 10}}, got); diff != "" {
-		t.Errorf("(-want +got):\n%s", diff)
-	}
-	for _, bad := range []string{"production", "=5", "production=high", "", "production=100abc", "production=3000000000",
-		"Production Tier=5", "a=1,a=2"} {
-		if _, err := ParsePriorityTiers(bad); err == nil {
-			t.Errorf("ParsePriorityTiers(%q): no error", bad)
-		}
-	}
-}
-
-// FuzzParsePriorityTiers: any flag value is an error or tiers Kueue can take: names
-// valid and distinct, which the classes are created under at start-up.
-func FuzzParsePriorityTiers(f *testing.F) {
-	for _, s := range []string{"production=1000,standard=500,preemptible=100", "a=1,a=2", "x=99999999999", " b = -5 ", "=", "p=1,,q=2"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		tiers, err := ParsePriorityTiers(s)
-		if err != nil {
-			return
-		}
-		seen := map[string]bool{}
-		for _, tier := range tiers {
-			if errs := validation.IsDNS1123Subdomain(tier.Name); len(errs) > 0 || seen[tier.Name] {
-				t.Fatalf("%q parsed to tier %+v: %v (seen before: %v)", s, tier, errs, seen[tier.Name])
-			}
-			seen[tier.Name] = true
-		}
-	})
-}
-
-func TestSchedulable(t *testing.T) {
-	taint := func(effect corev1.TaintEffect) corev1.Taint {
-		return corev1.Taint{Key: "chamber.dev/isolated", Value: "true", Effect: effect}
-	}
-	for _, tc := range []struct {
-		name string
-		spec corev1.NodeSpec
-		want bool
-	}{
-		{"plain", corev1.NodeSpec{}, true},
-		{"cordoned", corev1.NodeSpec{Unschedulable: true}, false},
-		{"NoSchedule taint", corev1.NodeSpec{Taints: []corev1.Taint{taint(corev1.TaintEffectNoSchedule)}}, false},
-		{"NoExecute taint", corev1.NodeSpec{Taints: []corev1.Taint{taint(corev1.TaintEffectNoExecute)}}, false},
-		// A preference only: kube-scheduler still places pods there.
-		{"PreferNoSchedule taint", corev1.NodeSpec{Taints: []corev1.Taint{taint(corev1.TaintEffectPreferNoSchedule)}}, true},
-		{"room for a big job", corev1.NodeSpec{Taints: []corev1.Taint{{Key: "chamber.dev/room-for", Effect: corev1.TaintEffectNoSchedule}}}, false},
-		{"unreachable", corev1.NodeSpec{Taints: []corev1.Taint{{Key: "node.kubernetes.io/unreachable", Effect: corev1.TaintEffectNoExecute}}}, false},
-		{"not ready", corev1.NodeSpec{Taints: []corev1.Taint{{Key: "node.kubernetes.io/not-ready", Effect: corev1.TaintEffectNoSchedule}}}, false},
-		{"cloud node shut down", corev1.NodeSpec{Taints: []corev1.Taint{{Key: "node.cloudprovider.kubernetes.io/shutdown", Effect: corev1.TaintEffectNoSchedule}}}, false},
-		{"Cluster Autoscaler removing it", corev1.NodeSpec{Taints: []corev1.Taint{{Key: "ToBeDeletedByClusterAutoscaler", Effect: corev1.TaintEffectNoSchedule}}}, false},
-		{"Karpenter disrupting it", corev1.NodeSpec{Taints: []corev1.Taint{{Key: "karpenter.sh/disrupted", Effect: corev1.TaintEffectNoSchedule}}}, false},
-		// Taints that keep other pods off GPU nodes, which GPU workloads tolerate.
-		{"GKE's GPU node taint", corev1.NodeSpec{Taints: []corev1.Taint{{Key: "nvidia.com/gpu", Value: "present", Effect: corev1.TaintEffectNoSchedule}}}, true},
-		{"dedicated to a team", corev1.NodeSpec{Taints: []corev1.Taint{{Key: "dedicated", Value: "ml-research", Effect: corev1.TaintEffectNoSchedule}}}, true},
-		{"dedicated and cordoned", corev1.NodeSpec{Unschedulable: true, Taints: []corev1.Taint{{Key: "dedicated", Value: "ml", Effect: corev1.TaintEffectNoSchedule}}}, false},
-	} {
-		if got := Schedulable(&corev1.Node{Spec: tc.spec}); got != tc.want {
-			t.Errorf("%s: Schedulable = %t, want %t", tc.name, got, tc.want)
-		}
 	}
 }

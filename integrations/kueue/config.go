@@ -1,5 +1,9 @@
-// Package kueue holds what Chamber needs from Kueue: the manager configuration it
-// relies on, and the compilation of Teams and GPUPools into Kueue objects.
+// Package kueue is Chamber's adapter for Kueue, and holds only what concerns Kueue:
+// the manager configuration Chamber relies on, the compilation of Teams and GPUPools
+// into Kueue objects (Cohorts, ResourceFlavors, Topologies, ClusterQueues,
+// LocalQueues, priority classes, MultiKueue), the eviction protocol on a Workload,
+// the indexes over Workloads and their pods, and the free GPUs on a ClusterQueue's
+// flavors (Room). What both adapters share is in integrations/kube.
 package kueue
 
 import (

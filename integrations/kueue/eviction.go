@@ -12,10 +12,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
+	"chamber.dev/chamber/integrations/kube"
 )
 
 // CheckState is the workload's state of Chamber's admission check; nil when its
@@ -31,10 +31,6 @@ func CheckState(wl *kueue.Workload) *kueue.AdmissionCheckState {
 
 // HasCheck reports whether the workload carries Chamber's admission check.
 func HasCheck(wl *kueue.Workload) bool { return CheckState(wl) != nil }
-
-// ReasonGPUFault is the reason of the evictions fault isolation asks for: the
-// workload runs, or was placed, on a node or GPU Chamber isolated.
-const ReasonGPUFault = "GPUFault"
 
 // ReplacingNodes reports whether Kueue's topology-aware scheduling is moving the
 // workload off nodes it found unhealthy (status.unhealthyNodes: a node NotReady, or
@@ -116,7 +112,7 @@ func RequestEviction(ctx context.Context, c client.Client, wl *kueue.Workload, e
 		return nil
 	}
 	e.Admission = Evictions(wl)
-	if err := PatchAnnotations(ctx, c, wl, e.annotations()); err != nil {
+	if err := kube.PatchAnnotations(ctx, c, wl, e.annotations()); err != nil {
 		return fmt.Errorf("request eviction of workload %s/%s: %w", wl.Namespace, wl.Name, err)
 	}
 	return nil
@@ -175,30 +171,6 @@ func PatchWorkload(ctx context.Context, c client.Client, wl *kueue.Workload, act
 	return c.Patch(ctx, wl, client.RawPatch(types.MergePatchType, patch))
 }
 
-// DateEvictionRequest writes at as the time of the eviction request on obj (a
-// Workload, a Volcano Job), whose own time could not be read (annotated by hand, or
-// malformed): with a deadline long past it would be evicted without its grace, so
-// its grace runs from at, written down so that every later look reads the same
-// deadline. The log says so.
-func DateEvictionRequest(ctx context.Context, c client.Client, obj client.Object, at time.Time) error {
-	log.FromContext(ctx).Info("eviction request without a readable time: its grace period runs from now",
-		"object", client.ObjectKeyFromObject(obj), chamber.AnnotationEvictionRequestedAt, obj.GetAnnotations()[chamber.AnnotationEvictionRequestedAt])
-	if err := PatchAnnotations(ctx, c, obj, map[string]any{chamber.AnnotationEvictionRequestedAt: at.UTC().Format(time.RFC3339)}); err != nil {
-		return fmt.Errorf("date the eviction request of %s: %w", client.ObjectKeyFromObject(obj), err)
-	}
-	return nil
-}
-
-// PatchAnnotations sets (a string) or removes (nil) annotations of obj in one merge
-// patch, leaving the others and the rest of the object alone.
-func PatchAnnotations(ctx context.Context, c client.Client, obj client.Object, annotations map[string]any) error {
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
-	if err != nil {
-		return err
-	}
-	return c.Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch))
-}
-
 // RequestedEviction is the eviction asked for on wl, if any.
 func RequestedEviction(wl *kueue.Workload) (Eviction, bool) {
 	a := wl.Annotations
@@ -245,7 +217,7 @@ func Evict(ctx context.Context, c client.Client, wl *kueue.Workload, cause, mess
 	if apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadEvicted) {
 		return true, nil
 	}
-	message = TruncateMessage(message)
+	message = kube.TruncateMessage(message)
 	out := wl.DeepCopy()
 	apimeta.SetStatusCondition(&out.Status.Conditions, metav1.Condition{
 		Type: kueue.WorkloadEvicted, Status: metav1.ConditionTrue, Reason: kueue.WorkloadEvictedByPreemption,
@@ -266,16 +238,6 @@ func Evict(ctx context.Context, c client.Client, wl *kueue.Workload, cause, mess
 		return false, fmt.Errorf("evict workload %s/%s: %w", wl.Namespace, wl.Name, err)
 	}
 	return true, nil
-}
-
-// TruncateMessage cuts a condition's or admission check's message to the API's
-// limit of 32 KiB, marking the cut.
-func TruncateMessage(msg string) string {
-	const maxMessage = 32 * 1024
-	if len(msg) > maxMessage {
-		return msg[:maxMessage-3] + "..."
-	}
-	return msg
 }
 
 // countEviction adds one eviction by preemption for cause to the workload's scheduling

@@ -121,7 +121,7 @@ func TestRequestEvictionWritesMarksWithTheRequest(t *testing.T) {
 	}{
 		"no request there": {wantPatches: 1, wantMarks: true},
 		"a sooner request stays, without the marks": {
-			have:        map[string]string{chamber.AnnotationEvictionReason: ReasonGPUFault, chamber.AnnotationEvictionRequestedAt: now.Format(time.RFC3339), chamber.AnnotationEvictionGracePeriod: "0s"},
+			have:        map[string]string{chamber.AnnotationEvictionReason: chamber.ReasonGPUFault, chamber.AnnotationEvictionRequestedAt: now.Format(time.RFC3339), chamber.AnnotationEvictionGracePeriod: "0s"},
 			wantPatches: 0,
 		},
 	}

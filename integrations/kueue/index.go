@@ -16,6 +16,7 @@ import (
 	utiltas "sigs.k8s.io/kueue/pkg/util/tas"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
+	"chamber.dev/chamber/integrations/kube"
 )
 
 // The cache indexes Chamber's controllers read through, registered once for the
@@ -40,7 +41,7 @@ const (
 	// idle workload's reconcile, and most of a busy cluster's workloads do not.
 	IndexWorkloadPending = "chamber.workload.pending"
 	PendingValue         = "true"
-	// IndexNodeSchedulable: nodes that take new GPU work (Schedulable), under
+	// IndexNodeSchedulable: nodes that take new GPU work (kube.Schedulable), under
 	// SchedulableValue; the others are not in the index.
 	IndexNodeSchedulable = "chamber.node.schedulable"
 	SchedulableValue     = "true"
@@ -83,7 +84,7 @@ func SetupIndexes(ctx context.Context, idx client.FieldIndexer) error {
 // SchedulableKeys are IndexNodeSchedulable's keys: SchedulableValue for a node that
 // takes new GPU work.
 func SchedulableKeys(obj client.Object) []string {
-	if Schedulable(obj.(*corev1.Node)) {
+	if kube.Schedulable(obj.(*corev1.Node)) {
 		return []string{SchedulableValue}
 	}
 	return nil

@@ -1,14 +1,13 @@
 package kueue
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
+	"chamber.dev/chamber/integrations/kube"
 )
 
 // MultiKueueControllerName is the controllerName of Kueue's MultiKueue AdmissionCheck,
@@ -53,20 +52,7 @@ const maxMultiKueueName = 63
 // multiKueueName joins parts with "-"; a name longer than maxMultiKueueName keeps its
 // head and ends with a hash of the whole, so that two long names stay distinct.
 func multiKueueName(parts ...string) string {
-	return ShortName(strings.Join(parts, "-"), maxMultiKueueName)
-}
-
-// ShortName keeps name (letters, digits, "-", "_", ".") within max characters: a
-// longer one keeps its head, ending in a letter or digit, and ends with "-" and a
-// hash of the whole, so that two long names stay distinct. An object name or label
-// value made of a user's names (a node's, a pool's) is shortened so.
-func ShortName(name string, max int) string {
-	if len(name) <= max {
-		return name
-	}
-	sum := sha256.Sum256([]byte(name))
-	hash := hex.EncodeToString(sum[:])[:10]
-	return strings.TrimRight(name[:max-len(hash)-1], "-_.") + "-" + hash
+	return kube.ShortName(strings.Join(parts, "-"), maxMultiKueueName)
 }
 
 // MultiKueue compiles the pool's worker clusters into Kueue's MultiKueue objects: a

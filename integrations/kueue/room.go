@@ -4,18 +4,15 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
-	chamber "chamber.dev/chamber/api/v1alpha1"
+	"chamber.dev/chamber/integrations/kube"
 )
 
 // Room is the GPUs each node has free, by node name: what idle reclaim frees for a
@@ -42,21 +39,21 @@ func RoomOn(ctx context.Context, c client.Reader, flavors []kueue.ResourceFlavor
 		}
 		for i := range nodes.Items {
 			n := &nodes.Items[i]
-			if _, done := r[n.Name]; done || !Schedulable(n) {
+			if _, done := r[n.Name]; done || !kube.Schedulable(n) {
 				continue
 			}
 			on, err := PodsOnNode(ctx, c, n.Name)
 			if err != nil {
 				return nil, err
 			}
-			alloc := n.Status.Allocatable[ResourceGPU]
+			alloc := n.Status.Allocatable[kube.ResourceGPU]
 			free := alloc.Value()
 			for j := range on {
 				p := &on[j]
-				if gone[p.UID] || !Live(p) {
+				if gone[p.UID] || !kube.Live(p) {
 					continue
 				}
-				free -= PodGPUs(&p.Spec)
+				free -= kube.PodGPUs(&p.Spec)
 			}
 			r[n.Name] = max(free, 0)
 		}
@@ -71,29 +68,6 @@ func HoldsGPUs(wl *kueue.Workload) bool {
 		apimeta.IsStatusConditionTrue(conds, kueue.WorkloadAdmitted) &&
 		!apimeta.IsStatusConditionTrue(conds, kueue.WorkloadFinished) &&
 		!apimeta.IsStatusConditionTrue(conds, kueue.WorkloadEvicted)
-}
-
-// UpdateNode changes the node as read from c and writes the change as a merge patch
-// that fails on a stale read, retried on conflicts.
-func UpdateNode(ctx context.Context, c client.Client, name string, change func(*corev1.Node)) error {
-	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
-		var n corev1.Node
-		if err := c.Get(ctx, client.ObjectKey{Name: name}, &n); err != nil {
-			return err
-		}
-		orig := n.DeepCopy()
-		change(&n)
-		return c.Patch(ctx, &n, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
-	})
-	if err != nil {
-		return fmt.Errorf("update node %s: %w", name, err)
-	}
-	return nil
-}
-
-// Live: the pod has not ended and is not being deleted; its GPUs are taken.
-func Live(p *corev1.Pod) bool {
-	return p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed
 }
 
 // Fits says whether pods asking for want GPUs each (largest first) all find a node
@@ -138,7 +112,7 @@ func WorkloadPodGPUs(wl *kueue.Workload) []int64 {
 	var want []int64
 	for i := range wl.Spec.PodSets {
 		ps := &wl.Spec.PodSets[i]
-		if gpus := PodGPUs(&ps.Template.Spec); gpus > 0 {
+		if gpus := kube.PodGPUs(&ps.Template.Spec); gpus > 0 {
 			for range ps.Count {
 				want = append(want, gpus)
 			}
@@ -151,7 +125,7 @@ func WorkloadPodGPUs(wl *kueue.Workload) []int64 {
 func WorkloadGPUs(wl *kueue.Workload) int64 {
 	var n int64
 	for i := range wl.Spec.PodSets {
-		n += int64(wl.Spec.PodSets[i].Count) * PodGPUs(&wl.Spec.PodSets[i].Template.Spec)
+		n += int64(wl.Spec.PodSets[i].Count) * kube.PodGPUs(&wl.Spec.PodSets[i].Template.Spec)
 	}
 	return n
 }
@@ -164,28 +138,5 @@ func Interactive(wl *kueue.Workload, pods []corev1.Pod) bool {
 	for i := range wl.Spec.PodSets {
 		templates[i] = &wl.Spec.PodSets[i].Template
 	}
-	return MarkedInteractive(wl, templates, pods)
-}
-
-// MarkedInteractive: a workload's owning object (a Workload, a Volcano Job), one of its
-// pod templates or one of its pods carries chamber.LabelInteractive "true" as a label
-// or an annotation.
-func MarkedInteractive(owner metav1.Object, templates []*corev1.PodTemplateSpec, pods []corev1.Pod) bool {
-	marked := func(o metav1.Object) bool {
-		for _, m := range []map[string]string{o.GetLabels(), o.GetAnnotations()} {
-			if on, err := strconv.ParseBool(m[chamber.LabelInteractive]); err == nil && on {
-				return true
-			}
-		}
-		return false
-	}
-	if marked(owner) || slices.ContainsFunc(templates, func(t *corev1.PodTemplateSpec) bool { return marked(t) }) {
-		return true
-	}
-	for i := range pods {
-		if marked(&pods[i]) {
-			return true
-		}
-	}
-	return false
+	return kube.MarkedInteractive(wl, templates, pods)
 }

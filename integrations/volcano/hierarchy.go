@@ -8,7 +8,7 @@ import (
 	scheduling "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
-	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/integrations/kube"
 )
 
 // RootQueue is the root of Volcano's queue hierarchy. vc-scheduler makes it, and
@@ -91,9 +91,9 @@ func PoolQueues(pools []chamber.GPUPool, teams []chamber.Team, clusterGPUs int64
 		var deserved, guarantee, capability int64
 		capped := false
 		for _, k := range kids {
-			deserved += k.Spec.Deserved.Name(chamberkueue.ResourceGPU, "").Value()
-			guarantee += k.Spec.Guarantee.Resource.Name(chamberkueue.ResourceGPU, "").Value()
-			if c, ok := k.Spec.Capability[chamberkueue.ResourceGPU]; ok {
+			deserved += k.Spec.Deserved.Name(kube.ResourceGPU, "").Value()
+			guarantee += k.Spec.Guarantee.Resource.Name(kube.ResourceGPU, "").Value()
+			if c, ok := k.Spec.Capability[kube.ResourceGPU]; ok {
 				capped, capability = true, max(capability, c.Value())
 			}
 		}

@@ -8,7 +8,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
-	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/integrations/kube"
 )
 
 func TestPoolQueues(t *testing.T) {
@@ -58,15 +58,15 @@ func TestPoolQueues(t *testing.T) {
 			t.Errorf("pool %s: no Queue", name)
 			continue
 		}
-		got := want{parent: q.Spec.Parent, deserved: q.Spec.Deserved.Name(chamberkueue.ResourceGPU, "").Value(), capability: -1,
-			guarantee: q.Spec.Guarantee.Resource.Name(chamberkueue.ResourceGPU, "").Value()}
-		if c, ok := q.Spec.Capability[chamberkueue.ResourceGPU]; ok {
+		got := want{parent: q.Spec.Parent, deserved: q.Spec.Deserved.Name(kube.ResourceGPU, "").Value(), capability: -1,
+			guarantee: q.Spec.Guarantee.Resource.Name(kube.ResourceGPU, "").Value()}
+		if c, ok := q.Spec.Capability[kube.ResourceGPU]; ok {
 			got.capability = c.Value()
 		}
 		if got != w {
 			t.Errorf("pool %s's Queue: %+v, want %+v", name, got, w)
 		}
-		if q.Name != PoolQueueName(name) || !chamberkueue.Owned(q) || q.Labels[chamber.LabelPool] != name {
+		if q.Name != PoolQueueName(name) || !kube.Owned(q) || q.Labels[chamber.LabelPool] != name {
 			t.Errorf("pool %s's Queue is named %q with labels %v", name, q.Name, q.Labels)
 		}
 	}

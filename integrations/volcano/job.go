@@ -16,7 +16,7 @@ import (
 	scheduling "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
-	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/integrations/kube"
 )
 
 // Chamber acts on a Volcano Job (batch.volcano.sh/v1alpha1) the way vcctl does: it
@@ -199,13 +199,13 @@ func RequestOf(job *batch.Job) (Request, bool) {
 
 // DatedRequestOf is the request on the job (RequestOf), with a time its grace period
 // runs from: where its own cannot be read, now, written on the job
-// (chamberkueue.DateEvictionRequest, as for a Kueue Workload).
+// (kube.DateEvictionRequest, as for a Kueue Workload).
 func DatedRequestOf(ctx context.Context, c client.Client, job *batch.Job, now time.Time) (Request, bool, error) {
 	r, ok := RequestOf(job)
 	if !ok || !r.RequestedAt.IsZero() {
 		return r, ok, nil
 	}
-	if err := chamberkueue.DateEvictionRequest(ctx, c, job, now); err != nil {
+	if err := kube.DateEvictionRequest(ctx, c, job, now); err != nil {
 		return Request{}, false, err
 	}
 	r.RequestedAt = now

@@ -5,7 +5,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
-	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/integrations/kube"
 )
 
 // PriorityClass is the PriorityClass (scheduling.k8s.io) a priority tier becomes
@@ -14,7 +14,7 @@ import (
 // Volcano's priority plugin orders a queue's jobs by its value (the job's PodGroup
 // and pods carry it). The same name is the tier for Chamber's own rules (idle
 // reclaim's exempt tiers, grace periods, the metrics' tier label).
-func PriorityClass(t chamberkueue.PriorityTier) *schedulingv1.PriorityClass {
+func PriorityClass(t kube.PriorityTier) *schedulingv1.PriorityClass {
 	return &schedulingv1.PriorityClass{
 		ObjectMeta:  metav1.ObjectMeta{Name: t.Name, Labels: map[string]string{chamber.LabelManagedBy: chamber.ManagedBy}},
 		Value:       t.Value,

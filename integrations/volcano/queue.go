@@ -14,7 +14,7 @@ import (
 	scheduling "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
-	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/integrations/kube"
 )
 
 // TeamQueue is the Volcano Queue a Team of a Volcano pool compiles into, named after
@@ -74,7 +74,7 @@ func TeamQueue(team *chamber.Team, pool *chamber.GPUPool, hierarchy bool) *sched
 }
 
 func gpus(n int64) corev1.ResourceList {
-	return corev1.ResourceList{chamberkueue.ResourceGPU: *resource.NewQuantity(n, resource.DecimalSI)}
+	return corev1.ResourceList{kube.ResourceGPU: *resource.NewQuantity(n, resource.DecimalSI)}
 }
 
 // SetQueueSpec gives have the parts of want's spec Chamber compiles (weight,
@@ -106,7 +106,7 @@ func SetQueueSpec(have, want *scheduling.Queue) bool {
 func DeleteQueue(ctx context.Context, c client.Client, name string, owner metav1.Object) error {
 	var q scheduling.Queue
 	err := c.Get(ctx, client.ObjectKey{Name: name}, &q)
-	if apierrors.IsNotFound(err) || (err == nil && (!chamberkueue.Owned(&q) || !metav1.IsControlledBy(&q, owner))) {
+	if apierrors.IsNotFound(err) || (err == nil && (!kube.Owned(&q) || !metav1.IsControlledBy(&q, owner))) {
 		return nil
 	}
 	if err != nil {

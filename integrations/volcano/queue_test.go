@@ -8,7 +8,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
-	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/integrations/kube"
 )
 
 func TestTeamQueue(t *testing.T) {
@@ -37,14 +37,14 @@ func TestTeamQueue(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			team := &chamber.Team{ObjectMeta: metav1.ObjectMeta{Name: "ml"}, Spec: chamber.TeamSpec{Pool: "lab", Quotas: tc.quotas, FairShareWeight: tc.weight}}
 			q := TeamQueue(team, pool, false)
-			if q.Name != "ml" || !chamberkueue.Owned(q) || q.Labels[chamber.LabelTeam] != "ml" || q.Labels[chamber.LabelPool] != "lab" {
+			if q.Name != "ml" || !kube.Owned(q) || q.Labels[chamber.LabelTeam] != "ml" || q.Labels[chamber.LabelPool] != "lab" {
 				t.Errorf("name %q, labels %v: want ml, owned by Chamber, team ml, pool lab", q.Name, q.Labels)
 			}
-			got := map[string]int64{"deserved": q.Spec.Deserved.Name(chamberkueue.ResourceGPU, resource.DecimalSI).Value(), "capability": -1}
-			if c, ok := q.Spec.Capability[chamberkueue.ResourceGPU]; ok {
+			got := map[string]int64{"deserved": q.Spec.Deserved.Name(kube.ResourceGPU, resource.DecimalSI).Value(), "capability": -1}
+			if c, ok := q.Spec.Capability[kube.ResourceGPU]; ok {
 				got["capability"] = c.Value()
 			}
-			if g, ok := q.Spec.Guarantee.Resource[chamberkueue.ResourceGPU]; ok {
+			if g, ok := q.Spec.Guarantee.Resource[kube.ResourceGPU]; ok {
 				got["guarantee"] = g.Value()
 			}
 			d, c, g := gpus(got)

@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
-	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/integrations/kube"
 )
 
 // KwokNodeAnnotation marks the nodes kwok manages (value "fake").
@@ -83,10 +83,10 @@ func (n GPUNode) Object() *corev1.Node {
 		labels[k] = v
 	}
 	capacity := corev1.ResourceList{
-		corev1.ResourceCPU:       resource.MustParse("128"),
-		corev1.ResourceMemory:    resource.MustParse("1Ti"),
-		corev1.ResourcePods:      resource.MustParse("110"),
-		chamberkueue.ResourceGPU: *resource.NewQuantity(int64(n.GPUs), resource.DecimalSI),
+		corev1.ResourceCPU:    resource.MustParse("128"),
+		corev1.ResourceMemory: resource.MustParse("1Ti"),
+		corev1.ResourcePods:   resource.MustParse("110"),
+		kube.ResourceGPU:      *resource.NewQuantity(int64(n.GPUs), resource.DecimalSI),
 	}
 	return &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{

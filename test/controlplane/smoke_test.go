@@ -18,7 +18,7 @@ import (
 	testingjob "sigs.k8s.io/kueue/pkg/util/testingjobs/job"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
-	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/integrations/kube"
 	"chamber.dev/chamber/test/controlplane"
 	"chamber.dev/chamber/test/controlplane/controlplanetest"
 )
@@ -47,7 +47,7 @@ func TestSmoke(t *testing.T) {
 	mustCreate(ctx, t, c, utiltestingapi.MakeResourceFlavor("h100").
 		NodeLabel(chamber.DefaultProductLabel, product).Obj())
 	mustCreate(ctx, t, c, utiltestingapi.MakeClusterQueue("gpus").
-		ResourceGroup(*utiltestingapi.MakeFlavorQuotas("h100").Resource(chamberkueue.ResourceGPU, "8").Obj()).Obj())
+		ResourceGroup(*utiltestingapi.MakeFlavorQuotas("h100").Resource(kube.ResourceGPU, "8").Obj()).Obj())
 	mustCreate(ctx, t, c, utiltestingapi.MakeLocalQueue("gpus", ns).ClusterQueue("gpus").Obj())
 
 	// Kueue marks the ClusterQueue active once it has seen the flavor.
@@ -68,7 +68,7 @@ func TestSmoke(t *testing.T) {
 		mustCreate(ctx, t, c, testingjob.MakeJob(name, ns).
 			Queue("gpus").
 			Suspend(false).
-			RequestAndLimit(chamberkueue.ResourceGPU, "4").
+			RequestAndLimit(kube.ResourceGPU, "4").
 			PodAnnotation("pod-complete.stage.kwok.x-k8s.io/delay", "15s").
 			PodAnnotation("pod-complete.stage.kwok.x-k8s.io/jitter-delay", "15s").
 			Obj())

@@ -29,7 +29,7 @@ import (
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers/controllertest"
 	"chamber.dev/chamber/healthcheck/nvmlsource"
-	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/integrations/kube"
 	"chamber.dev/chamber/test/controlplane"
 )
 
@@ -284,7 +284,7 @@ func fixture(t *testing.T, ctx context.Context) {
 	}
 	// 16 GPUs for a team with 8 of quota: it waits.
 	create(t, testingjob.MakeJob("big", "vision").Queue("default").WorkloadPriorityClass("standard").
-		RequestAndLimit(chamberkueue.ResourceGPU, "16").Obj())
+		RequestAndLimit(kube.ResourceGPU, "16").Obj())
 }
 
 func held(ns, pod string, gpus ...int) agent.StaticPods {
@@ -296,7 +296,7 @@ func held(ns, pod string, gpus ...int) agent.StaticPods {
 }
 
 func gpuPod(ns, name, node string, gpus int64) *corev1.Pod {
-	limits := corev1.ResourceList{chamberkueue.ResourceGPU: *resource.NewQuantity(gpus, resource.DecimalSI)}
+	limits := corev1.ResourceList{kube.ResourceGPU: *resource.NewQuantity(gpus, resource.DecimalSI)}
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "main", Image: "pytorch/pytorch",
@@ -553,7 +553,7 @@ func expected(g gomega.Gomega) want {
 		q.Pending++
 		for _, ps := range wl.Spec.PodSets {
 			for _, c := range ps.Template.Spec.Containers {
-				q.PendingGPUs += int64(ps.Count) * c.Resources.Limits.Name(chamberkueue.ResourceGPU, resource.DecimalSI).Value()
+				q.PendingGPUs += int64(ps.Count) * c.Resources.Limits.Name(kube.ResourceGPU, resource.DecimalSI).Value()
 			}
 		}
 		w.queue[key] = q

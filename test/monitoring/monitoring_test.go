@@ -20,6 +20,7 @@ import (
 	"chamber.dev/chamber/controllers"
 	"chamber.dev/chamber/controllers/controllertest"
 	"chamber.dev/chamber/healthcheck/nvmlsource"
+	"chamber.dev/chamber/integrations/kube"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 	"chamber.dev/chamber/test/controlplane"
 )
@@ -66,7 +67,7 @@ func TestMonitoringWithoutKueue(t *testing.T) {
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "research", Name: "train"},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "train", Image: "pytorch/pytorch",
-			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{chamberkueue.ResourceGPU: resource.MustParse("4")}}}}},
+			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{kube.ResourceGPU: resource.MustParse("4")}}}}},
 	}
 	g.Expect(k8s.Create(ctx, pod)).To(gomega.Succeed())
 	g.Eventually(func(g gomega.Gomega) {

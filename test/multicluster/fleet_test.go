@@ -14,7 +14,7 @@ import (
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers/controllertest"
-	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/integrations/kube"
 )
 
 // TestFleetAcrossClusters (issue 17's test 4): the manager's chamber_gpus carry each
@@ -82,7 +82,7 @@ func objectsSay(t *testing.T, cl *cluster) map[string]float64 {
 	g.Expect(cl.c.List(ctx, &agents)).To(gomega.Succeed())
 	total, held, unhealthy := 0.0, 0.0, 0.0
 	for _, n := range nodes.Items {
-		q := n.Status.Allocatable[chamberkueue.ResourceGPU]
+		q := n.Status.Allocatable[kube.ResourceGPU]
 		total += float64(q.Value())
 	}
 	for _, p := range pods.Items {
@@ -90,7 +90,7 @@ func objectsSay(t *testing.T, cl *cluster) map[string]float64 {
 			continue
 		}
 		for _, c := range p.Spec.Containers {
-			q := c.Resources.Limits[chamberkueue.ResourceGPU]
+			q := c.Resources.Limits[kube.ResourceGPU]
 			held += float64(q.Value())
 		}
 	}

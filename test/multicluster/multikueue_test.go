@@ -39,6 +39,7 @@ import (
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers"
 	"chamber.dev/chamber/controllers/dispatch"
+	"chamber.dev/chamber/integrations/kube"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 	"chamber.dev/chamber/test/controlplane"
 )
@@ -202,11 +203,11 @@ func clusterQueue(gpus int) *kueue.ClusterQueue {
 		Spec: kueue.ClusterQueueSpec{
 			NamespaceSelector: &metav1.LabelSelector{},
 			ResourceGroups: []kueue.ResourceGroup{{
-				CoveredResources: []corev1.ResourceName{chamberkueue.ResourceGPU},
+				CoveredResources: []corev1.ResourceName{kube.ResourceGPU},
 				Flavors: []kueue.FlavorQuotas{{
 					Name: flavor,
 					Resources: []kueue.ResourceQuota{{
-						Name: chamberkueue.ResourceGPU, NominalQuota: *resource.NewQuantity(int64(gpus), resource.DecimalSI),
+						Name: kube.ResourceGPU, NominalQuota: *resource.NewQuantity(int64(gpus), resource.DecimalSI),
 					}},
 				}},
 			}},
@@ -326,7 +327,7 @@ func gpuJob(name string, gpus int, runFor time.Duration) *batchv1.Job {
 					Containers: []corev1.Container{{
 						Name: "train", Image: "train",
 						Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{
-							chamberkueue.ResourceGPU: *resource.NewQuantity(int64(gpus), resource.DecimalSI),
+							kube.ResourceGPU: *resource.NewQuantity(int64(gpus), resource.DecimalSI),
 						}},
 					}},
 				},

@@ -28,6 +28,7 @@ import (
 	"chamber.dev/chamber/controllers/controllertest"
 	"chamber.dev/chamber/controllers/idlereclaim"
 	"chamber.dev/chamber/healthcheck/nvmlsource"
+	"chamber.dev/chamber/integrations/kube"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 	"chamber.dev/chamber/test/controlplane"
 )
@@ -184,7 +185,7 @@ func TestLeaderKilledMidEviction(t *testing.T) {
 	metav1.SetMetaDataAnnotation(&isolated.ObjectMeta, chamber.AnnotationIsolate, "failover test: maintenance")
 	g.Expect(k8s.Patch(ctx, isolated, patch)).To(gomega.Succeed())
 	wl, requested := evictionRequested(g, "isolate")
-	g.Expect(requested.Reason).To(gomega.Equal(chamberkueue.ReasonGPUFault))
+	g.Expect(requested.Reason).To(gomega.Equal(chamber.ReasonGPUFault))
 	failover(t, g, all, leader, requested.RequestedAt)
 
 	var moved *corev1.Pod
@@ -192,12 +193,12 @@ func TestLeaderKilledMidEviction(t *testing.T) {
 		moved = runningPod(g, "isolate", "train")
 		g.Expect(moved.Spec.NodeName).To(gomega.Equal("isolate-2"))
 	}).Should(gomega.Succeed())
-	evictedOnce(t, g, "isolate", chamberkueue.ReasonGPUFault, requested.RequestedAt)
+	evictedOnce(t, g, "isolate", chamber.ReasonGPUFault, requested.RequestedAt)
 
 	// What the new leader does next changes nothing: one workload (the same), evicted
 	// once, running on the healthy node, the node isolated once.
 	time.Sleep(20 * time.Second)
-	evictedOnce(t, g, "isolate", chamberkueue.ReasonGPUFault, requested.RequestedAt)
+	evictedOnce(t, g, "isolate", chamber.ReasonGPUFault, requested.RequestedAt)
 	now := workload(g, "isolate")
 	g.Expect(now.UID).To(gomega.Equal(wl.UID))
 	g.Expect(apimeta.IsStatusConditionTrue(now.Status.Conditions, kueue.WorkloadAdmitted)).To(gomega.BeTrue())
@@ -299,7 +300,7 @@ func submitTo(t *testing.T, g *gomega.WithT, ns, name, node, d string) {
 		g.Expect(k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "default"}, &lq)).To(gomega.Succeed())
 	}).Should(gomega.Succeed())
 	j := testingjob.MakeJob(name, ns).Queue("default").Suspend(false).
-		RequestAndLimit(chamberkueue.ResourceGPU, "8").
+		RequestAndLimit(kube.ResourceGPU, "8").
 		PodAnnotation("pod-complete.stage.kwok.x-k8s.io/delay", d).
 		PodAnnotation("pod-complete.stage.kwok.x-k8s.io/jitter-delay", d)
 	if node != "" {

@@ -37,7 +37,7 @@ import (
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers/controllertest"
-	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/integrations/kube"
 	"chamber.dev/chamber/test/controlplane"
 	"chamber.dev/chamber/test/controlplane/controlplanetest"
 )
@@ -276,7 +276,7 @@ func workload(ns string, i int) (*kueue.Workload, time.Duration) {
 			PodSets: []kueue.PodSet{{Name: "main", Count: pods, Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
 				RestartPolicy: corev1.RestartPolicyNever,
 				Containers: []corev1.Container{{Name: "c", Image: "busybox", Resources: corev1.ResourceRequirements{
-					Requests: corev1.ResourceList{chamberkueue.ResourceGPU: q}, Limits: corev1.ResourceList{chamberkueue.ResourceGPU: q},
+					Requests: corev1.ResourceList{kube.ResourceGPU: q}, Limits: corev1.ResourceList{kube.ResourceGPU: q},
 				}}},
 			}}}},
 		},

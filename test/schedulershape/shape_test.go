@@ -28,7 +28,7 @@ import (
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers/controllertest"
-	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/integrations/kube"
 	"chamber.dev/chamber/test/controlplane"
 	"chamber.dev/chamber/test/perf"
 )
@@ -409,8 +409,8 @@ func perfClusterQueue(name, cohort string, check bool) *kueue.ClusterQueue {
 		CohortName:        kueue.CohortReference(cohort),
 		NamespaceSelector: &metav1.LabelSelector{},
 		Preemption:        &kueue.ClusterQueuePreemption{ReclaimWithinCohort: kueue.PreemptionPolicyAny, WithinClusterQueue: kueue.PreemptionPolicyLowerPriority},
-		ResourceGroups: []kueue.ResourceGroup{{CoveredResources: []corev1.ResourceName{chamberkueue.ResourceGPU}, Flavors: []kueue.FlavorQuotas{{
-			Name: perfFlavor, Resources: []kueue.ResourceQuota{{Name: chamberkueue.ResourceGPU,
+		ResourceGroups: []kueue.ResourceGroup{{CoveredResources: []corev1.ResourceName{kube.ResourceGPU}, Flavors: []kueue.FlavorQuotas{{
+			Name: perfFlavor, Resources: []kueue.ResourceQuota{{Name: kube.ResourceGPU,
 				NominalQuota: *resource.NewQuantity(perfNominalQuota, resource.DecimalSI), BorrowingLimit: resource.NewQuantity(perfBorrowLimit, resource.DecimalSI)}},
 		}}}},
 	}}
@@ -471,7 +471,7 @@ func perfWorkload(ns, name, queue string, class workloadClass) *kueue.Workload {
 			PodSets: []kueue.PodSet{{Name: "main", Count: 1, Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
 				RestartPolicy: corev1.RestartPolicyNever,
 				Containers: []corev1.Container{{Name: "c", Image: "busybox", Resources: corev1.ResourceRequirements{
-					Requests: corev1.ResourceList{chamberkueue.ResourceGPU: gpus}, Limits: corev1.ResourceList{chamberkueue.ResourceGPU: gpus},
+					Requests: corev1.ResourceList{kube.ResourceGPU: gpus}, Limits: corev1.ResourceList{kube.ResourceGPU: gpus},
 				}}},
 			}}}},
 		},

@@ -40,7 +40,7 @@ import (
 	"chamber.dev/chamber/controllers/idlereclaim"
 	"chamber.dev/chamber/controllers/team"
 	"chamber.dev/chamber/healthcheck/nvmlsource"
-	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/integrations/kube"
 	"chamber.dev/chamber/test/controlplane"
 )
 
@@ -255,7 +255,7 @@ func (p *Plane) submit(t *testing.T, ns, name string, pods int32, gpus int) {
 	t.Helper()
 	p.create(t, testingjob.MakeJob(name, ns).Queue(chamber.DefaultLocalQueueName).Suspend(false).
 		Parallelism(pods).Completions(pods).TerminationGracePeriod(1).
-		RequestAndLimit(chamberkueue.ResourceGPU, fmt.Sprint(gpus)).
+		RequestAndLimit(kube.ResourceGPU, fmt.Sprint(gpus)).
 		PodAnnotation("pod-complete.stage.kwok.x-k8s.io/delay", "10m").
 		PodAnnotation("pod-complete.stage.kwok.x-k8s.io/jitter-delay", "10m").Obj())
 }
@@ -489,7 +489,7 @@ func FaultIsolated(t *testing.T, p *Plane) {
 		g.Expect(pods[0].Spec.NodeName).NotTo(gomega.Equal(first.Spec.NodeName))
 		wl := controllertest.WorkloadOf(g, p.K8s, "fault", "train")
 		g.Expect(wl.UID).To(gomega.Equal(uid), "requeued under the same workload")
-		g.Expect(controllertest.EvictedByChamber(wl, chamberkueue.ReasonGPUFault)).To(gomega.BeTrue(), "scheduling stats %+v", wl.Status.SchedulingStats)
+		g.Expect(controllertest.EvictedByChamber(wl, chamber.ReasonGPUFault)).To(gomega.BeTrue(), "scheduling stats %+v", wl.Status.SchedulingStats)
 	}).Should(gomega.Succeed())
 }
 

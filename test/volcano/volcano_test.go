@@ -20,7 +20,7 @@ import (
 	batch "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 	scheduling "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
-	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/integrations/kube"
 	"chamber.dev/chamber/test/controlplane"
 )
 
@@ -239,7 +239,7 @@ func queue(t *testing.T, name string, gpus int) {
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: scheduling.QueueSpec{
 			Weight:     1,
-			Capability: corev1.ResourceList{chamberkueue.ResourceGPU: *resource.NewQuantity(int64(gpus), resource.DecimalSI)},
+			Capability: corev1.ResourceList{kube.ResourceGPU: *resource.NewQuantity(int64(gpus), resource.DecimalSI)},
 		},
 	}
 	create(t, q)
@@ -258,7 +258,7 @@ func gangJob(name, ns, queue string, tasks, gpus int, run time.Duration) *batch.
 			MinAvailable:  int32(tasks),
 		},
 	}
-	gpu := corev1.ResourceList{chamberkueue.ResourceGPU: *resource.NewQuantity(int64(gpus), resource.DecimalSI)}
+	gpu := corev1.ResourceList{kube.ResourceGPU: *resource.NewQuantity(int64(gpus), resource.DecimalSI)}
 	for i := range tasks {
 		job.Spec.Tasks = append(job.Spec.Tasks, batch.TaskSpec{
 			Name:     "worker-" + strconv.Itoa(i),

@@ -20,7 +20,7 @@ import (
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers/controllertest"
 	"chamber.dev/chamber/healthcheck/nvmlsource"
-	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/integrations/kube"
 	"chamber.dev/chamber/test/controlplane"
 )
 
@@ -143,7 +143,7 @@ func runningGang(g gomega.Gomega, job *batch.Job, n int) []corev1.Pod {
 // restartEvents counts Chamber's Events that it restarted the job.
 func restartEvents(g gomega.Gomega, job *batch.Job) int {
 	n := 0
-	for _, e := range jobEvents(g, job, chamberkueue.ReasonGPUFault) {
+	for _, e := range jobEvents(g, job, chamber.ReasonGPUFault) {
 		if e.ReportingController != "" {
 			n++
 		}
@@ -230,7 +230,7 @@ func queue(t *testing.T, name string, gpus int) {
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: scheduling.QueueSpec{
 			Weight:     1,
-			Capability: corev1.ResourceList{chamberkueue.ResourceGPU: *resource.NewQuantity(int64(gpus), resource.DecimalSI)},
+			Capability: corev1.ResourceList{kube.ResourceGPU: *resource.NewQuantity(int64(gpus), resource.DecimalSI)},
 		},
 	}
 	create(t, q)
@@ -251,7 +251,7 @@ func gangJob(name, ns, queue string, tasks, gpus int, run time.Duration) *batch.
 			MaxRetry:      3,
 		},
 	}
-	gpu := corev1.ResourceList{chamberkueue.ResourceGPU: *resource.NewQuantity(int64(gpus), resource.DecimalSI)}
+	gpu := corev1.ResourceList{kube.ResourceGPU: *resource.NewQuantity(int64(gpus), resource.DecimalSI)}
 	for i := range tasks {
 		job.Spec.Tasks = append(job.Spec.Tasks, batch.TaskSpec{
 			Name:     "worker-" + strconv.Itoa(i),

@@ -15,7 +15,7 @@ import (
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers/controllertest"
-	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/integrations/kube"
 	"chamber.dev/chamber/test/controlplane"
 )
 
@@ -59,7 +59,7 @@ func TestMetricsAgreeWithVolcano(t *testing.T) {
 	team1 := func(g gomega.Gomega, name string, labels ...string) int {
 		return int(controllertest.MetricValue(g, name, append([]string{"team", "metrics"}, labels...)...))
 	}
-	gpuCount := func(l corev1.ResourceList) int { q := l[chamberkueue.ResourceGPU]; return int(q.Value()) }
+	gpuCount := func(l corev1.ResourceList) int { q := l[kube.ResourceGPU]; return int(q.Value()) }
 	g.Eventually(func(g gomega.Gomega) {
 		// What Volcano says.
 		var q scheduling.Queue

@@ -17,7 +17,7 @@ import (
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers/controllertest"
-	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/integrations/kube"
 	"chamber.dev/chamber/integrations/volcano"
 	"chamber.dev/chamber/test/controlplane"
 )
@@ -40,7 +40,7 @@ func TestTeamsBecomeVolcanoQueues(t *testing.T) {
 		Quotas: []chamber.TeamQuota{{Model: "NVIDIA-H100-80GB-HBM3", GPUs: 4, BorrowingLimit: ptr.To[int32](4), LendingLimit: ptr.To[int32](1)}}}}
 	create(t, team)
 
-	gpus := func(l corev1.ResourceList) int64 { q := l[chamberkueue.ResourceGPU]; return q.Value() }
+	gpus := func(l corev1.ResourceList) int64 { q := l[kube.ResourceGPU]; return q.Value() }
 	var q scheduling.Queue
 	g.Eventually(func(g gomega.Gomega) {
 		g.Expect(k8s.Get(ctx, client.ObjectKey{Name: "research"}, &q)).To(gomega.Succeed())
@@ -80,7 +80,7 @@ func TestTeamsBecomeVolcanoQueues(t *testing.T) {
 	// Someone widens the queue by hand: Chamber puts the team's quota back.
 	g.Eventually(func(g gomega.Gomega) {
 		g.Expect(k8s.Get(ctx, client.ObjectKey{Name: "research"}, &q)).To(gomega.Succeed())
-		q.Spec.Capability = corev1.ResourceList{chamberkueue.ResourceGPU: resource.MustParse("64")}
+		q.Spec.Capability = corev1.ResourceList{kube.ResourceGPU: resource.MustParse("64")}
 		g.Expect(k8s.Update(ctx, &q)).To(gomega.Succeed())
 	}).Should(gomega.Succeed())
 	g.Eventually(func(g gomega.Gomega) {
@@ -98,7 +98,7 @@ func TestTeamsBecomeVolcanoQueues(t *testing.T) {
 		g.Expect(c.Reason).To(gomega.Equal(chamber.ReasonQueueTaken))
 	}).Should(gomega.Succeed())
 	g.Expect(k8s.Get(ctx, client.ObjectKey{Name: "taken"}, &q)).To(gomega.Succeed())
-	g.Expect(chamberkueue.Owned(&q)).To(gomega.BeFalse())
+	g.Expect(kube.Owned(&q)).To(gomega.BeFalse())
 	g.Expect(gpus(q.Spec.Capability)).To(gomega.BeEquivalentTo(2))
 
 	// A Kueue pool's team on a cluster without Kueue: told, nothing made.

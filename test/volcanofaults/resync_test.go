@@ -12,7 +12,7 @@ import (
 	scheduling "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	"chamber.dev/chamber/controllers/volcanoresync"
-	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/integrations/kube"
 	"chamber.dev/chamber/test/controlplane"
 )
 
@@ -67,7 +67,7 @@ func TestStalledJobIsResumed(t *testing.T) {
 	// Open the queue: the resumed job is placed like any other and completes.
 	var q scheduling.Queue
 	g.Expect(k8s.Get(ctx, client.ObjectKey{Name: "stalled"}, &q)).To(gomega.Succeed())
-	q.Spec.Capability[chamberkueue.ResourceGPU] = resource.MustParse("8")
+	q.Spec.Capability[kube.ResourceGPU] = resource.MustParse("8")
 	g.Expect(k8s.Update(ctx, &q)).To(gomega.Succeed())
 	g.Eventually(func(g gomega.Gomega) {
 		g.Expect(vcjob(g, stalled).Status.State.Phase).To(gomega.Equal(batch.Completed))

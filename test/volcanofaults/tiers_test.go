@@ -18,7 +18,7 @@ import (
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers/team"
-	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/integrations/kube"
 	"chamber.dev/chamber/test/controlplane"
 )
 
@@ -29,11 +29,11 @@ func TestTiersBecomePriorityClasses(t *testing.T) {
 	ctx := context.Background()
 	g := newG(t)
 	g.SetDefaultEventuallyTimeout(2 * time.Minute)
-	for _, tier := range chamberkueue.DefaultPriorityTiers {
+	for _, tier := range kube.DefaultPriorityTiers {
 		var pc schedulingv1.PriorityClass
 		g.Eventually(func() error { return k8s.Get(ctx, client.ObjectKey{Name: tier.Name}, &pc) }).Should(gomega.Succeed())
 		g.Expect(pc.Value).To(gomega.Equal(tier.Value), "PriorityClass %s", tier.Name)
-		g.Expect(chamberkueue.Owned(&pc)).To(gomega.BeTrue(), "PriorityClass %s", tier.Name)
+		g.Expect(kube.Owned(&pc)).To(gomega.BeTrue(), "PriorityClass %s", tier.Name)
 	}
 
 	labels := map[string]string{"chamber.dev/test-pool": "tiers"}
@@ -114,7 +114,7 @@ func TestPriorityClassesNotOwnedAreLeftAlone(t *testing.T) {
 	})
 
 	// Each run is chamber-controller starting with the tiers given.
-	start := func(tiers ...chamberkueue.PriorityTier) {
+	start := func(tiers ...kube.PriorityTier) {
 		mgr, err := ctrl.NewManager(controlplane.AsServiceAccount(cp.Config, controlplane.ChartNamespace, controlplane.ControllerAccount, ""),
 			ctrl.Options{Scheme: controlplane.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
 		g.Expect(err).NotTo(gomega.HaveOccurred())
@@ -126,7 +126,7 @@ func TestPriorityClassesNotOwnedAreLeftAlone(t *testing.T) {
 			for _, tier := range tiers {
 				var pc schedulingv1.PriorityClass
 				g.Expect(k8s.Get(ctx, client.ObjectKey{Name: tier.Name}, &pc)).To(gomega.Succeed())
-				if chamberkueue.Owned(&pc) {
+				if kube.Owned(&pc) {
 					g.Expect(pc.Value).To(gomega.Equal(tier.Value))
 				}
 			}
@@ -136,15 +136,15 @@ func TestPriorityClassesNotOwnedAreLeftAlone(t *testing.T) {
 		cancel()
 		g.Expect(<-done).To(gomega.Succeed())
 	}
-	start(chamberkueue.PriorityTier{Name: "tier-mine", Value: 10}, chamberkueue.PriorityTier{Name: "tier-taken", Value: 70})
-	start(chamberkueue.PriorityTier{Name: "tier-mine", Value: 20}, chamberkueue.PriorityTier{Name: "tier-taken", Value: 70})
+	start(kube.PriorityTier{Name: "tier-mine", Value: 10}, kube.PriorityTier{Name: "tier-taken", Value: 70})
+	start(kube.PriorityTier{Name: "tier-mine", Value: 20}, kube.PriorityTier{Name: "tier-taken", Value: 70})
 
 	var pc schedulingv1.PriorityClass
 	g.Expect(k8s.Get(ctx, client.ObjectKey{Name: "tier-mine"}, &pc)).To(gomega.Succeed())
 	g.Expect(pc.Value).To(gomega.BeEquivalentTo(20))
 	g.Expect(k8s.Get(ctx, client.ObjectKey{Name: "tier-taken"}, &pc)).To(gomega.Succeed())
 	g.Expect(pc.Value).To(gomega.BeEquivalentTo(7))
-	g.Expect(chamberkueue.Owned(&pc)).To(gomega.BeFalse())
+	g.Expect(kube.Owned(&pc)).To(gomega.BeFalse())
 	g.Eventually(func(g gomega.Gomega) {
 		var events eventsv1.EventList
 		g.Expect(k8s.List(ctx, &events)).To(gomega.Succeed())

@@ -24,7 +24,7 @@ import (
 	scheduling "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
-	chamberkueue "chamber.dev/chamber/integrations/kueue"
+	"chamber.dev/chamber/integrations/kube"
 	"chamber.dev/chamber/integrations/volcano"
 	"chamber.dev/chamber/test/controlplane"
 )
@@ -41,7 +41,7 @@ func TestMain(m *testing.M) {
 }
 
 // hierarchyConfig is the scheduler configuration Chamber's chart ships, with the
-// capacity plugin's hierarchy on and without the enqueue action, as docs/volcano.md
+// capacity plugin's hierarchy on and without the enqueue action, as docs/tasks/volcano.md
 // tells users to write it.
 var hierarchyConfig = strings.NewReplacer("  - name: capacity\n", "  - name: capacity\n    enableHierarchy: true\n",
 	`actions: "enqueue, `, `actions: "`).Replace(controlplane.DefaultVolcanoSchedulerConfig)
@@ -116,9 +116,9 @@ func TestPoolsBecomeAQueueHierarchy(t *testing.T) {
 	queueOf := func(g gomega.Gomega, name string) queue {
 		var q scheduling.Queue
 		g.Expect(k8s.Get(ctx, client.ObjectKey{Name: name}, &q)).To(gomega.Succeed())
-		got := queue{Parent: q.Spec.Parent, Deserved: q.Spec.Deserved.Name(chamberkueue.ResourceGPU, "").Value(), Capability: -1,
-			Guarantee: q.Spec.Guarantee.Resource.Name(chamberkueue.ResourceGPU, "").Value()}
-		if c, ok := q.Spec.Capability[chamberkueue.ResourceGPU]; ok {
+		got := queue{Parent: q.Spec.Parent, Deserved: q.Spec.Deserved.Name(kube.ResourceGPU, "").Value(), Capability: -1,
+			Guarantee: q.Spec.Guarantee.Resource.Name(kube.ResourceGPU, "").Value()}
+		if c, ok := q.Spec.Capability[kube.ResourceGPU]; ok {
 			got.Capability = c.Value()
 		}
 		return got
@@ -213,8 +213,8 @@ func create(t *testing.T, obj client.Object) {
 // pod asks for CPU and memory too, as a training pod does, though the Queues count
 // GPUs alone: Volcano's hierarchy gives a Queue without a CPU capability its parent's.
 func job(team, name string, run time.Duration) *batch.Job {
-	gpu := corev1.ResourceList{chamberkueue.ResourceGPU: resource.MustParse("8")}
-	requests := corev1.ResourceList{chamberkueue.ResourceGPU: resource.MustParse("8"),
+	gpu := corev1.ResourceList{kube.ResourceGPU: resource.MustParse("8")}
+	requests := corev1.ResourceList{kube.ResourceGPU: resource.MustParse("8"),
 		corev1.ResourceCPU: resource.MustParse("16"), corev1.ResourceMemory: resource.MustParse("64Gi")}
 	return &batch.Job{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: team},
