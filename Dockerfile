@@ -6,13 +6,15 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-# Both are built with cgo: go-nvml's bindings are cgo (the agent loads the driver's
-# libnvidia-ml.so.1, mounted into the container by the NVIDIA container toolkit, with
-# dlopen), and the controller links them through the health catalog.
+# Only the agent is built with cgo: it reads the GPUs through go-nvml, whose bindings
+# are cgo (they load the driver's libnvidia-ml.so.1, mounted into the container by the
+# NVIDIA container toolkit, with dlopen). The controller links no NVML (package
+# healthcheck holds the rules without it; healthcheck/nvmlsource reads NVML) and is
+# static.
 RUN CGO_ENABLED=1 go build -trimpath -ldflags="-s -w" -o /out/chamber-agent ./cmd/chamber-agent && \
-    CGO_ENABLED=1 go build -trimpath -ldflags="-s -w" -o /out/chamber-controller ./cmd/chamber-controller
+    CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/chamber-controller ./cmd/chamber-controller
 
-# glibc for dlopen; no shell, no package manager.
+# glibc for the agent's dlopen; no shell, no package manager.
 FROM gcr.io/distroless/base-debian12:nonroot
 COPY --from=build /out/chamber-agent /out/chamber-controller /
 USER 65532:65532

@@ -32,8 +32,9 @@ import (
 // TestImage builds the image as `make image` does, pushing it to a registry (go-
 // containerregistry's own, in memory), and reads it back from the OCI layout, the
 // tarball and the registry: the same image in all three, both binaries where the
-// chart's pods run them, a non-root user, every library the binaries need, and both
-// binaries answering --help as that user inside the image's files.
+// chart's pods run them, a non-root user, every library the binaries need (the
+// controller none: it is static), and both binaries answering --help as that user
+// inside the image's files.
 func TestImage(t *testing.T) {
 	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
 	defer srv.Close()
@@ -129,6 +130,10 @@ func TestImage(t *testing.T) {
 		}
 		needs(t, root, files, bin)
 	}
+	// The controller links no NVML and is built without cgo.
+	if interp, libs := linked(t, filepath.Join(root, "chamber-controller")); interp != "" || len(libs) > 0 {
+		t.Errorf("/chamber-controller has loader %q and libraries %v: want a static binary (CGO_ENABLED=0)", interp, libs)
+	}
 	if b, err := os.ReadFile(filepath.Join(root, "etc/passwd")); err != nil || !strings.Contains(string(b), "nonroot:x:65532:65532:") {
 		t.Errorf("/etc/passwd %q (%v): want the nonroot user 65532", b, err)
 	}
@@ -207,27 +212,11 @@ func extract(t *testing.T, img v1.Image, root string) map[string]*tar.Header {
 // names, where the loader looks: Debian's multiarch directories.
 func needs(t *testing.T, root string, files map[string]*tar.Header, bin string) {
 	t.Helper()
-	f, err := elf.Open(filepath.Join(root, bin))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	for _, p := range f.Progs {
-		if p.Type != elf.PT_INTERP {
-			continue
-		}
-		b, err := io.ReadAll(p.Open())
-		if err != nil {
-			t.Fatal(err)
-		}
-		interp := strings.TrimRight(string(b), "\x00")
+	interp, libs := linked(t, filepath.Join(root, bin))
+	if interp != "" {
 		if _, err := os.Stat(filepath.Join(root, interp)); err != nil {
 			t.Errorf("%s: its loader %s is not in the image: %v", bin, interp, err)
 		}
-	}
-	libs, err := f.ImportedLibraries()
-	if err != nil {
-		t.Fatal(err)
 	}
 	for _, lib := range libs {
 		found := false
@@ -240,4 +229,30 @@ func needs(t *testing.T, root string, files map[string]*tar.Header, bin string) 
 			t.Errorf("%s needs %s, which the image lacks", bin, lib)
 		}
 	}
+}
+
+// linked returns the ELF binary's dynamic loader and the libraries it names; none of
+// either for a static binary.
+func linked(t *testing.T, bin string) (interp string, libs []string) {
+	t.Helper()
+	f, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type != elf.PT_INTERP {
+			continue
+		}
+		b, err := io.ReadAll(p.Open())
+		if err != nil {
+			t.Fatal(err)
+		}
+		interp = strings.TrimRight(string(b), "\x00")
+	}
+	libs, err = f.ImportedLibraries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return interp, libs
 }

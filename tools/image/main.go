@@ -113,10 +113,13 @@ func Build(ctx context.Context, o Options) (v1.Image, error) {
 	if err := os.MkdirAll(bins, 0o755); err != nil {
 		return nil, err
 	}
-	// Both with cgo: go-nvml's bindings are cgo (the agent loads libnvidia-ml.so.1
-	// with dlopen), and the controller links them too, through the health catalog.
-	for _, bin := range []string{"chamber-agent", "chamber-controller"} {
-		if err := goBuild(ctx, o.Root, filepath.Join(bins, bin), "./cmd/"+bin); err != nil {
+	// Only the agent with cgo: its NVML bindings are cgo (it loads libnvidia-ml.so.1
+	// with dlopen). The controller links no NVML and is static.
+	for _, b := range []struct {
+		name string
+		cgo  bool
+	}{{"chamber-agent", true}, {"chamber-controller", false}} {
+		if err := goBuild(ctx, o.Root, filepath.Join(bins, b.name), "./cmd/"+b.name, b.cgo); err != nil {
 			return nil, err
 		}
 	}
@@ -193,10 +196,15 @@ func write(o Options, img v1.Image) error {
 	return nil
 }
 
-func goBuild(ctx context.Context, root, out, pkg string) error {
+// goBuild builds pkg for linux, with cgo or without (CGO_ENABLED=0: a static binary).
+func goBuild(ctx context.Context, root, out, pkg string, cgo bool) error {
 	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, pkg)
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "GOOS=linux", "GOARCH="+runtime.GOARCH, "CGO_ENABLED=1")
+	cgoEnabled := "CGO_ENABLED=0"
+	if cgo {
+		cgoEnabled = "CGO_ENABLED=1"
+	}
+	cmd.Env = append(os.Environ(), "GOOS=linux", "GOARCH="+runtime.GOARCH, cgoEnabled)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
 	}
