@@ -28,7 +28,6 @@ import (
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers"
 	"chamber.dev/chamber/controllers/controllertest"
-	"chamber.dev/chamber/controllers/idlereclaim"
 	"chamber.dev/chamber/controllers/uninstall"
 	"chamber.dev/chamber/healthcheck/nvmlsource"
 	"chamber.dev/chamber/integrations/kube"
@@ -205,7 +204,7 @@ func TestUninstallHandsBack(t *testing.T) {
 	g.Eventually(func(g gomega.Gomega) { controllertest.RunningPod(g, c, "vision", "train") }).Should(gomega.Succeed())
 	g.Expect(c.Create(ctx, job("notebook", "2").NodeSelector(corev1.LabelHostname, "gpu-2").PodAnnotation(chamber.LabelInteractive, "true").Obj())).To(gomega.Succeed())
 	g.Eventually(func(g gomega.Gomega) {
-		g.Expect(idlereclaim.Paused(controllertest.WorkloadOf(g, c, "vision", "notebook"))).To(gomega.BeTrue())
+		g.Expect(chamberkueue.IdleReclaimPaused(controllertest.WorkloadOf(g, c, "vision", "notebook"))).To(gomega.BeTrue())
 	}).Should(gomega.Succeed())
 	// 8 GPUs in use and 8 more asked: over the team's 12.
 	g.Expect(c.Create(ctx, job("waits", "8").Obj())).To(gomega.Succeed())

@@ -17,7 +17,6 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 	batch "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 
-	"chamber.dev/chamber/controllers/idlereclaim"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
@@ -347,7 +346,7 @@ func (r *recorder) workload(o any) {
 		return
 	}
 	e, requested := chamberkueue.RequestedEviction(wl)
-	paused := idlereclaim.Paused(wl)
+	paused := chamberkueue.IdleReclaimPaused(wl)
 	now := r.now()
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -278,6 +278,10 @@ const (
 	// AnnotationIdleReclaimedFor is the waiting workload (namespace/name) the GPUs
 	// were reclaimed for.
 	AnnotationIdleReclaimedFor = "chamber.dev/idle-reclaimed-for"
+	// IdleReclaimedForIdleLimit in AnnotationIdleReclaimedFor marks a workload paused
+	// at its interactive idle time limit: nobody waited; it stays paused until its
+	// user activates it again.
+	IdleReclaimedForIdleLimit = "interactive-idle-time-limit"
 	// AnnotationIdleReclaimedAt is when the eviction was asked for (RFC 3339).
 	AnnotationIdleReclaimedAt = "chamber.dev/idle-reclaimed-at"
 	// AnnotationIdleReclaimHeld is "true" while idle reclaim keeps the workload
@@ -295,6 +299,13 @@ const (
 	// idle reclaim paused it: Volcano counts the resume, so a higher one says it was
 	// resumed.
 	AnnotationIdleReclaimPausedAtRetry = "chamber.dev/idle-reclaim-paused-at-retry"
+)
+
+// Events of idle reclaim's pause: `kubectl describe workload` shows why it is paused
+// and when it resumed.
+const (
+	ReasonIdleReclaimPaused  = "IdleReclaimPaused"
+	ReasonIdleReclaimResumed = "IdleReclaimResumed"
 )
 
 // Annotations Chamber writes on a Volcano Job it restarts. The request before it (the

@@ -17,7 +17,6 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
-	"chamber.dev/chamber/controllers/idlereclaim"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
@@ -207,14 +206,14 @@ func pausedByChamber(wl *kueue.Workload) bool {
 		return false
 	}
 	a := wl.Annotations
-	return idlereclaim.Paused(wl) || a[chamber.AnnotationRoomPausedFor] != "" || chamberkueue.Paused(wl) != ""
+	return chamberkueue.IdleReclaimPaused(wl) || a[chamber.AnnotationRoomPausedFor] != "" || chamberkueue.Paused(wl) != ""
 }
 
 func pausedWhy(wl *kueue.Workload) string {
 	a := wl.Annotations
-	resume := idlereclaim.ResumeCommand(wl)
+	resume := chamberkueue.ResumeCommand(wl)
 	switch {
-	case idlereclaim.PausedAtIdleLimit(wl):
+	case chamberkueue.PausedAtIdleLimit(wl):
 		return "paused by Chamber: its GPUs stayed idle for its team's interactive idle time limit; it waits for its user: " + resume
 	case a[chamber.AnnotationIdleReclaimedFor] != "":
 		return fmt.Sprintf("paused by Chamber's idle reclaim: its idle GPUs went to %s; it resumes by itself once nobody waits for GPUs it could use (or now: %s)",

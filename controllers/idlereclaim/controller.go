@@ -290,7 +290,7 @@ func (c *Controller) reconcile(ctx context.Context, wl *kueue.Workload) (reconci
 const noNotice time.Duration = 0
 
 // reclaim asks for the eviction, marked reclaimed for reclaimedFor (a waiting
-// workload, or reclaimedForIdleLimit), which the hold reads, and counts it. The marks
+// workload, or chamber.IdleReclaimedForIdleLimit), which the hold reads, and counts it. The marks
 // go in the same patch as the request: written apart, a leader that died between
 // the two writes left a paused workload without them, which the hold could only let
 // go.
@@ -309,10 +309,10 @@ func (c *Controller) reclaim(ctx context.Context, key types.NamespacedName, wl *
 }
 
 // pauseAtLimit asks for the eviction of an interactive workload idle for its limit;
-// the hold then keeps it paused until its user resumes it (reclaimedForIdleLimit).
+// the hold then keeps it paused until its user resumes it (chamber.IdleReclaimedForIdleLimit).
 func (c *Controller) pauseAtLimit(ctx context.Context, key types.NamespacedName, wl *kueue.Workload, owner owner, use usage, idleFor time.Duration, now time.Time) (reconcile.Result, error) {
 	policy := owner.policy
-	err := c.reclaim(ctx, key, wl, owner, use, idleFor, reclaimedForIdleLimit, chamberkueue.Eviction{
+	err := c.reclaim(ctx, key, wl, owner, use, idleFor, chamber.IdleReclaimedForIdleLimit, chamberkueue.Eviction{
 		Reason: ReasonIdleTimeLimit,
 		Message: fmt.Sprintf("interactive idle time limit: its %d GPUs stayed below %d%% utilization for %s (limit %s); resume it with spec.active true",
 			use.gpus, policy.UtilizationPercent, idleFor.Round(time.Second), policy.InteractiveIdleLimit),

@@ -590,7 +590,7 @@ func TestHold(t *testing.T) {
 	}{
 		"eviction still under notice": {change: reclaimed, wantActive: true, wantMarks: true},
 		"evicted by Kueue: held": {
-			change: evicted, wantMarks: true, wantHeld: true, wantEvent: ReasonHeld,
+			change: evicted, wantMarks: true, wantHeld: true, wantEvent: chamber.ReasonIdleReclaimPaused,
 		},
 		"already back in the queue: held": {
 			change: func(w *world) {
@@ -598,7 +598,7 @@ func TestHold(t *testing.T) {
 				delete(w.wl.Annotations, chamber.AnnotationEvictionReason)
 				w.wl.Status.Admission, w.wl.Status.Conditions = nil, nil
 			},
-			wantMarks: true, wantHeld: true, wantEvent: ReasonHeld,
+			wantMarks: true, wantHeld: true, wantEvent: chamber.ReasonIdleReclaimPaused,
 		},
 		"a GPU fault's eviction took over": {
 			change: func(w *world) {
@@ -625,7 +625,7 @@ func TestHold(t *testing.T) {
 				held(w)
 				w.waiting = waitingWorkload("wait", "team-b", start).SimpleReserveQuota("team-b", h100, start).Obj()
 			},
-			wantActive: true, wantEvent: ReasonReleased,
+			wantActive: true, wantEvent: chamber.ReasonIdleReclaimResumed,
 		},
 		"the other has quota, but another still waits: paused": {
 			change: func(w *world) {
@@ -640,7 +640,7 @@ func TestHold(t *testing.T) {
 				held(w)
 				w.waiting = waitingWorkload("wait", "team-c", start).Obj()
 			},
-			wantActive: true, wantEvent: ReasonReleased,
+			wantActive: true, wantEvent: chamber.ReasonIdleReclaimResumed,
 		},
 		"reclaimed a second time: paused past the first limit": {
 			change: func(w *world) { held(w); w.wl.Annotations[chamber.AnnotationIdleReclaims] = "2" },
@@ -649,20 +649,20 @@ func TestHold(t *testing.T) {
 		"reclaimed a second time: resumed at twice the limit": {
 			change:     func(w *world) { held(w); w.wl.Annotations[chamber.AnnotationIdleReclaims] = "2" },
 			after:      20 * time.Minute,
-			wantActive: true, wantEvent: ReasonReleased,
+			wantActive: true, wantEvent: chamber.ReasonIdleReclaimResumed,
 		},
 		"the other is gone: released": {
 			change:     func(w *world) { held(w); w.waiting = nil },
-			wantActive: true, wantEvent: ReasonReleased,
+			wantActive: true, wantEvent: chamber.ReasonIdleReclaimResumed,
 		},
-		"held for MaxHold: released": {change: held, after: 10 * time.Minute, wantActive: true, wantEvent: ReasonReleased},
+		"held for MaxHold: released": {change: held, after: 10 * time.Minute, wantActive: true, wantEvent: chamber.ReasonIdleReclaimResumed},
 		"an unreadable time: released": {
 			change:     func(w *world) { held(w); w.wl.Annotations[chamber.AnnotationIdleReclaimedAt] = "yesterday" },
-			wantActive: true, wantEvent: ReasonReleased,
+			wantActive: true, wantEvent: chamber.ReasonIdleReclaimResumed,
 		},
 		"activated by someone else (its user)": {
 			change:     func(w *world) { held(w); w.wl.Spec.Active = ptr.To(true) },
-			wantActive: true, wantEvent: ReasonReleased,
+			wantActive: true, wantEvent: chamber.ReasonIdleReclaimResumed,
 		},
 		"a notebook while the other waits: held past MaxHold, for its user to resume": {
 			change: func(w *world) { held(w); notebook(w) },
@@ -670,7 +670,7 @@ func TestHold(t *testing.T) {
 		},
 		"a notebook, the other is gone: released": {
 			change:     func(w *world) { held(w); notebook(w); w.waiting = nil },
-			wantActive: true, wantEvent: ReasonReleased,
+			wantActive: true, wantEvent: chamber.ReasonIdleReclaimResumed,
 		},
 		"held for another that needs more GPUs than are free now (room for it)": {
 			change: func(w *world) { held(w); w.withNodes(8, 4); w.waiterOf(2, "8") },
@@ -678,7 +678,7 @@ func TestHold(t *testing.T) {
 		},
 		"a notebook resumed by its user": {
 			change:     func(w *world) { held(w); notebook(w); w.wl.Spec.Active = ptr.To(true) },
-			wantActive: true, wantEvent: ReasonReleased,
+			wantActive: true, wantEvent: chamber.ReasonIdleReclaimResumed,
 		},
 	}
 	for name, tc := range cases {
@@ -697,10 +697,10 @@ func TestHold(t *testing.T) {
 			if diff := cmp.Diff([]any{tc.wantActive, tc.wantMarks, tc.wantHeld}, got); diff != "" {
 				t.Errorf("[active, reclaimed-for, held] (-want +got):\n%s", diff)
 			}
-			if got, want := Paused(&wl), tc.wantHeld && !tc.wantActive; got != want {
-				t.Errorf("Paused = %v, want %v", got, want)
+			if got, want := chamberkueue.IdleReclaimPaused(&wl), tc.wantHeld && !tc.wantActive; got != want {
+				t.Errorf("IdleReclaimPaused = %v, want %v", got, want)
 			}
-			if PausedAtIdleLimit(&wl) {
+			if chamberkueue.PausedAtIdleLimit(&wl) {
 				t.Errorf("a workload reclaimed for a waiter reads as paused at the idle time limit (its user would be asked to resume what resumes by itself)")
 			}
 			var events []string
@@ -756,7 +756,7 @@ func TestStaleCache(t *testing.T) {
 	for len(r.recorder.Events) > 0 {
 		reasons = append(reasons, strings.Fields(<-r.recorder.Events)[1])
 	}
-	if diff := cmp.Diff([]string{ReasonIdleGPUs, ReasonHeld}, reasons); diff != "" {
+	if diff := cmp.Diff([]string{ReasonIdleGPUs, chamber.ReasonIdleReclaimPaused}, reasons); diff != "" {
 		t.Errorf("event reasons (-want +got):\n%s", diff)
 	}
 }
@@ -889,9 +889,9 @@ func TestInteractiveIdleLimit(t *testing.T) {
 			r.mustReconcile()
 			r.clock.Step(24 * time.Hour)
 			r.mustReconcile()
-			if wl := r.workload(); ptr.Deref(wl.Spec.Active, true) || wl.Annotations[chamber.AnnotationIdleReclaimHeld] != "true" || !PausedAtIdleLimit(wl) {
+			if wl := r.workload(); ptr.Deref(wl.Spec.Active, true) || wl.Annotations[chamber.AnnotationIdleReclaimHeld] != "true" || !chamberkueue.PausedAtIdleLimit(wl) {
 				t.Fatalf("a day later: active %v, held %q, PausedAtIdleLimit %v; want it paused until its user resumes it",
-					ptr.Deref(wl.Spec.Active, true), wl.Annotations[chamber.AnnotationIdleReclaimHeld], PausedAtIdleLimit(wl))
+					ptr.Deref(wl.Spec.Active, true), wl.Annotations[chamber.AnnotationIdleReclaimHeld], chamberkueue.PausedAtIdleLimit(wl))
 			}
 			// Its user resumes it.
 			wl := r.workload()
@@ -900,7 +900,7 @@ func TestInteractiveIdleLimit(t *testing.T) {
 				t.Fatal(err)
 			}
 			r.mustReconcile()
-			if wl := r.workload(); wl.Annotations[chamber.AnnotationIdleReclaimHeld] != "" || wl.Annotations[chamber.AnnotationIdleReclaimedFor] != "" || PausedAtIdleLimit(wl) {
+			if wl := r.workload(); wl.Annotations[chamber.AnnotationIdleReclaimHeld] != "" || wl.Annotations[chamber.AnnotationIdleReclaimedFor] != "" || chamberkueue.PausedAtIdleLimit(wl) {
 				t.Errorf("after its user resumed it: annotations %v, want the pause cleared", wl.Annotations)
 			}
 		})

@@ -34,37 +34,6 @@ import (
 // An interactive one (a notebook) has no such limit: brought back while its user is
 // away it would idle through another window while others wait; its user resumes it.
 
-// Events of the pause: `kubectl describe workload` shows why it is paused and when it
-// resumed.
-const (
-	ReasonHeld     = "IdleReclaimPaused"
-	ReasonReleased = "IdleReclaimResumed"
-)
-
-// reclaimedForIdleLimit in chamber.AnnotationIdleReclaimedFor marks a workload paused at its
-// interactive idle time limit: nobody waited; it stays paused until its user
-// activates it again.
-const reclaimedForIdleLimit = "interactive-idle-time-limit"
-
-// Paused says whether idle reclaim keeps wl paused (deactivated), for a waiter or at
-// its interactive idle time limit. Its user may resume it any time (spec.active true).
-func Paused(wl *kueue.Workload) bool {
-	return wl.Annotations[chamber.AnnotationIdleReclaimedFor] != "" && wl.Annotations[chamber.AnnotationIdleReclaimHeld] == "true" &&
-		wl.Spec.Active != nil && !*wl.Spec.Active
-}
-
-// PausedAtIdleLimit says whether idle reclaim keeps wl paused at its team's
-// interactive idle time limit: deactivated, waiting for its user to resume it (set
-// spec.active true). A workload paused for a waiter resumes by itself and is not.
-func PausedAtIdleLimit(wl *kueue.Workload) bool {
-	return Paused(wl) && wl.Annotations[chamber.AnnotationIdleReclaimedFor] == reclaimedForIdleLimit
-}
-
-// ResumeCommand is what a user runs to resume a paused workload.
-func ResumeCommand(wl *kueue.Workload) string {
-	return fmt.Sprintf(`kubectl patch workload %s -n %s --type=merge -p '{"spec":{"active":true}}'`, wl.Name, wl.Namespace)
-}
-
 // DefaultMaxHold is the default of Options.MaxHold.
 const DefaultMaxHold = 10 * time.Minute
 
@@ -110,7 +79,7 @@ func (c *Controller) reconcileHold(ctx context.Context, wl *kueue.Workload) (don
 	active := wl.Spec.Active == nil || *wl.Spec.Active
 	pausedForUs := !active && (chamberkueue.Paused(wl) == ReasonIdleReclaim || chamberkueue.Paused(wl) == ReasonIdleTimeLimit)
 	if waiter == "" && pausedForUs && wl.DeletionTimestamp == nil {
-		// Paused for idle reclaim without the reclaim's marks, which come with the
+		// chamberkueue.IdleReclaimPaused for idle reclaim without the reclaim's marks, which come with the
 		// request: they were removed since (or written apart by an older Chamber, which
 		// died between the two writes). Nothing says what it waits for: let it go.
 		return true, reconcile.Result{}, c.patch(ctx, wl, ptr.To(true), map[string]any{chamber.AnnotationEvictionPaused: nil})
@@ -150,19 +119,19 @@ func (c *Controller) reconcileHold(ctx context.Context, wl *kueue.Workload) (don
 		}
 		c.remember(key, wl.UID, idleWorkload{held: true})
 		pauses.WithLabelValues(wl.Namespace).Inc()
-		if waiter == reclaimedForIdleLimit {
-			c.recorder.Eventf(wl, nil, corev1.EventTypeNormal, ReasonHeld, "Pause",
-				"paused (deactivated, its Job kept) at its team's interactive idle time limit: resume it with %s", ResumeCommand(wl))
+		if waiter == chamber.IdleReclaimedForIdleLimit {
+			c.recorder.Eventf(wl, nil, corev1.EventTypeNormal, chamber.ReasonIdleReclaimPaused, "Pause",
+				"paused (deactivated, its Job kept) at its team's interactive idle time limit: resume it with %s", chamberkueue.ResumeCommand(wl))
 			return true, reconcile.Result{}, nil
 		}
 		if chamberkueue.Interactive(wl, nil) {
-			c.recorder.Eventf(wl, nil, corev1.EventTypeNormal, ReasonHeld, "Pause",
+			c.recorder.Eventf(wl, nil, corev1.EventTypeNormal, chamber.ReasonIdleReclaimPaused, "Pause",
 				"paused (deactivated, its Job kept) after its idle GPUs were reclaimed for %s: it resumes by itself once no workload waits for GPUs it could use, or when its user resumes it with %s",
-				waiter, ResumeCommand(wl))
+				waiter, chamberkueue.ResumeCommand(wl))
 			return true, reconcile.Result{RequeueAfter: c.opts.Interval}, nil
 		}
 		reclaims, _ := strconv.Atoi(a[chamber.AnnotationIdleReclaims])
-		c.recorder.Eventf(wl, nil, corev1.EventTypeNormal, ReasonHeld, "Pause",
+		c.recorder.Eventf(wl, nil, corev1.EventTypeNormal, chamber.ReasonIdleReclaimPaused, "Pause",
 			"paused (deactivated, its Job kept) after its idle GPUs were reclaimed for %s: it resumes by itself once no workload waits for GPUs it could use, or after %s (reclaim %d; the limit doubles with each)",
 			waiter, c.maxHold(reclaims), reclaims)
 		return true, reconcile.Result{RequeueAfter: c.opts.Interval}, nil
@@ -176,13 +145,13 @@ func (c *Controller) reconcileHold(ctx context.Context, wl *kueue.Workload) (don
 		// Activated by someone else meanwhile (its user): the hold is over.
 		resumes.WithLabelValues(wl.Namespace).Inc()
 		why := "resumed by its user"
-		if waiter == reclaimedForIdleLimit {
+		if waiter == chamber.IdleReclaimedForIdleLimit {
 			why += " after its interactive idle time limit"
 		}
-		c.recorder.Eventf(wl, nil, corev1.EventTypeNormal, ReasonReleased, "Resume", why)
+		c.recorder.Eventf(wl, nil, corev1.EventTypeNormal, chamber.ReasonIdleReclaimResumed, "Resume", why)
 		return false, reconcile.Result{}, c.clearReclaimed(ctx, wl)
 	}
-	if waiter == reclaimedForIdleLimit {
+	if waiter == chamber.IdleReclaimedForIdleLimit {
 		return true, reconcile.Result{}, nil // its user resumes it
 	}
 	now := c.opts.Clock.Now()
@@ -214,7 +183,7 @@ func (c *Controller) reconcileHold(ctx context.Context, wl *kueue.Workload) (don
 		return true, reconcile.Result{}, err
 	}
 	c.remember(key, wl.UID, idleWorkload{released: true})
-	c.recorder.Eventf(wl, nil, corev1.EventTypeNormal, ReasonReleased, "Resume", "resumed (activated and requeued): %s", why)
+	c.recorder.Eventf(wl, nil, corev1.EventTypeNormal, chamber.ReasonIdleReclaimResumed, "Resume", "resumed (activated and requeued): %s", why)
 	resumes.WithLabelValues(wl.Namespace).Inc()
 	return true, reconcile.Result{}, nil
 }

@@ -136,7 +136,7 @@ func TestIdleWorkloadReclaimed(t *testing.T) {
 		g.Expect(evictedByCheck(wl)).To(gomega.BeTrue())
 		g.Expect(admitted(g, "reclaim-a", "idle")).To(gomega.BeFalse())
 		g.Expect(admitted(g, "reclaim-b", "waits")).To(gomega.BeTrue())
-		g.Expect(eventReasons(g, "reclaim-a", "idle")).To(gomega.ContainElement(idlereclaim.ReasonHeld))
+		g.Expect(eventReasons(g, "reclaim-a", "idle")).To(gomega.ContainElement(chamber.ReasonIdleReclaimPaused))
 	}).Should(gomega.Succeed())
 	// While the idle job waits in reclaim-a's queue, the team's others are under
 	// contention too, past the window: idle reclaim looks at them every second.
@@ -158,7 +158,7 @@ func TestIdleWorkloadReclaimed(t *testing.T) {
 	// The waiting job runs and completes; the reclaimed job, requeued once the other
 	// had quota, is admitted again when the GPUs free and runs.
 	g.Eventually(func(g gomega.Gomega) {
-		g.Expect(eventReasons(g, "reclaim-a", "idle")).To(gomega.ContainElement(idlereclaim.ReasonReleased))
+		g.Expect(eventReasons(g, "reclaim-a", "idle")).To(gomega.ContainElement(chamber.ReasonIdleReclaimResumed))
 		g.Expect(jobComplete(g, "reclaim-b", "waits")).To(gomega.BeTrue())
 		g.Expect(admitted(g, "reclaim-a", "idle")).To(gomega.BeTrue())
 		g.Expect(podPhase(g, "reclaim-a", "idle")).To(gomega.Equal(corev1.PodRunning))

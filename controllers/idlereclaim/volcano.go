@@ -252,10 +252,10 @@ func (r *VolcanoJobs) reconcilePaused(ctx context.Context, job *batch.Job, now t
 		if waiting != nil && now.Sub(at) < hold {
 			return again, nil
 		}
-		if err := r.command(ctx, job, bus.ResumeJobAction, ReasonReleased, "resumed by idle reclaim: GPUs are free"); err != nil {
+		if err := r.command(ctx, job, bus.ResumeJobAction, chamber.ReasonIdleReclaimResumed, "resumed by idle reclaim: GPUs are free"); err != nil {
 			return reconcile.Result{}, err
 		}
-		r.recorder.Eventf(job, nil, corev1.EventTypeNormal, ReasonReleased, "Resume", "resumed: nobody waits for GPUs it could use, or its hold (%s) is over", hold)
+		r.recorder.Eventf(job, nil, corev1.EventTypeNormal, chamber.ReasonIdleReclaimResumed, "Resume", "resumed: nobody waits for GPUs it could use, or its hold (%s) is over", hold)
 	}
 	err := kube.PatchAnnotations(ctx, r.client, job, map[string]any{chamber.AnnotationIdleReclaimHeld: nil, chamber.AnnotationIdleReclaimPausedAtRetry: nil})
 	return again, client.IgnoreNotFound(err)

@@ -14,7 +14,6 @@ import (
 	bus "volcano.sh/apis/pkg/apis/bus/v1alpha1"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
-	"chamber.dev/chamber/controllers/idlereclaim"
 	"chamber.dev/chamber/integrations/volcano"
 )
 
@@ -45,7 +44,7 @@ func (h *handBack) volcano(ctx context.Context) error {
 		if job.Annotations[chamber.AnnotationIdleReclaimHeld] == "true" && (phase == batch.Aborted || phase == batch.Aborting) && !h.opts.DryRun {
 			// The Command first: the hold's mark says to resume it until the Command is in.
 			cmd := volcano.JobCommand(job, bus.ResumeJobAction, volcano.CommandName(job, bus.ResumeJobAction, job.Status.RetryCount),
-				idlereclaim.ReasonReleased, "resumed as Chamber is uninstalled")
+				chamber.ReasonIdleReclaimResumed, "resumed as Chamber is uninstalled")
 			if err := h.c.Create(ctx, cmd); err != nil && !apierrors.IsAlreadyExists(err) {
 				errs = append(errs, fmt.Errorf("resume Volcano Job %s/%s: %w", job.Namespace, job.Name, err))
 				continue

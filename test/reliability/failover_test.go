@@ -257,7 +257,7 @@ func TestLeaderKilledMidIdleReclaim(t *testing.T) {
 	// Paused at its eviction, and put back in its queue once the waiting job holds
 	// the quota: it waits there while that job runs.
 	g.Eventually(func(g gomega.Gomega) {
-		g.Expect(reasons(g, "idle-a")).To(gomega.ContainElements(idlereclaim.ReasonHeld, idlereclaim.ReasonReleased))
+		g.Expect(reasons(g, "idle-a")).To(gomega.ContainElements(chamber.ReasonIdleReclaimPaused, chamber.ReasonIdleReclaimResumed))
 		runningPod(g, "idle-b", "waits")
 	}).Should(gomega.Succeed())
 	evictedOnce(t, g, "idle-a", idlereclaim.ReasonIdleReclaim, requested.RequestedAt)
@@ -276,9 +276,9 @@ func TestLeaderKilledMidIdleReclaim(t *testing.T) {
 	var held, released int
 	for _, r := range reasons(g, "idle-a") {
 		switch r {
-		case idlereclaim.ReasonHeld:
+		case chamber.ReasonIdleReclaimPaused:
 			held++
-		case idlereclaim.ReasonReleased:
+		case chamber.ReasonIdleReclaimResumed:
 			released++
 		}
 	}

@@ -522,6 +522,6 @@ func IdleReclaimed(t *testing.T, p *Plane) {
 		var events eventsv1.EventList
 		g.Expect(p.K8s.List(context.Background(), &events, client.InNamespace("idle-a"))).To(gomega.Succeed())
 		g.Expect(events.Items).To(gomega.ContainElement(gomega.And(
-			gomega.HaveField("Regarding.Name", wl.Name), gomega.HaveField("Reason", idlereclaim.ReasonHeld))), "the notebook paused")
+			gomega.HaveField("Regarding.Name", wl.Name), gomega.HaveField("Reason", chamber.ReasonIdleReclaimPaused))), "the notebook paused")
 	}).Should(gomega.Succeed())
 }
