@@ -306,7 +306,7 @@ func (c *Controller) nodeState(ctx context.Context, n *corev1.Node, below int32,
 	if err != nil {
 		return nodeState{}, err
 	}
-	s := nodeState{name: n.Name, free: freeGPUs(n, pods)}
+	s := nodeState{name: n.Name, free: kube.FreeGPUs(n, pods, nil)}
 	host := hostname(n)
 	placed, err := chamberkueue.WorkloadsOnNode(ctx, c.client, host)
 	if err != nil {
@@ -336,18 +336,6 @@ func movable(wl *kueue.Workload, below int32, moved map[types.UID]bool) bool {
 	}
 	_, evicting := chamberkueue.RequestedEviction(wl)
 	return !evicting
-}
-
-// freeGPUs are the node's allocatable GPUs its live pods leave.
-func freeGPUs(n *corev1.Node, pods []corev1.Pod) int64 {
-	alloc := n.Status.Allocatable[kube.ResourceGPU]
-	free := alloc.Value()
-	for i := range pods {
-		if kube.Live(&pods[i]) {
-			free -= kube.PodGPUs(&pods[i].Spec)
-		}
-	}
-	return max(free, 0)
 }
 
 // boundGPUs are the GPUs of each of the workload's live pods among pods (those bound

@@ -140,7 +140,7 @@ func (h holds) release(ctx context.Context, n *corev1.Node, uid string, now time
 	if late, err := h.placedMeanwhile(ctx, n, pods, &wl); err != nil || late != "" {
 		return late, err
 	}
-	if freeGPUs(n, pods) >= gpus {
+	if kube.FreeGPUs(n, pods, nil) >= gpus {
 		return "room whole", nil
 	}
 	return "", nil

@@ -41,3 +41,22 @@ func PodGPUs(spec *corev1.PodSpec) int64 {
 func Live(p *corev1.Pod) bool {
 	return p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed
 }
+
+// FreeGPUs is the rule for the GPUs a node has free: its allocatable GPUs less those
+// its live pods (Live; a GPU hold pod is one) ask for, except the pods gone says will
+// leave (nil: none). pods are the pods bound to the node. Idle reclaim and room for
+// big jobs count free GPUs by it. The admission check counts a pod being deleted as
+// still holding its GPUs (it places pods that must start now), and the fleet counts
+// each GPU by its agent's report.
+func FreeGPUs(n *corev1.Node, pods []corev1.Pod, gone func(*corev1.Pod) bool) int64 {
+	alloc := n.Status.Allocatable[ResourceGPU]
+	free := alloc.Value()
+	for i := range pods {
+		p := &pods[i]
+		if !Live(p) || (gone != nil && gone(p)) {
+			continue
+		}
+		free -= PodGPUs(&p.Spec)
+	}
+	return max(free, 0)
+}

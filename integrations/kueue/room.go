@@ -19,10 +19,8 @@ import (
 // waiter and what room for big jobs rearranges.
 type Room map[string]int64
 
-// RoomOn is the room on the schedulable nodes of the flavors, the pods of the UIDs in
-// gone counted as gone: each node's allocatable GPUs less those of the other pods on it
-// that have not ended and are not being deleted (a GPU Chamber holds for a fault is
-// such a pod). Nil when a flavor is not known (not compiled by Chamber, or not in the
+// RoomOn is the room on the schedulable nodes of the flavors (kube.FreeGPUs), the
+// pods of the UIDs in gone counted as gone. Nil when a flavor is not known (not compiled by Chamber, or not in the
 // cache yet). c is a cache with SetupIndexes' indexes.
 func RoomOn(ctx context.Context, c client.Reader, flavors []kueue.ResourceFlavorReference, gone map[types.UID]bool) (Room, error) {
 	r := Room{}
@@ -46,16 +44,7 @@ func RoomOn(ctx context.Context, c client.Reader, flavors []kueue.ResourceFlavor
 			if err != nil {
 				return nil, err
 			}
-			alloc := n.Status.Allocatable[kube.ResourceGPU]
-			free := alloc.Value()
-			for j := range on {
-				p := &on[j]
-				if gone[p.UID] || !kube.Live(p) {
-					continue
-				}
-				free -= kube.PodGPUs(&p.Spec)
-			}
-			r[n.Name] = max(free, 0)
+			r[n.Name] = kube.FreeGPUs(n, on, func(p *corev1.Pod) bool { return gone[p.UID] })
 		}
 	}
 	return r, nil
