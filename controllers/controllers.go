@@ -1,5 +1,31 @@
-// Package controllers wires Chamber's controllers, one package each (pool, team,
-// dispatch, admission, inventory, isolation, idlereclaim, room): Setup is the one list of what runs.
+// Package controllers wires Chamber's controllers: Setup is the one list of what runs
+// (controllerList), each controller where the API it works through is served. One
+// package each:
+//   - pool counts a GPUPool's GPUs per model and compiles it into a Kueue
+//     ResourceFlavor per model and a Cohort (or, under Volcano's queue hierarchy, a
+//     Volcano Queue), and its worker clusters into MultiKueue's objects.
+//   - team compiles a Team into a ClusterQueue and LocalQueues (or a Volcano Queue),
+//     accounts its spend against its budget and gives its pods their eviction grace;
+//     it also makes the priority tiers Volcano's PriorityClasses.
+//   - dispatch is the MultiKueue dispatcher: it nominates the worker cluster with
+//     free healthy GPUs, the cheapest first.
+//   - admission runs the admission check (placement on healthy GPUs) and carries out
+//     Chamber's evictions of Kueue workloads, with notice and a grace period.
+//   - inventory feeds the fleet model from the informers and serves its metrics and
+//     the fleet page.
+//   - isolation takes failing GPUs or nodes out of service and evicts or restarts the
+//     workloads on them.
+//   - idlereclaim takes GPUs held idle back for waiting workloads, and pauses and
+//     resumes the workloads it reclaimed.
+//   - room makes room on one node for a workload that needs whole nodes.
+//   - volcanoresync resumes the Volcano Jobs that vc-controller-manager left stalled.
+//   - dcgm reads GPU health and utilization from dcgm-exporter's series, for nodes
+//     without a Chamber agent.
+//
+// Beside them, options holds chamber-controller's flags, uninstall hands the cluster
+// back before Chamber is removed, and controllertest runs the controllers in-process
+// for integration tests. This package also holds the manager's readiness
+// (CachesSynced) and liveness (StuckWorkers) checks.
 package controllers
 
 import (
