@@ -3,11 +3,15 @@
 // workload, team and priority tier holding it, with aggregates per node, model, pool
 // and team and the GPU-seconds and cost each team ran up.
 //
-// The model is fed one object at a time from informers (Set* and Delete* take the
-// objects the API server already has: Nodes, Pods, GPUNodes, Kueue Workloads,
-// ClusterQueues and LocalQueues, GPUPools, Teams) and never lists anything itself.
-// Readers take a Snapshot: the exporter on every scrape, and later the admission
-// check and idle reclaim. Time comes from a k8s.io/utils clock, so tests step it.
+// The model is fed one object at a time (Set* and Delete* take the objects the API
+// server already has: Nodes, Pods, GPUNodes, Kueue Workloads, ClusterQueues and
+// LocalQueues, Volcano PodGroups, GPUPools, Teams) and never lists anything itself:
+// the inventory feeds it from the manager's informers, kubectl-chamber from one list
+// of each. Readers take a Snapshot, or a Summary without the per-GPU list: the
+// exporter on every scrape, the fleet page, kubectl-chamber, and the MultiKueue
+// dispatcher (a worker cluster's model, through Workers). The controllers that act on
+// workloads (admission, isolation, idle reclaim, room) read the API objects, not the
+// model. Time comes from a k8s.io/utils clock, so tests step it.
 package fleet
 
 import (

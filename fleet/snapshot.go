@@ -70,7 +70,7 @@ type NodeSummary struct {
 	// is not isolated.
 	IsolationReason string
 	// TakesWork says whether new pods may land on the node: not cordoned nor tainted
-	// out of service (chamberkueue.Schedulable).
+	// out of service (kube.Schedulable).
 	TakesWork bool
 	// Fault is why Chamber isolated the node (its isolation record, e.g. "XID79 on GPU
 	// 3", or an operator's words) and IsolatedAt since when; empty and zero when
@@ -149,9 +149,10 @@ type QueueWait struct {
 func (m *Model) Snapshot() *Snapshot { return m.snapshot(true) }
 
 // Summary is Snapshot without the list of every GPU (GPUs is nil): the nodes, pools,
-// teams and queues, what the exporter's default metrics and the dispatcher read. On
-// 10,000 GPUs it is a fraction of Snapshot's time and garbage (go test ./exporter
-// -bench Scrape), and it holds the model's lock that much shorter.
+// teams and queues, what the exporter's default metrics and the dispatcher read. The
+// list of every GPU is most of a Snapshot's time and garbage on a large fleet
+// (exporter's BenchmarkScrape, default against per-GPU), so Summary costs a fraction
+// of it and holds the model's lock that much shorter.
 func (m *Model) Summary() *Snapshot { return m.snapshot(false) }
 
 func (m *Model) snapshot(perGPU bool) *Snapshot {
