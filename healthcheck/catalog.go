@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"slices"
 	"strconv"
+
+	chamber "chamber.dev/chamber/api/v1alpha1"
 )
 
 // Health is the state of one GPU as the agent publishes it.
@@ -39,35 +41,6 @@ func Worse(a, b Health) Health {
 		return Healthy
 	}
 	return a
-}
-
-// Action is what an operator (or the recovery policy) should do about a fault.
-type Action string
-
-const (
-	// ActionIgnore: an application error; restart the application, the GPU is fine.
-	ActionIgnore Action = "Ignore"
-	// ActionWatch: nothing to do to the GPU itself yet (cooling, power, a marginal link); keep watching.
-	ActionWatch Action = "Watch"
-	// ActionResetGPU: drain the GPU's work and reset it (nvidia-smi -r), or reboot the node.
-	ActionResetGPU Action = "ResetGPU"
-	// ActionRebootNode: the GPU cannot be recovered without rebooting (or power-cycling) the node.
-	ActionRebootNode Action = "RebootNode"
-	// ActionDrainAndReplace: the hardware is failing; drain the node and replace (RMA) the GPU.
-	ActionDrainAndReplace Action = "DrainAndReplace"
-)
-
-// TakesNode reports whether carrying out the action takes the whole node out of
-// service: a reboot, or a drain to replace the hardware. A GPU reset takes the
-// failing GPU alone, and Watch and Ignore take nothing. An action Chamber does not
-// know (an older agent's empty one) takes the node: that is the safe side.
-func (a Action) TakesNode() bool {
-	switch a {
-	case ActionIgnore, ActionWatch, ActionResetGPU:
-		return false
-	default:
-		return true
-	}
 }
 
 // Reason is a machine-readable cause of a fault, e.g. "XID79" or "ECCDoubleBit".
@@ -110,27 +83,27 @@ const (
 type Finding struct {
 	Reason     Reason
 	Severity   Health
-	Action     Action
+	Action     chamber.FaultAction
 	Persistent bool // stays until an operator clears it; transient ones clear after clean polls
 	Message    string
 }
 
 // rules describes every non-XID reason; Classify fills in Message.
 var rules = map[Reason]Finding{
-	ReasonGPULost:             {Severity: Unhealthy, Action: ActionRebootNode, Persistent: true, Message: "GPU is lost to the driver (ERROR_GPU_IS_LOST)"},
-	ReasonECCDoubleBit:        {Severity: Unhealthy, Action: ActionResetGPU, Persistent: true, Message: "uncorrectable double-bit ECC error"},
-	ReasonECCSingleBitRate:    {Severity: Degraded, Action: ActionResetGPU, Message: "high rate of corrected single-bit ECC errors"},
-	ReasonRowRemapFailure:     {Severity: Unhealthy, Action: ActionDrainAndReplace, Persistent: true, Message: "row remapping failed: no spare rows left"},
-	ReasonRowRemapPending:     {Severity: Degraded, Action: ActionResetGPU, Message: "row remap pending until the GPU is reset"},
-	ReasonRetiredPagesPending: {Severity: Degraded, Action: ActionResetGPU, Message: "page retirement pending until the GPU is reset"},
-	ReasonRetiredPagesLimit:   {Severity: Unhealthy, Action: ActionDrainAndReplace, Persistent: true, Message: "retired pages reached the replacement limit"},
-	ReasonThermalThrottle:     {Severity: Degraded, Action: ActionWatch, Message: "sustained thermal slowdown"},
-	ReasonPowerThrottle:       {Severity: Degraded, Action: ActionWatch, Message: "sustained hardware or power-brake slowdown"},
-	ReasonPCIeReplays:         {Severity: Degraded, Action: ActionWatch, Message: "high PCIe replay rate"},
-	ReasonNVLinkErrors:        {Severity: Degraded, Action: ActionWatch, Message: "high NVLink error rate"},
-	ReasonNVMLReadError:       {Severity: Degraded, Action: ActionWatch, Message: "NVML reads on this GPU keep failing"},
-	ReasonDCGMHealthFail:      {Severity: Unhealthy, Action: ActionResetGPU, Message: "a DCGM health watch fails"},
-	ReasonDCGMHealthWarn:      {Severity: Degraded, Action: ActionWatch, Message: "a DCGM health watch warns"},
+	ReasonGPULost:             {Severity: Unhealthy, Action: chamber.FaultActionRebootNode, Persistent: true, Message: "GPU is lost to the driver (ERROR_GPU_IS_LOST)"},
+	ReasonECCDoubleBit:        {Severity: Unhealthy, Action: chamber.FaultActionResetGPU, Persistent: true, Message: "uncorrectable double-bit ECC error"},
+	ReasonECCSingleBitRate:    {Severity: Degraded, Action: chamber.FaultActionResetGPU, Message: "high rate of corrected single-bit ECC errors"},
+	ReasonRowRemapFailure:     {Severity: Unhealthy, Action: chamber.FaultActionDrainAndReplace, Persistent: true, Message: "row remapping failed: no spare rows left"},
+	ReasonRowRemapPending:     {Severity: Degraded, Action: chamber.FaultActionResetGPU, Message: "row remap pending until the GPU is reset"},
+	ReasonRetiredPagesPending: {Severity: Degraded, Action: chamber.FaultActionResetGPU, Message: "page retirement pending until the GPU is reset"},
+	ReasonRetiredPagesLimit:   {Severity: Unhealthy, Action: chamber.FaultActionDrainAndReplace, Persistent: true, Message: "retired pages reached the replacement limit"},
+	ReasonThermalThrottle:     {Severity: Degraded, Action: chamber.FaultActionWatch, Message: "sustained thermal slowdown"},
+	ReasonPowerThrottle:       {Severity: Degraded, Action: chamber.FaultActionWatch, Message: "sustained hardware or power-brake slowdown"},
+	ReasonPCIeReplays:         {Severity: Degraded, Action: chamber.FaultActionWatch, Message: "high PCIe replay rate"},
+	ReasonNVLinkErrors:        {Severity: Degraded, Action: chamber.FaultActionWatch, Message: "high NVLink error rate"},
+	ReasonNVMLReadError:       {Severity: Degraded, Action: chamber.FaultActionWatch, Message: "NVML reads on this GPU keep failing"},
+	ReasonDCGMHealthFail:      {Severity: Unhealthy, Action: chamber.FaultActionResetGPU, Message: "a DCGM health watch fails"},
+	ReasonDCGMHealthWarn:      {Severity: Degraded, Action: chamber.FaultActionWatch, Message: "a DCGM health watch warns"},
 }
 
 // Rule returns how a non-XID reason is classified; ok is false for unknown reasons and XIDs.
@@ -154,7 +127,7 @@ type XIDInfo struct {
 	Code       uint64
 	Name       string // NVIDIA's short description
 	Severity   Health // Healthy for application errors: they never make a GPU unhealthy
-	Action     Action
+	Action     chamber.FaultAction
 	Persistent bool
 	Known      bool // false for codes not in Chamber's catalog
 }
@@ -165,49 +138,49 @@ type XIDInfo struct {
 // it after the reset or reboot the action names (a reboot also restarts the agent).
 var xidCatalog = []XIDInfo{
 	// Application errors: the application is at fault; the k8s-device-plugin ignores these too.
-	{Code: 13, Name: "Graphics engine exception", Severity: Healthy, Action: ActionIgnore},
-	{Code: 31, Name: "GPU memory page fault", Severity: Healthy, Action: ActionIgnore},
-	{Code: 43, Name: "GPU stopped processing", Severity: Healthy, Action: ActionIgnore},
-	{Code: 45, Name: "Preemptive cleanup, due to previous errors", Severity: Healthy, Action: ActionIgnore},
-	{Code: 68, Name: "NVDEC0 exception", Severity: Healthy, Action: ActionIgnore},
-	{Code: 109, Name: "Context switch timeout", Severity: Healthy, Action: ActionIgnore},
-	{Code: 137, Name: "NVLink FLA privilege error (illegal peer access by an application)", Severity: Healthy, Action: ActionIgnore},
+	{Code: 13, Name: "Graphics engine exception", Severity: Healthy, Action: chamber.FaultActionIgnore},
+	{Code: 31, Name: "GPU memory page fault", Severity: Healthy, Action: chamber.FaultActionIgnore},
+	{Code: 43, Name: "GPU stopped processing", Severity: Healthy, Action: chamber.FaultActionIgnore},
+	{Code: 45, Name: "Preemptive cleanup, due to previous errors", Severity: Healthy, Action: chamber.FaultActionIgnore},
+	{Code: 68, Name: "NVDEC0 exception", Severity: Healthy, Action: chamber.FaultActionIgnore},
+	{Code: 109, Name: "Context switch timeout", Severity: Healthy, Action: chamber.FaultActionIgnore},
+	{Code: 137, Name: "NVLink FLA privilege error (illegal peer access by an application)", Severity: Healthy, Action: chamber.FaultActionIgnore},
 
 	// PCIe or driver trouble that a reset usually clears.
-	{Code: 32, Name: "Invalid or corrupted push buffer stream (PCIe DMA)", Severity: Degraded, Action: ActionResetGPU},
-	{Code: 38, Name: "Driver firmware error", Severity: Unhealthy, Action: ActionRebootNode, Persistent: true},
-	{Code: 44, Name: "Graphics engine fault during context switch", Severity: Unhealthy, Action: ActionResetGPU, Persistent: true},
-	{Code: 54, Name: "Auxiliary power is not connected to the GPU board", Severity: Unhealthy, Action: ActionDrainAndReplace, Persistent: true},
-	{Code: 61, Name: "Internal micro-controller breakpoint/warning", Severity: Unhealthy, Action: ActionResetGPU, Persistent: true},
-	{Code: 62, Name: "Internal micro-controller halt", Severity: Unhealthy, Action: ActionResetGPU, Persistent: true},
-	{Code: 69, Name: "Graphics engine class error", Severity: Unhealthy, Action: ActionResetGPU, Persistent: true},
+	{Code: 32, Name: "Invalid or corrupted push buffer stream (PCIe DMA)", Severity: Degraded, Action: chamber.FaultActionResetGPU},
+	{Code: 38, Name: "Driver firmware error", Severity: Unhealthy, Action: chamber.FaultActionRebootNode, Persistent: true},
+	{Code: 44, Name: "Graphics engine fault during context switch", Severity: Unhealthy, Action: chamber.FaultActionResetGPU, Persistent: true},
+	{Code: 54, Name: "Auxiliary power is not connected to the GPU board", Severity: Unhealthy, Action: chamber.FaultActionDrainAndReplace, Persistent: true},
+	{Code: 61, Name: "Internal micro-controller breakpoint/warning", Severity: Unhealthy, Action: chamber.FaultActionResetGPU, Persistent: true},
+	{Code: 62, Name: "Internal micro-controller halt", Severity: Unhealthy, Action: chamber.FaultActionResetGPU, Persistent: true},
+	{Code: 69, Name: "Graphics engine class error", Severity: Unhealthy, Action: chamber.FaultActionResetGPU, Persistent: true},
 
 	// Memory.
-	{Code: 48, Name: "Double-bit ECC error", Severity: Unhealthy, Action: ActionResetGPU, Persistent: true},
-	{Code: 63, Name: "ECC page retirement or row remapping recording event", Severity: Degraded, Action: ActionResetGPU},
-	{Code: 64, Name: "ECC page retirement or row remapper recording failure", Severity: Unhealthy, Action: ActionRebootNode, Persistent: true},
-	{Code: 92, Name: "High single-bit ECC error rate", Severity: Degraded, Action: ActionResetGPU},
-	{Code: 94, Name: "Contained ECC error (one application affected)", Severity: Degraded, Action: ActionResetGPU},
-	{Code: 95, Name: "Uncontained ECC error (all applications affected)", Severity: Unhealthy, Action: ActionResetGPU, Persistent: true},
-	{Code: 140, Name: "Unrecovered ECC error", Severity: Unhealthy, Action: ActionResetGPU, Persistent: true},
-	{Code: 171, Name: "Uncorrectable DRAM error", Severity: Unhealthy, Action: ActionResetGPU, Persistent: true},
-	{Code: 172, Name: "Uncorrectable SRAM error", Severity: Unhealthy, Action: ActionResetGPU, Persistent: true},
+	{Code: 48, Name: "Double-bit ECC error", Severity: Unhealthy, Action: chamber.FaultActionResetGPU, Persistent: true},
+	{Code: 63, Name: "ECC page retirement or row remapping recording event", Severity: Degraded, Action: chamber.FaultActionResetGPU},
+	{Code: 64, Name: "ECC page retirement or row remapper recording failure", Severity: Unhealthy, Action: chamber.FaultActionRebootNode, Persistent: true},
+	{Code: 92, Name: "High single-bit ECC error rate", Severity: Degraded, Action: chamber.FaultActionResetGPU},
+	{Code: 94, Name: "Contained ECC error (one application affected)", Severity: Degraded, Action: chamber.FaultActionResetGPU},
+	{Code: 95, Name: "Uncontained ECC error (all applications affected)", Severity: Unhealthy, Action: chamber.FaultActionResetGPU, Persistent: true},
+	{Code: 140, Name: "Unrecovered ECC error", Severity: Unhealthy, Action: chamber.FaultActionResetGPU, Persistent: true},
+	{Code: 171, Name: "Uncorrectable DRAM error", Severity: Unhealthy, Action: chamber.FaultActionResetGPU, Persistent: true},
+	{Code: 172, Name: "Uncorrectable SRAM error", Severity: Unhealthy, Action: chamber.FaultActionResetGPU, Persistent: true},
 
 	// Links and bus.
-	{Code: 74, Name: "NVLink error", Severity: Unhealthy, Action: ActionResetGPU, Persistent: true},
-	{Code: 79, Name: "GPU has fallen off the bus", Severity: Unhealthy, Action: ActionRebootNode, Persistent: true},
-	{Code: 121, Name: "C2C link corrected error", Severity: Degraded, Action: ActionResetGPU},
-	{Code: 136, Name: "Link training failed", Severity: Unhealthy, Action: ActionResetGPU, Persistent: true},
-	{Code: 167, Name: "PCIe fatal timeout", Severity: Unhealthy, Action: ActionRebootNode, Persistent: true},
+	{Code: 74, Name: "NVLink error", Severity: Unhealthy, Action: chamber.FaultActionResetGPU, Persistent: true},
+	{Code: 79, Name: "GPU has fallen off the bus", Severity: Unhealthy, Action: chamber.FaultActionRebootNode, Persistent: true},
+	{Code: 121, Name: "C2C link corrected error", Severity: Degraded, Action: chamber.FaultActionResetGPU},
+	{Code: 136, Name: "Link training failed", Severity: Unhealthy, Action: chamber.FaultActionResetGPU, Persistent: true},
+	{Code: 167, Name: "PCIe fatal timeout", Severity: Unhealthy, Action: chamber.FaultActionRebootNode, Persistent: true},
 
 	// Firmware, GSP and security.
-	{Code: 110, Name: "Security fault error", Severity: Unhealthy, Action: ActionResetGPU, Persistent: true},
-	{Code: 119, Name: "GSP RPC timeout", Severity: Unhealthy, Action: ActionResetGPU, Persistent: true},
-	{Code: 120, Name: "GSP error", Severity: Unhealthy, Action: ActionResetGPU, Persistent: true},
-	{Code: 123, Name: "SPI PMU RPC write failure", Severity: Unhealthy, Action: ActionResetGPU, Persistent: true},
-	{Code: 143, Name: "GPU initialization failure", Severity: Unhealthy, Action: ActionRebootNode, Persistent: true},
-	{Code: 154, Name: "GPU recovery action changed (reset or reboot required)", Severity: Unhealthy, Action: ActionResetGPU, Persistent: true},
-	{Code: 169, Name: "Internal micro-controller halt (SEC2)", Severity: Unhealthy, Action: ActionResetGPU, Persistent: true},
+	{Code: 110, Name: "Security fault error", Severity: Unhealthy, Action: chamber.FaultActionResetGPU, Persistent: true},
+	{Code: 119, Name: "GSP RPC timeout", Severity: Unhealthy, Action: chamber.FaultActionResetGPU, Persistent: true},
+	{Code: 120, Name: "GSP error", Severity: Unhealthy, Action: chamber.FaultActionResetGPU, Persistent: true},
+	{Code: 123, Name: "SPI PMU RPC write failure", Severity: Unhealthy, Action: chamber.FaultActionResetGPU, Persistent: true},
+	{Code: 143, Name: "GPU initialization failure", Severity: Unhealthy, Action: chamber.FaultActionRebootNode, Persistent: true},
+	{Code: 154, Name: "GPU recovery action changed (reset or reboot required)", Severity: Unhealthy, Action: chamber.FaultActionResetGPU, Persistent: true},
+	{Code: 169, Name: "Internal micro-controller halt (SEC2)", Severity: Unhealthy, Action: chamber.FaultActionResetGPU, Persistent: true},
 }
 
 var xidByCode = func() map[uint64]XIDInfo {
@@ -225,7 +198,7 @@ func LookupXID(code uint64) XIDInfo {
 	if x, ok := xidByCode[code]; ok {
 		return x
 	}
-	return XIDInfo{Code: code, Name: "XID not in Chamber's catalog", Severity: Degraded, Action: ActionResetGPU}
+	return XIDInfo{Code: code, Name: "XID not in Chamber's catalog", Severity: Degraded, Action: chamber.FaultActionResetGPU}
 }
 
 // XIDCatalog returns every catalogued XID, ordered by code.

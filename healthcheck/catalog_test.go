@@ -4,50 +4,52 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	chamber "chamber.dev/chamber/api/v1alpha1"
 )
 
 func TestXIDCatalog(t *testing.T) {
 	// One row per catalogued XID; TestXIDCatalogIsCovered keeps the two in step.
 	tests := map[uint64]struct {
 		wantSeverity   Health
-		wantAction     Action
+		wantAction     chamber.FaultAction
 		wantPersistent bool
 	}{
-		13:  {Healthy, ActionIgnore, false},
-		31:  {Healthy, ActionIgnore, false},
-		43:  {Healthy, ActionIgnore, false},
-		45:  {Healthy, ActionIgnore, false},
-		68:  {Healthy, ActionIgnore, false},
-		109: {Healthy, ActionIgnore, false},
-		137: {Healthy, ActionIgnore, false},
-		32:  {Degraded, ActionResetGPU, false},
-		38:  {Unhealthy, ActionRebootNode, true},
-		44:  {Unhealthy, ActionResetGPU, true},
-		54:  {Unhealthy, ActionDrainAndReplace, true},
-		61:  {Unhealthy, ActionResetGPU, true},
-		62:  {Unhealthy, ActionResetGPU, true},
-		69:  {Unhealthy, ActionResetGPU, true},
-		48:  {Unhealthy, ActionResetGPU, true},
-		63:  {Degraded, ActionResetGPU, false},
-		64:  {Unhealthy, ActionRebootNode, true},
-		92:  {Degraded, ActionResetGPU, false},
-		94:  {Degraded, ActionResetGPU, false},
-		95:  {Unhealthy, ActionResetGPU, true},
-		140: {Unhealthy, ActionResetGPU, true},
-		171: {Unhealthy, ActionResetGPU, true},
-		172: {Unhealthy, ActionResetGPU, true},
-		74:  {Unhealthy, ActionResetGPU, true},
-		79:  {Unhealthy, ActionRebootNode, true},
-		121: {Degraded, ActionResetGPU, false},
-		136: {Unhealthy, ActionResetGPU, true},
-		167: {Unhealthy, ActionRebootNode, true},
-		110: {Unhealthy, ActionResetGPU, true},
-		119: {Unhealthy, ActionResetGPU, true},
-		120: {Unhealthy, ActionResetGPU, true},
-		123: {Unhealthy, ActionResetGPU, true},
-		143: {Unhealthy, ActionRebootNode, true},
-		154: {Unhealthy, ActionResetGPU, true},
-		169: {Unhealthy, ActionResetGPU, true},
+		13:  {Healthy, chamber.FaultActionIgnore, false},
+		31:  {Healthy, chamber.FaultActionIgnore, false},
+		43:  {Healthy, chamber.FaultActionIgnore, false},
+		45:  {Healthy, chamber.FaultActionIgnore, false},
+		68:  {Healthy, chamber.FaultActionIgnore, false},
+		109: {Healthy, chamber.FaultActionIgnore, false},
+		137: {Healthy, chamber.FaultActionIgnore, false},
+		32:  {Degraded, chamber.FaultActionResetGPU, false},
+		38:  {Unhealthy, chamber.FaultActionRebootNode, true},
+		44:  {Unhealthy, chamber.FaultActionResetGPU, true},
+		54:  {Unhealthy, chamber.FaultActionDrainAndReplace, true},
+		61:  {Unhealthy, chamber.FaultActionResetGPU, true},
+		62:  {Unhealthy, chamber.FaultActionResetGPU, true},
+		69:  {Unhealthy, chamber.FaultActionResetGPU, true},
+		48:  {Unhealthy, chamber.FaultActionResetGPU, true},
+		63:  {Degraded, chamber.FaultActionResetGPU, false},
+		64:  {Unhealthy, chamber.FaultActionRebootNode, true},
+		92:  {Degraded, chamber.FaultActionResetGPU, false},
+		94:  {Degraded, chamber.FaultActionResetGPU, false},
+		95:  {Unhealthy, chamber.FaultActionResetGPU, true},
+		140: {Unhealthy, chamber.FaultActionResetGPU, true},
+		171: {Unhealthy, chamber.FaultActionResetGPU, true},
+		172: {Unhealthy, chamber.FaultActionResetGPU, true},
+		74:  {Unhealthy, chamber.FaultActionResetGPU, true},
+		79:  {Unhealthy, chamber.FaultActionRebootNode, true},
+		121: {Degraded, chamber.FaultActionResetGPU, false},
+		136: {Unhealthy, chamber.FaultActionResetGPU, true},
+		167: {Unhealthy, chamber.FaultActionRebootNode, true},
+		110: {Unhealthy, chamber.FaultActionResetGPU, true},
+		119: {Unhealthy, chamber.FaultActionResetGPU, true},
+		120: {Unhealthy, chamber.FaultActionResetGPU, true},
+		123: {Unhealthy, chamber.FaultActionResetGPU, true},
+		143: {Unhealthy, chamber.FaultActionRebootNode, true},
+		154: {Unhealthy, chamber.FaultActionResetGPU, true},
+		169: {Unhealthy, chamber.FaultActionResetGPU, true},
 	}
 	cfg := DefaultConfig()
 	for code, tc := range tests {
@@ -58,12 +60,12 @@ func TestXIDCatalog(t *testing.T) {
 			}
 			got := struct {
 				Severity   Health
-				Action     Action
+				Action     chamber.FaultAction
 				Persistent bool
 			}{x.Severity, x.Action, x.Persistent}
 			want := struct {
 				Severity   Health
-				Action     Action
+				Action     chamber.FaultAction
 				Persistent bool
 			}{tc.wantSeverity, tc.wantAction, tc.wantPersistent}
 			if diff := cmp.Diff(want, got); diff != "" {
@@ -137,12 +139,12 @@ func TestClassifyXIDUnknownAndIgnored(t *testing.T) {
 }
 
 func TestActionTakesNode(t *testing.T) {
-	tests := map[Action]bool{
-		ActionIgnore:          false,
-		ActionWatch:           false,
-		ActionResetGPU:        false,
-		ActionRebootNode:      true,
-		ActionDrainAndReplace: true,
+	tests := map[chamber.FaultAction]bool{
+		chamber.FaultActionIgnore:          false,
+		chamber.FaultActionWatch:           false,
+		chamber.FaultActionResetGPU:        false,
+		chamber.FaultActionRebootNode:      true,
+		chamber.FaultActionDrainAndReplace: true,
 		// An agent too old to report actions, or one newer than this controller.
 		"":           true,
 		"PowerCycle": true,

@@ -7,6 +7,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+
+	chamber "chamber.dev/chamber/api/v1alpha1"
 )
 
 // sample builds a GPUSample for rule tests.
@@ -91,23 +93,23 @@ func TestClassify(t *testing.T) {
 func TestRules(t *testing.T) {
 	tests := map[Reason]struct {
 		wantSeverity   Health
-		wantAction     Action
+		wantAction     chamber.FaultAction
 		wantPersistent bool
 	}{
-		ReasonGPULost:             {Unhealthy, ActionRebootNode, true},
-		ReasonECCDoubleBit:        {Unhealthy, ActionResetGPU, true},
-		ReasonECCSingleBitRate:    {Degraded, ActionResetGPU, false},
-		ReasonRowRemapFailure:     {Unhealthy, ActionDrainAndReplace, true},
-		ReasonRowRemapPending:     {Degraded, ActionResetGPU, false},
-		ReasonRetiredPagesPending: {Degraded, ActionResetGPU, false},
-		ReasonRetiredPagesLimit:   {Unhealthy, ActionDrainAndReplace, true},
-		ReasonThermalThrottle:     {Degraded, ActionWatch, false},
-		ReasonPowerThrottle:       {Degraded, ActionWatch, false},
-		ReasonPCIeReplays:         {Degraded, ActionWatch, false},
-		ReasonNVLinkErrors:        {Degraded, ActionWatch, false},
-		ReasonNVMLReadError:       {Degraded, ActionWatch, false},
-		ReasonDCGMHealthFail:      {Unhealthy, ActionResetGPU, false},
-		ReasonDCGMHealthWarn:      {Degraded, ActionWatch, false},
+		ReasonGPULost:             {Unhealthy, chamber.FaultActionRebootNode, true},
+		ReasonECCDoubleBit:        {Unhealthy, chamber.FaultActionResetGPU, true},
+		ReasonECCSingleBitRate:    {Degraded, chamber.FaultActionResetGPU, false},
+		ReasonRowRemapFailure:     {Unhealthy, chamber.FaultActionDrainAndReplace, true},
+		ReasonRowRemapPending:     {Degraded, chamber.FaultActionResetGPU, false},
+		ReasonRetiredPagesPending: {Degraded, chamber.FaultActionResetGPU, false},
+		ReasonRetiredPagesLimit:   {Unhealthy, chamber.FaultActionDrainAndReplace, true},
+		ReasonThermalThrottle:     {Degraded, chamber.FaultActionWatch, false},
+		ReasonPowerThrottle:       {Degraded, chamber.FaultActionWatch, false},
+		ReasonPCIeReplays:         {Degraded, chamber.FaultActionWatch, false},
+		ReasonNVLinkErrors:        {Degraded, chamber.FaultActionWatch, false},
+		ReasonNVMLReadError:       {Degraded, chamber.FaultActionWatch, false},
+		ReasonDCGMHealthFail:      {Unhealthy, chamber.FaultActionResetGPU, false},
+		ReasonDCGMHealthWarn:      {Degraded, chamber.FaultActionWatch, false},
 	}
 	if len(tests) != len(rules) {
 		t.Fatalf("%d rules, %d rows: add the new rule here", len(rules), len(tests))

@@ -130,7 +130,7 @@ func gpuStatus(g GPUStatus, in StatusInput) chamberv1alpha1.GPUStatus {
 		out.Faults = append(out.Faults, chamberv1alpha1.GPUFault{
 			Reason:     string(f.Reason),
 			Severity:   chamberv1alpha1.GPUHealth(f.Severity),
-			Action:     string(f.Action),
+			Action:     f.Action,
 			Persistent: f.Persistent,
 			Message:    f.Message,
 			FirstSeen:  &metav1.Time{Time: f.FirstSeen},

@@ -113,6 +113,37 @@ type GPUStatus struct {
 	Pod *PodReference `json:"pod,omitempty"`
 }
 
+// FaultAction is what an operator (or the recovery policy) should do about a fault,
+// as NVIDIA's XID catalog recommends.
+// +kubebuilder:validation:Enum=Ignore;Watch;ResetGPU;RebootNode;DrainAndReplace
+type FaultAction string
+
+const (
+	// FaultActionIgnore: an application error; restart the application, the GPU is fine.
+	FaultActionIgnore FaultAction = "Ignore"
+	// FaultActionWatch: nothing to do to the GPU itself yet (cooling, power, a marginal link); keep watching.
+	FaultActionWatch FaultAction = "Watch"
+	// FaultActionResetGPU: drain the GPU's work and reset it (nvidia-smi -r), or reboot the node.
+	FaultActionResetGPU FaultAction = "ResetGPU"
+	// FaultActionRebootNode: the GPU cannot be recovered without rebooting (or power-cycling) the node.
+	FaultActionRebootNode FaultAction = "RebootNode"
+	// FaultActionDrainAndReplace: the hardware is failing; drain the node and replace (RMA) the GPU.
+	FaultActionDrainAndReplace FaultAction = "DrainAndReplace"
+)
+
+// TakesNode reports whether carrying out the action takes the whole node out of
+// service: a reboot, or a drain to replace the hardware. A GPU reset takes the
+// failing GPU alone, and Watch and Ignore take nothing. An action Chamber does not
+// know (an older agent's empty one) takes the node: that is the safe side.
+func (a FaultAction) TakesNode() bool {
+	switch a {
+	case FaultActionIgnore, FaultActionWatch, FaultActionResetGPU:
+		return false
+	default:
+		return true
+	}
+}
+
 // GPUFault is an active fault on a GPU.
 type GPUFault struct {
 	// Reason is machine-readable: XID79, ECCDoubleBit, RowRemapFailure, GPULost, ...
@@ -123,7 +154,7 @@ type GPUFault struct {
 	// RebootNode, DrainAndReplace. Under isolation level Auto it decides whether the
 	// GPU alone (ResetGPU) or its node is isolated.
 	// +optional
-	Action string `json:"action,omitempty"`
+	Action FaultAction `json:"action,omitempty"`
 	// Persistent faults stay until an operator clears them; the others clear after a
 	// run of clean polls.
 	// +optional

@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
-	"chamber.dev/chamber/healthcheck"
 	"chamber.dev/chamber/integrations/kube"
 )
 
@@ -22,8 +21,8 @@ type fault struct {
 	gpu    int
 	reason string
 	// action is the fault's Immediate Action in NVIDIA's XID catalog, as the agent
-	// reports it (healthcheck.Action); empty when the agent does not say.
-	action     healthcheck.Action
+	// reports it (chamber.FaultAction); empty when the agent does not say.
+	action     chamber.FaultAction
 	message    string
 	persistent bool
 }
@@ -81,7 +80,7 @@ func readReport(gn *chamber.GPUNode, heard *chamber.Heartbeats, now time.Time) r
 		n := len(r.faults)
 		for _, f := range g.Faults {
 			if f.Severity == chamber.GPUUnhealthy {
-				r.faults = append(r.faults, fault{gpu: int(g.Index), reason: f.Reason, action: healthcheck.Action(f.Action),
+				r.faults = append(r.faults, fault{gpu: int(g.Index), reason: f.Reason, action: f.Action,
 					message: f.Message, persistent: f.Persistent})
 			}
 		}
