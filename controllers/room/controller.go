@@ -439,10 +439,11 @@ func (c *Controller) move(ctx context.Context, wl *kueue.Workload, p plan, pause
 		}
 		e := chamberkueue.Eviction{Reason: ReasonRoomForBigJob, Message: msg, RequestedAt: now, Pause: paused}
 		if paused {
-			// The marks go with the request: marked without it (two patches), the
-			// workload read as one whose request was dropped, its marks were removed,
-			// and once Chamber's eviction paused it, it was let go at once and took
-			// the room back (seen under make test's load).
+			// The marks go in the request's own patch: written apart, a reconcile
+			// between the two patches reads the workload as one whose request was
+			// dropped and removes its marks, and once Chamber's eviction pauses it,
+			// reconcilePaused lets a paused workload without marks go at once, and it
+			// takes the room back.
 			e.Marks = map[string]string{
 				chamber.AnnotationRoomPausedFor: wl.Namespace + "/" + wl.Name,
 				chamber.AnnotationRoomPausedAt:  now.UTC().Format(time.RFC3339),

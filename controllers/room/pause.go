@@ -21,13 +21,15 @@ import (
 
 // Why a paused workload is held: Kueue puts an evicted workload back in its queue at
 // once, while the waiter it was paused for sits in Kueue's list of inadmissible
-// workloads until the quota it freed is seen, so the paused workload took its GPUs and
-// quota straight back (seen here with Kueue v0.19.2, as idle reclaim saw). So the
-// eviction is a pause (chamberkueue.Eviction.Pause): Chamber's admission controller
-// deactivates the workload (spec.active false: Kueue neither queues nor admits it,
-// its Job stays, suspended) before it evicts it, and this controller holds it so until
-// the waiter holds quota, no longer waits for room, or is gone, and at the latest
-// Settle after the pause; then it activates it again and Kueue requeues it.
+// workloads until Kueue, seeing the quota freed, requeues those in a batch (Kueue
+// v0.19, pkg/cache/queue: cluster_queue.go PushOrUpdate, inadmissible_workloads.go),
+// so an evicted workload left active takes its GPUs and quota straight back, as in
+// idle reclaim (idlereclaim's pause.go). So the eviction is a pause
+// (chamberkueue.Eviction.Pause): Chamber's admission controller deactivates the
+// workload (spec.active false: Kueue neither queues nor admits it, its Job stays,
+// suspended) before it evicts it, and this controller holds it so until the waiter
+// holds quota, no longer waits for room, or is gone, and at the latest Settle after
+// the pause; then it activates it again and Kueue requeues it.
 
 // Events on a paused workload.
 const (
