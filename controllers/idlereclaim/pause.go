@@ -20,14 +20,16 @@ import (
 
 // Why a reclaimed workload is paused: Kueue puts a workload evicted by an admission
 // check back in its queue at once, while the workloads waiting for that capacity sit
-// in Kueue's inadmissible list until its next batched requeue, so the evicted workload
-// takes its GPUs straight back (seen here with Kueue v0.19.2) and holds them idle
+// in Kueue's inadmissible list until its next batched requeue (Kueue v0.19,
+// pkg/cache/queue: cluster_queue.go PushOrUpdate, inadmissible_workloads.go), so an
+// evicted workload left active takes its GPUs straight back and holds them idle
 // again. A check's requeueAfterSeconds does not help: Kueue waits it out before it
-// evicts, not after. So idle reclaim pauses the workload itself: once Kueue has
-// evicted it, it deactivates it (spec.active false; Kueue then neither queues nor
-// admits it, and its Job stays, suspended) for as long as any workload waits for GPUs
-// it could use, and resumes it (activates it again; Kueue requeues it and admits it
-// where GPUs are free) once nobody does. A workload is never paused longer than
+// evicts, not after (pkg/controller/core/workload_controller.go). So idle reclaim
+// pauses the workload itself: once Kueue has evicted it, it deactivates it
+// (spec.active false; Kueue then neither queues nor admits it, and its Job stays,
+// suspended) for as long as any workload waits for GPUs it could use, and resumes it
+// (activates it again; Kueue requeues it and admits it where GPUs are free) once
+// nobody does. A workload is never paused longer than
 // MaxHold at its first reclaim, doubling at each further one (at most
 // maxDoublings times): a workload that keeps idling stays out longer each time, and
 // must idle longer before its next reclaim (reclaimWindow).
@@ -49,9 +51,8 @@ func (c *Controller) maxHold(reclaims int) time.Duration {
 // reclaimWindow is how long a workload reclaimed reclaims times before must idle
 // before its next reclaim: the pool's window, doubling with each. A job that idles
 // because it is input-bound, not hung, idles again after every restart; without the
-// back-off it was reclaimed every window while anyone waited (seen in the simulator:
-// 1-GPU training jobs at 0-2% evicted 7 to 9 times each), losing its unsaved work
-// each time and freeing nothing for long.
+// back-off it would be reclaimed every window while anyone waits, losing its unsaved
+// work each time and freeing nothing for long.
 func reclaimWindow(window time.Duration, reclaims int) time.Duration {
 	return window << min(max(reclaims, 0), maxDoublings)
 }

@@ -15,14 +15,14 @@ import (
 // Why a waiter must fit: reclaiming an idle workload's GPUs helps a waiter only if it
 // can run on them. A 1-GPU notebook on a node whose other 7 GPUs are busy frees no
 // room for an 8-GPU job, and evicting it for one leaves its GPU free, the notebook
-// paused and the job still waiting (seen in the simulator: 1-GPU jobs reclaimed again
-// and again for waiters that never got their GPUs). So idle reclaim counts only a
+// paused and the job still waiting, and reclaims it again at every window for a
+// waiter that never gets its GPUs. So idle reclaim counts only a
 // waiter whose pods all find a node of the idle workload's flavors with enough free
 // GPUs once the idle workload's pods are gone. Quota stays Kueue's business.
 
 // roomAfter is the room on the schedulable nodes of wl's GPU flavors once its pods
-// are gone (chamberkueue.RoomOn); nil when a flavor is not known: then every waiter
-// counts, as before any was measured.
+// are gone (chamberkueue.RoomOn); nil when a flavor is not known: with no room to
+// measure, every waiter counts.
 func (c *Controller) roomAfter(ctx context.Context, wl *kueue.Workload, pods []corev1.Pod) (chamberkueue.Room, error) {
 	return chamberkueue.RoomOn(ctx, c.client, gpuFlavors(wl), uids(pods))
 }
