@@ -6,15 +6,15 @@ import (
 )
 
 // Bits of GPUSample.ThrottleReasons. They are NVML's clocks-event reason bits
-// (nvmlClocksEventReason* in nvml.h), which the NVML reader copies unchanged; its
-// tests check that the values agree.
+// (nvmlClocksEventReason* in nvml.h), which nvmlsource's reader copies unchanged
+// (nvmlsource.TestThrottleBits checks the values).
 const (
-	ThrottleGPUIdle           uint64 = 0x1
-	ThrottleSWPowerCap        uint64 = 0x4
-	ThrottleHWSlowdown        uint64 = 0x8
-	ThrottleSWThermalSlowdown uint64 = 0x20
-	ThrottleHWThermalSlowdown uint64 = 0x40
-	ThrottleHWPowerBrake      uint64 = 0x80
+	ThrottleGPUIdle           uint64 = 0x1  // nothing is running
+	ThrottleSWPowerCap        uint64 = 0x4  // the power limit holds the clocks down
+	ThrottleHWSlowdown        uint64 = 0x8  // hardware slowdown: temperature, power brake or power supply
+	ThrottleSWThermalSlowdown uint64 = 0x20 // the driver slows the GPU for heat
+	ThrottleHWThermalSlowdown uint64 = 0x40 // the hardware slows the GPU for heat
+	ThrottleHWPowerBrake      uint64 = 0x80 // an external power brake (the system's power supply)
 )
 
 // Throttle bits that mean the GPU is being slowed to protect itself. SW power capping
