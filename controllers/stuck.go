@@ -21,7 +21,9 @@ const (
 
 // DefaultStuckAfter is how long a controller may have busy workers and no finished
 // reconcile before StuckWorkers reports it: Chamber's reconciles take milliseconds to
-// seconds (make bench-scale's p99 is under a second at 1,000 nodes).
+// seconds, even at fleet scale (make bench-scale reports their latency), so 5 minutes
+// leaves a slow API server room before a needless restart, and still restarts a stuck
+// controller within minutes.
 const DefaultStuckAfter = 5 * time.Minute
 
 // StuckWorkers is chamber-controller's liveness (its healthz check): it fails when a

@@ -43,7 +43,7 @@ type Options struct {
 	// workloads costs each worker one count, not one per workload. Keep it well under
 	// the time from a fault on a worker to its workload's return to the manager's
 	// queue (a second or two): a count from before the fault sends the workload back
-	// to the failing worker (at 2 s, TestJobLeavesFailedWorker saw it happen).
+	// to the failing worker (test/multicluster's TestJobLeavesFailedWorker covers it).
 	WorkersMaxAge time.Duration
 	// Workers are the worker clusters' fleet models, which the inventory keeps
 	// (inventory.Options.Workers); a worker without one has no free GPUs.

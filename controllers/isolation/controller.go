@@ -200,10 +200,10 @@ func Register(mgr ctrl.Manager, opts Options) error {
 }
 
 // agentReports enqueues a GPUNode's node on each of its agent's reports, at low
-// priority those that say nothing new of the GPUs' health: a thousand agents'
-// heartbeats keep the controller's one worker busy, and on a loaded control plane
-// seconds behind (make bench-scale measured a fault tainted 10 to 23 s after its
-// report, queued behind heartbeats). A report of a fault goes ahead of them.
+// priority those that say nothing new of the GPUs' health: on a large fleet the
+// agents' heartbeats keep the controller's one worker busy, and a fault's report
+// queued behind them would wait seconds for its taint. A report of a fault goes ahead
+// of them (controller-runtime's priority queue).
 var agentReports = handler.Funcs{
 	CreateFunc: func(_ context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 		q.Add(nodeOf(e.Object))

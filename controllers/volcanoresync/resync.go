@@ -12,8 +12,8 @@
 //     one was seen gone (status.terminating stays above 0), and no pod is left to
 //     bring another event.
 //
-// The simulator saw each under Volcano's own restarts (its reclaim, preempt and
-// fault policies), with Chamber and without. A Job found so for After gets a
+// Volcano's own restarts (its reclaim, preempt and fault policies) can leave a Job
+// either way, with Chamber or without. A Job found so for After gets a
 // ResumeJob Command, as vcctl issues one: in either phase Volcano then syncs the Job
 // again (Pending: its PodGroup and pods are made; Restarting: its pods are counted
 // again, none, and it goes Pending), and a resume of a Job that was not stalled
