@@ -68,7 +68,8 @@ const (
 	// up to an hour of every GPU, while a longer notice costs only the writes that need
 	// it, since a job that has saved its progress exits (or says so with
 	// chamber.dev/checkpoint-ready) and is evicted at once. Only a hung job holds its
-	// GPUs to the end. At 2 minutes a third of the simulator's evictions lost their work.
+	// GPUs to the end, so the default trades at most 5 minutes of a hung job's GPUs for
+	// the checkpoints that take minutes to write.
 	DefaultGracePeriod = 5 * time.Minute
 	DefaultRecheck     = 5 * time.Second
 )
@@ -136,9 +137,10 @@ func Register(mgr ctrl.Manager, opts Options) error {
 		// pre-approval of a new workload lands before Kueue's workload reconciler
 		// writes the check's Pending entry: Kueue then finds the entry there (or its
 		// write fails at once, stored nowhere) and the workload costs the API server
-		// one write more than without the check, not two. make bench-controllers: 8
-		// at once, 4.8 writes per workload (Kueue alone 3.2), wall time 1.55x Kueue
-		// alone; 32 at once, 4.2 writes, 1.32x.
+		// one write more than without the check, not two. With fewer at once, more
+		// of a burst of new workloads pays the second write and waits longer for
+		// admission; more cost only goroutines waiting on the API server. make
+		// bench-controllers reports the writes per workload against Kueue alone.
 		WithOptions(controller.Options{MaxConcurrentReconciles: 32}).
 		// Only workloads with an eviction asked, those of ClusterQueues with the
 		// check, and new ones waiting in a queue (Kueue may not have added the check
@@ -452,15 +454,14 @@ func (c *Controller) evictCooperatively(ctx context.Context, wl *kueue.Workload,
 
 // evict evicts the workload (chamberkueue.Evict): Kueue stops its job and requeues it.
 // The request is done then, and one write right after the eviction removes it: left
-// for a later reconcile to see the workload evicted, it outlived the eviction when
-// Kueue requeued and admitted the workload again before that reconcile ran (under
-// load, or with the user resuming a paused notebook within the same 100 ms), and that
-// next admission was evicted, and paused, for it too (seen in the simulator: a
-// notebook its user had resumed stayed paused with nothing left to resume it).
-// A pause deactivates it in the same write: left active, Kueue would requeue it as
-// soon as its pods are gone and could admit it again before its requester
-// deactivated it (seen under load: a workload paused for a big job took back the
-// room made for it within a second). The eviction comes first so that its condition
+// for a later reconcile to see the workload evicted, it would outlive the eviction
+// whenever Kueue requeues and admits the workload again before that reconcile runs
+// (under load, or when a user resumes a paused notebook at once), and evict, and
+// pause, that next admission too: a notebook its user resumed would stay paused with
+// nothing left to resume it. A pause deactivates it in the same write: left active,
+// Kueue would requeue it as soon as its pods are gone and could admit it again before
+// its requester deactivated it, and a workload paused for a big job would take back
+// the room made for it. The eviction comes first so that its condition
 // and Kueue's scheduling statistics carry Chamber's reason (deactivated first, Kueue
 // evicts it itself, as Deactivated); the second write follows in the same reconcile,
 // sooner than Kueue's stop of the job and its pods.
@@ -481,9 +482,9 @@ func (c *Controller) evict(ctx context.Context, wl *kueue.Workload, e chamberkue
 		what = "pause"
 	case chamberkueue.MultiKueueCopy(wl) && deactivate:
 		// A worker cluster's copy of a manager's workload goes back to the manager,
-		// which chooses where it runs next. Left active, this cluster's Kueue admits
-		// it again at once (seen within the second of the eviction, onto the same
-		// failed node), before the manager's MultiKueue sees it evicted; deactivated,
+		// which chooses where it runs next. Left active, this cluster's Kueue
+		// requeues it at once and can admit it again, onto the same failed node,
+		// before the manager's MultiKueue sees it evicted; deactivated,
 		// it stays evicted, the manager requeues the workload and deletes this copy.
 		active = ptr.To(false)
 		what = "hand back to its MultiKueue manager"

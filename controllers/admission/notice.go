@@ -38,7 +38,7 @@ const staleNotice = 2 * time.Minute
 // could not save): Chamber's MutatingAdmissionPolicy gave them the team's eviction
 // grace as terminationGracePeriodSeconds, for Kueue's preemptions and Volcano's,
 // which give no notice; after Chamber's notice it would hold their GPUs idle a second
-// time (the simulator's hung jobs: 5 minutes of notice, then 5 of SIGTERM grace). It
+// time (a hung job: the whole notice, then the whole SIGTERM grace again). It
 // works on the pods, whoever gave the notice (Chamber's Kueue evictions, its idle
 // reclaim and fault isolation of Volcano Jobs) and whoever deletes them (the Job
 // controller when Kueue stops the Job, Volcano's job controller).
