@@ -554,9 +554,8 @@ func (r *recorder) pod(o any, deleted bool) {
 			// Its Job controller had started the replacement before this pod was
 			// gone (a terminating pod counts for no completion): the job goes on
 			// from what the stop left it, on the pods that run. Without this, its
-			// progress stood still while its new pod held GPUs (a 1-GPU job ran 5
-			// simulated hours at its utilization in one sweep, until a reboot killed
-			// the pod).
+			// progress would stand still while its new pod holds GPUs, until something
+			// else ends the pod.
 			run.Job.Progress.Start(t)
 		}
 	}

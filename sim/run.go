@@ -809,9 +809,9 @@ func resumeWorkload(ctx context.Context, c client.Client, key string) {
 
 // untilDone calls try until it says it is done or ctx ends, waiting between tries
 // from 100 ms doubling to 2 s: the simulator's users and kubelets try again until
-// what they do lands. A user who gave up after five tries 100 ms apart (the API server
-// or Kueue's webhook overloaded on a busy machine) left the session paused to the end
-// of the replay, never back: the likeliest cause of a notebook CI once saw so.
+// what they do lands. A user who gave up after a few quick tries (the API server or
+// Kueue's webhook overloaded on a busy machine) would leave the session paused to the
+// end of the replay, never back.
 func untilDone(ctx context.Context, try func() bool) {
 	for wait := 100 * time.Millisecond; !try(); wait = min(2*wait, 2*time.Second) {
 		select {

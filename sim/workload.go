@@ -54,7 +54,7 @@ type TraceSlice struct {
 	Seed uint64
 }
 
-// Priority tiers, as chamberkueue.DefaultPriorityTiers names them.
+// Priority tiers, as kube.DefaultPriorityTiers names them.
 const (
 	TierProduction  = "production"
 	TierStandard    = "standard"

@@ -10,7 +10,7 @@ type Worker struct {
 	// Name is the worker's MultiKueueCluster.
 	Name string
 	// FreeByNode are its free healthy GPUs of the workload's model on each node: nodes
-	// that take work (chamberkueue.Schedulable: not cordoned nor tainted out of
+	// that take work (kube.Schedulable: not cordoned nor tainted out of
 	// service), GPUs not held by
 	// a running pod, not reported unhealthy by the node agent nor held by fault
 	// isolation.

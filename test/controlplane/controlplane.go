@@ -538,11 +538,10 @@ func (cp *ControlPlane) startControllerManager(ctx context.Context) (func() erro
 		"--root-ca-file=" + filepath.Join(cp.Dir, "apiserver", "tls.crt"),
 		"--use-service-account-credentials=false",
 		"--profiling=false",
-		// kwok renews its nodes' leases from one process; on a loaded two-core machine
-		// a renewal can lag past the 50 s default, and the node flickers NotReady under
-		// running work (Kueue then evicts the workloads it placed there: seen failing
-		// room's pause test under make test). Node failure is not what these tests
-		// simulate; a fault is an XID on a GPU.
+		// kwok renews its nodes' leases from one process; on a loaded machine a
+		// renewal can lag past the 50 s default, and the node flickers NotReady under
+		// running work (Kueue then evicts the workloads it placed there). Node failure
+		// is not what these tests simulate; a fault is an XID on a GPU.
 		"--node-monitor-grace-period=3m",
 	}
 	if b := cp.opts.JobBackoff; b > 0 {

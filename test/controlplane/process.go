@@ -12,8 +12,8 @@ import (
 	"time"
 )
 
-// stopTimeout is how long a component gets to exit after SIGTERM before SIGKILL. A
-// kube-apiserver whose etcd is already gone has been seen ignoring SIGTERM.
+// stopTimeout is how long a component gets to exit after SIGTERM before SIGKILL: a
+// kube-apiserver whose etcd is already gone may not exit on SIGTERM at all.
 const stopTimeout = 10 * time.Second
 
 // process is one running control-plane component.
