@@ -1,6 +1,8 @@
-// Command chamber-controller runs Chamber's controllers: GPU pools and teams compiled
-// into Kueue objects, budgets, the fleet inventory and its metrics, the admission
-// check, fault isolation, idle reclaim and room for big jobs. Its flags are in
+// Command chamber-controller runs Chamber's controllers (the list is
+// controllers.Setup): GPU pools and teams compiled into Kueue or Volcano objects,
+// budgets, the fleet inventory with its metrics and fleet page, the admission check
+// and MultiKueue dispatcher, fault isolation, idle reclaim, room for big jobs, the
+// resumption of stalled Volcano Jobs and the DCGM source. Its flags are in
 // controllers/options. `chamber-controller uninstall` hands the cluster back as Kueue
 // alone would have it, before Chamber is removed (the chart's pre-delete hook).
 package main
