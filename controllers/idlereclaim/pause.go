@@ -80,7 +80,7 @@ func (c *Controller) reconcileHold(ctx context.Context, wl *kueue.Workload) (don
 	active := wl.Spec.Active == nil || *wl.Spec.Active
 	pausedForUs := !active && (chamberkueue.Paused(wl) == ReasonIdleReclaim || chamberkueue.Paused(wl) == ReasonIdleTimeLimit)
 	if waiter == "" && pausedForUs && wl.DeletionTimestamp == nil {
-		// chamberkueue.IdleReclaimPaused for idle reclaim without the reclaim's marks, which come with the
+		// Paused for idle reclaim without the reclaim's marks, which come with the
 		// request: they were removed since (or written apart by an older Chamber, which
 		// died between the two writes). Nothing says what it waits for: let it go.
 		return true, reconcile.Result{}, c.patch(ctx, wl, ptr.To(true), map[string]any{chamber.AnnotationEvictionPaused: nil})
