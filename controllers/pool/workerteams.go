@@ -25,10 +25,10 @@ import (
 // ClusterQueues (MultiKueue requires it), made there by the worker's own Chamber from
 // the same pool and Teams. The manager's Chamber copies them: the pool (without its
 // workers, at the worker's prices), each of the pool's Teams, and the Teams'
-// namespaces, all labelled LabelCopiedFrom. A copy is kept in step with the manager's
-// object; a copied Team the manager no longer has is deleted (a namespace never is);
-// an object of the same name that Chamber did not copy is the worker's own, left as
-// it is and reported in the pool's WorkerClustersActive condition.
+// namespaces, all labelled chamber.LabelCopiedFrom. A copy is kept in step with the
+// manager's object; a copied Team the manager no longer has is deleted (a namespace
+// never is); an object of the same name that Chamber did not copy is the worker's
+// own, left as it is and reported in the pool's WorkerClustersActive condition.
 
 // workerClients are clients of the workers' API servers, made from their kubeconfig
 // Secrets and made again when a Secret changes.

@@ -389,8 +389,8 @@ func hostname(n *corev1.Node) string {
 }
 
 // move records the moves on the waiting workload, taints the nodes the room is made on
-// (TaintRoom: the moved workloads, requeued at once, cannot come back there, and
-// nothing else takes the GPUs they free one by one), then asks for each moved
+// (chamber.TaintRoom: the moved workloads, requeued at once, cannot come back there,
+// and nothing else takes the GPUs they free one by one), then asks for each moved
 // workload's eviction (with its team's grace, to checkpoint): recorded first, so that a
 // failure half-way never moves a workload twice for the same waiter. paused: the moved
 // workloads need not fit elsewhere (GPUs their ClusterQueues borrow): they wait in the

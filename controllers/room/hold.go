@@ -30,10 +30,10 @@ import (
 // Why the room is held: the moved workloads' pods end one at a time, as each writes its
 // checkpoint, and Kueue places whatever waits and fits on each GPU as it frees, so
 // small jobs would take the GPUs one at a time long before the eight are free
-// together, and the moves would be for nothing. So the node carries TaintRoom until
-// the room is whole; then Kueue, whose topology-aware scheduling retries its waiting
-// workloads on a node's change, places the workload there, while smaller ones still
-// go to the fullest nodes that fit them.
+// together, and the moves would be for nothing. So the node carries chamber.TaintRoom
+// until the room is whole; then Kueue, whose topology-aware scheduling retries its
+// waiting workloads on a node's change, places the workload there, while smaller ones
+// still go to the fullest nodes that fit them.
 
 // holdRoom taints the node for the waiting workload.
 func (c *Controller) holdRoom(ctx context.Context, node string, wl *kueue.Workload, gpus int64, now time.Time) error {
