@@ -85,9 +85,9 @@ const eventsComponent = "chamber-admission"
 // evictions: the notice, the grace period, then Kueue's eviction.
 type Controller struct {
 	client client.Client
-	// reader reads a pod's owner's owner (WorkloadOfPod) from the API server: through
-	// the cache, each kind of owner would start an informer the chart's RBAC may not
-	// allow, and the read would wait on it.
+	// reader reads a pod's owner's owner (chamberkueue.WorkloadOfPod) from the API
+	// server: through the cache, each kind of owner would start an informer the
+	// chart's RBAC may not allow, and the read would wait on it.
 	reader   client.Reader
 	recorder events.EventRecorder
 	opts     Options

@@ -123,7 +123,8 @@ func deleteCopiedTeams(ctx context.Context, wc client.Client, pool string, keep 
 	return nil
 }
 
-// setFinalizer puts FinalizerWorkerCopies on the pool, or takes it off, as want says.
+// setFinalizer puts chamber.FinalizerWorkerCopies on the pool, or takes it off, as want
+// says.
 func (c *Controller) setFinalizer(ctx context.Context, pool *chamber.GPUPool, want bool) error {
 	var changed bool
 	if want {
