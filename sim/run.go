@@ -486,8 +486,9 @@ func startChamber(ctx context.Context, cp *controlplane.ControlPlane, sc *Scenar
 	// Kueue's time to replace a tainted node itself, scaled as the Job controller's
 	// back-off is (both 10 s): a lost job's replacement pods come that often, and where
 	// Kueue does not replace the node (kubernetes-sigs/kueue#14917) each one pinned to
-	// it is failed, spending the Job's backoffLimit. A floor of its own (it was 1 s of
-	// clock, 12 back-offs) lost jobs Kueue alone would not.
+	// it is failed, spending the Job's backoffLimit. A floor of its own, longer than the
+	// Job controller's scaled back-off, would let a lost job spend several back-offs on
+	// the tainted node and lose jobs that Kueue alone would not.
 	cfg.Isolation.KueueReplaces = controlPlaneTimer(isolation.DefaultKueueReplaces, sc.Speedup)
 	cfg.Resync.After = resyncAfter(sc.Speedup)
 	if name, err := controllers.Setup(mgr, cfg); err != nil {
