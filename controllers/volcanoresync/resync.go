@@ -6,18 +6,18 @@
 //   - Pending with no PodGroup. Restarting a Job, Volcano writes its new phase, then
 //     deletes its PodGroup; the write's event may be handled while the informer still
 //     holds the old PodGroup, so no new one is created, and the PodGroup's deletion is
-//     no event of the Job's (volcano-sh/volcano#2044 and #5385 are of this kind). vc-scheduler
-//     places PodGroups, so the Job waits for ever.
+//     no event of the Job's (volcano-sh/volcano#2044 and #5385 are of this kind).
+//     vc-scheduler places PodGroups, so the Job waits for ever.
 //   - Restarting with no pod left: the pods' deletions were counted before the last
 //     one was seen gone (status.terminating stays above 0), and no pod is left to
 //     bring another event.
 //
 // Volcano's own restarts (its reclaim, preempt and fault policies) can leave a Job
-// either way, with Chamber or without. A Job found so for After gets a
-// ResumeJob Command, as vcctl issues one: in either phase Volcano then syncs the Job
-// again (Pending: its PodGroup and pods are made; Restarting: its pods are counted
-// again, none, and it goes Pending), and a resume of a Job that was not stalled
-// changes nothing. Volcano does not count it as a retry there.
+// either way, with Chamber or without. A Job found so for After gets a ResumeJob
+// Command, as vcctl issues one: in either phase Volcano then syncs the Job again
+// (Pending: its PodGroup and pods are made; Restarting: its pods are counted again,
+// none, and it goes Pending), and a resume of a Job that was not stalled changes
+// nothing. Volcano does not count it as a retry there.
 package volcanoresync
 
 import (
