@@ -126,9 +126,10 @@ func NewNVML(name string) (lib nvml.Interface, fake *nvmlsource.FakeGPUs, err er
 	return fake, fake, nil
 }
 
-// Serve runs the chamber-agent binary's agent until ctx ends: NVML as cfg.NVML says, the
-// API server at kube (none when cfg.Standalone), pods from the kubelet's socket, the metrics and fault-injection
-// endpoints. Listening fails at start-up, before anything else runs.
+// Serve runs the chamber-agent binary's agent until ctx ends: NVML as cfg.NVML says,
+// the API server at kube (none when cfg.Standalone), pods from the kubelet's socket,
+// the metrics and fault-injection endpoints. Listening fails at start-up, before
+// anything else runs.
 func Serve(ctx context.Context, cfg Config, kube *rest.Config, log logr.Logger) error {
 	if err := cfg.Validate(); err != nil {
 		return err
@@ -199,7 +200,8 @@ func Serve(ctx context.Context, cfg Config, kube *rest.Config, log logr.Logger) 
 	g, ctx := errgroup.WithContext(ctx)
 	if certs != nil {
 		g.Go(func() error {
-			// The certificate is loaded: a watch that fails costs its reloads, not the agent.
+			// The certificate is loaded: a watch that fails costs its reloads, not the
+			// agent.
 			if err := certs.Start(ctx); err != nil {
 				log.Error(err, "Metrics certificate no longer reloaded", "dir", cfg.MetricsCertDir)
 			}

@@ -18,10 +18,10 @@ import (
 	"time"
 )
 
-// documentedSeries are the series docs/reference/metrics.md's table promises, one per label set
-// of sample values (every GPU state, so that a panel's state filter finds its own),
-// and the node agent's few that the dashboards read (the same page documents them in
-// prose).
+// documentedSeries are the series docs/reference/metrics.md's table promises, one per
+// label set of sample values (every GPU state, so that a panel's state filter finds its
+// own), and the node agent's few that the dashboards read (the same page documents them
+// in prose).
 func documentedSeries(t *testing.T) []series {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join("..", "docs", "reference", "metrics.md"))

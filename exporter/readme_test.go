@@ -24,9 +24,9 @@ type metricDoc struct {
 	Labels []string // sorted
 }
 
-// TestREADMEMetrics: the Metrics table (docs/reference/metrics.md) lists exactly the metrics the exporter
-// registers and those the controllers declare in their metrics.go, with their types
-// and labels, so the reference cannot drift from the code.
+// TestREADMEMetrics: the Metrics table (docs/reference/metrics.md) lists exactly the
+// metrics the exporter registers and those the controllers declare in their metrics.go,
+// with their types and labels, so the reference cannot drift from the code.
 func TestREADMEMetrics(t *testing.T) {
 	want := map[string]metricDoc{}
 
@@ -69,8 +69,8 @@ func TestREADMEMetrics(t *testing.T) {
 
 var tableRow = regexp.MustCompile("^\\| `(chamber_[a-z_]+)` \\| ([a-z]+) \\| ([^|]*) \\|")
 
-// readmeMetrics reads the metrics table of docs/reference/metrics.md (path), the file that holds
-// the Metrics reference.
+// readmeMetrics reads the metrics table of docs/reference/metrics.md (path), the file
+// that holds the Metrics reference.
 func readmeMetrics(t *testing.T, path string) map[string]metricDoc {
 	t.Helper()
 	data, err := os.ReadFile(path)

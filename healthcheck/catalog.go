@@ -14,7 +14,8 @@ type Health string
 const (
 	// Healthy GPUs take any workload.
 	Healthy Health = "Healthy"
-	// Degraded GPUs still run work but need attention (a reset when convenient, cooling, a link).
+	// Degraded GPUs still run work but need attention (a reset when convenient,
+	// cooling, a link).
 	Degraded Health = "Degraded"
 	// Unhealthy GPUs must not get new work; the isolation controller acts on them.
 	Unhealthy Health = "Unhealthy"
@@ -48,29 +49,37 @@ type Reason string
 
 // Reasons raised by the poll and event rules (XIDs use XIDReason).
 const (
-	// ReasonGPULost: NVML answers ERROR_GPU_IS_LOST, or the driver reported the GPU unavailable.
+	// ReasonGPULost: NVML answers ERROR_GPU_IS_LOST, or the driver reported the GPU
+	// unavailable.
 	ReasonGPULost Reason = "GPULost"
 	// ReasonECCDoubleBit: an uncorrectable (double-bit) ECC error since the driver loaded.
 	ReasonECCDoubleBit Reason = "ECCDoubleBit"
-	// ReasonECCSingleBitRate: corrected ECC errors arrive faster than Config.CorrectableECCPerMinute.
+	// ReasonECCSingleBitRate: corrected ECC errors arrive faster than
+	// Config.CorrectableECCPerMinute.
 	ReasonECCSingleBitRate Reason = "ECCSingleBitRate"
 	// ReasonRowRemapFailure: the GPU ran out of spare rows to remap a bad one.
 	ReasonRowRemapFailure Reason = "RowRemapFailure"
-	// ReasonRowRemapPending: a row remap is recorded and waits for a GPU reset to take effect.
+	// ReasonRowRemapPending: a row remap is recorded and waits for a GPU reset to take
+	// effect.
 	ReasonRowRemapPending Reason = "RowRemapPending"
 	// ReasonRetiredPagesPending: a page retirement waits for a GPU reset (pre-Ampere GPUs).
 	ReasonRetiredPagesPending Reason = "RetiredPagesPending"
-	// ReasonRetiredPagesLimit: retired pages reached Config.RetiredPagesLimit (pre-Ampere GPUs).
+	// ReasonRetiredPagesLimit: retired pages reached Config.RetiredPagesLimit
+	// (pre-Ampere GPUs).
 	ReasonRetiredPagesLimit Reason = "RetiredPagesLimit"
-	// ReasonThermalThrottle: hardware or software thermal slowdown for Config.ThrottlePolls polls in a row.
+	// ReasonThermalThrottle: hardware or software thermal slowdown for
+	// Config.ThrottlePolls polls in a row.
 	ReasonThermalThrottle Reason = "ThermalThrottle"
-	// ReasonPowerThrottle: hardware slowdown or power-brake slowdown for Config.ThrottlePolls polls in a row.
+	// ReasonPowerThrottle: hardware slowdown or power-brake slowdown for
+	// Config.ThrottlePolls polls in a row.
 	ReasonPowerThrottle Reason = "PowerThrottle"
-	// ReasonPCIeReplays: PCIe replays faster than Config.PCIeReplaysPerMinute (a bad riser, slot or cable).
+	// ReasonPCIeReplays: PCIe replays faster than Config.PCIeReplaysPerMinute (a bad
+	// riser, slot or cable).
 	ReasonPCIeReplays Reason = "PCIeReplays"
 	// ReasonNVLinkErrors: NVLink data-link errors faster than Config.NVLinkErrorsPerMinute.
 	ReasonNVLinkErrors Reason = "NVLinkErrors"
-	// ReasonNVMLReadError: NVML calls on this GPU failed for Config.ReadErrorPolls polls in a row.
+	// ReasonNVMLReadError: NVML calls on this GPU failed for Config.ReadErrorPolls
+	// polls in a row.
 	ReasonNVMLReadError Reason = "NVMLReadError"
 	// ReasonDCGMHealthFail: a DCGM health watch fails on the GPU (dcgm-exporter's
 	// DCGM_EXP_GPU_HEALTH_STATUS at FAIL); it clears when the watch passes again.
@@ -106,7 +115,8 @@ var rules = map[Reason]Finding{
 	ReasonDCGMHealthWarn:      {Severity: Degraded, Action: chamber.FaultActionWatch, Message: "a DCGM health watch warns"},
 }
 
-// Rule returns how a non-XID reason is classified; ok is false for unknown reasons and XIDs.
+// Rule returns how a non-XID reason is classified; ok is false for unknown reasons and
+// XIDs.
 func Rule(r Reason) (Finding, bool) {
 	f, ok := rules[r]
 	f.Reason = r
@@ -137,7 +147,8 @@ type XIDInfo struct {
 // they fall to unknownXID. Persistent means the GPU stays out until an operator clears
 // it after the reset or reboot the action names (a reboot also restarts the agent).
 var xidCatalog = []XIDInfo{
-	// Application errors: the application is at fault; the k8s-device-plugin ignores these too.
+	// Application errors: the application is at fault; the k8s-device-plugin ignores
+	// these too.
 	{Code: 13, Name: "Graphics engine exception", Severity: Healthy, Action: chamber.FaultActionIgnore},
 	{Code: 31, Name: "GPU memory page fault", Severity: Healthy, Action: chamber.FaultActionIgnore},
 	{Code: 43, Name: "GPU stopped processing", Severity: Healthy, Action: chamber.FaultActionIgnore},

@@ -209,7 +209,8 @@ func faultSummary(gpus []GPUStatus) string {
 	return truncate(strings.Join(parts, "; "))
 }
 
-// describeReason adds the catalog's name to an XID, e.g. "XID79 (GPU has fallen off the bus)".
+// describeReason adds the catalog's name to an XID, e.g. "XID79 (GPU has fallen off the
+// bus)".
 func describeReason(r Reason) string {
 	code, err := strconv.ParseUint(strings.TrimPrefix(string(r), "XID"), 10, 64)
 	if !strings.HasPrefix(string(r), "XID") || err != nil {

@@ -95,7 +95,8 @@ type JobRecord struct {
 
 // EvictionByKueue is the cause of an eviction Chamber gave no notice of: Kueue's
 // preemption, or its eviction of a workload for its own reasons. Chamber's evictions
-// are counted by their request's reason (IdleReclaim, IdleTimeLimit, GPUFault, RoomForBigJob).
+// are counted by their request's reason (IdleReclaim, IdleTimeLimit, GPUFault,
+// RoomForBigJob).
 const EvictionByKueue = "Kueue"
 
 // evicted counts one of the job's pods evicted for cause, which threw away lost

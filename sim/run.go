@@ -733,8 +733,8 @@ func injectFaults(ctx context.Context, c client.Client, sc *Scenario, nodes map[
 	}
 }
 
-// clearIsolation is the simulated operator's word that a repaired node may return
-// after the repair (chamber.AnnotationIsolationClear), given only to a node Chamber isolated.
+// clearIsolation is the simulated operator's word that a repaired node may return after
+// the repair (chamber.AnnotationIsolationClear), given only to a node Chamber isolated.
 func clearIsolation(ctx context.Context, c client.Client, node string) {
 	var n corev1.Node
 	if err := c.Get(ctx, client.ObjectKey{Name: node}, &n); err != nil || n.Annotations[chamber.AnnotationIsolatedAt] == "" {

@@ -82,8 +82,8 @@ func TierOf(id string, gpus int, seed uint64) string {
 	}
 }
 
-// Prepare selects the slice of the trace, names the jobs and assigns tiers,
-// utilization and work (wm). Submissions are shifted so that the first kept job is submitted at 0.
+// Prepare selects the slice of the trace, names the jobs and assigns tiers, utilization
+// and work (wm). Submissions are shifted so that the first kept job is submitted at 0.
 func Prepare(trace []TraceJob, s TraceSlice, um UtilizationModel, wm WorkModel) ([]Job, error) {
 	if err := wm.Validate(); err != nil {
 		return nil, err

@@ -289,11 +289,10 @@ func (c *Controller) reconcile(ctx context.Context, wl *kueue.Workload) (reconci
 // its checkpoint.
 const noNotice time.Duration = 0
 
-// reclaim asks for the eviction, marked reclaimed for reclaimedFor (a waiting
-// workload, or chamber.IdleReclaimedForIdleLimit), which the hold reads, and counts it. The marks
-// go in the same patch as the request: written apart, a leader that died between
-// the two writes left a paused workload without them, which the hold could only let
-// go.
+// reclaim asks for the eviction, marked reclaimed for reclaimedFor (a waiting workload,
+// or chamber.IdleReclaimedForIdleLimit), which the hold reads, and counts it. The marks
+// go in the same patch as the request: written apart, a leader that died between the
+// two writes left a paused workload without them, which the hold could only let go.
 func (c *Controller) reclaim(ctx context.Context, key types.NamespacedName, wl *kueue.Workload, owner owner, use usage, idleFor time.Duration, reclaimedFor string, e chamberkueue.Eviction) error {
 	e.Pause = true // the hold keeps it out of its queue
 	gpuHours := float64(use.gpus) * idleFor.Hours()
@@ -308,8 +307,9 @@ func (c *Controller) reclaim(ctx context.Context, key types.NamespacedName, wl *
 	return nil
 }
 
-// pauseAtLimit asks for the eviction of an interactive workload idle for its limit;
-// the hold then keeps it paused until its user resumes it (chamber.IdleReclaimedForIdleLimit).
+// pauseAtLimit asks for the eviction of an interactive workload idle for its limit; the
+// hold then keeps it paused until its user resumes it
+// (chamber.IdleReclaimedForIdleLimit).
 func (c *Controller) pauseAtLimit(ctx context.Context, key types.NamespacedName, wl *kueue.Workload, owner owner, use usage, idleFor time.Duration, now time.Time) (reconcile.Result, error) {
 	policy := owner.policy
 	err := c.reclaim(ctx, key, wl, owner, use, idleFor, chamber.IdleReclaimedForIdleLimit, chamberkueue.Eviction{

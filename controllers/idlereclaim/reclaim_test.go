@@ -175,7 +175,8 @@ func TestIdleWorkloadReclaimed(t *testing.T) {
 
 // Issue 53: a pool whose admin set idleReclaim.workloadOptOut: Ignored reclaims an idle
 // workload whose users opted it out (chamber.dev/idle-reclaim: "false" on its Job) for
-// a team that waits, as TestIdleWorkloadReclaimed's pool, which allows opt-outs, never does.
+// a team that waits, as TestIdleWorkloadReclaimed's pool, which allows opt-outs, never
+// does.
 func TestOptOutIgnoredByThePool(t *testing.T) {
 	g := gomega.NewWithT(t)
 	g.SetDefaultEventuallyTimeout(2 * time.Minute)

@@ -230,7 +230,8 @@ func node(name, pool string) *corev1.Node {
 	}
 }
 
-// reconcile runs the reconciler on the node as stored, like Karpenter's ExpectObjectReconciled.
+// reconcile runs the reconciler on the node as stored, like Karpenter's
+// ExpectObjectReconciled.
 func (e *env) reconcile(name string) time.Duration {
 	e.t.Helper()
 	var n corev1.Node

@@ -586,8 +586,9 @@ func TestHardwareFaultWaitsForOperator(t *testing.T) {
 }
 
 // Test 5b. A transient fault returns the node (forced Node level) by itself after 3
-// consecutive healthy reports. The agent's XID catalog marks every Unhealthy fault persistent, so this
-// test writes the GPUNode as a source reporting a transient Unhealthy fault would.
+// consecutive healthy reports. The agent's XID catalog marks every Unhealthy fault
+// persistent, so this test writes the GPUNode as a source reporting a transient
+// Unhealthy fault would.
 func TestTransientFaultRecovers(t *testing.T) {
 	t.Parallel()
 	g := newG(t)
@@ -770,7 +771,8 @@ func TestForcedNodeLevelIsolatesNodeOnXID48(t *testing.T) {
 		isolated(g, "forced-1", "XID48")
 		g.Expect(getNode(g, "forced-1").Annotations).To(gomega.HaveKeyWithValue(chamber.AnnotationIsolationLevel, string(chamber.IsolateNode)))
 	}).Should(gomega.Succeed())
-	// Without a map of pods to GPUs (a kwok node), node level evicts every workload on the node.
+	// Without a map of pods to GPUs (a kwok node), node level evicts every workload on
+	// the node.
 	g.Eventually(func(g gomega.Gomega) { evictedByCheck(g, "forced", "small") }).Should(gomega.Succeed())
 	g.Expect(value(g, "chamber_isolations_total", "pool", "forced", "level", "Node", "reason", "XID48")).To(gomega.Equal(1.0))
 }

@@ -126,8 +126,8 @@ func preflightJobName(node string, isolatedAt time.Time, attempt int) string {
 	return kube.ShortName(name, validation.DNS1123LabelMaxLength)
 }
 
-// preflightNodeLabel is the node's name as the value of chamber.LabelPreflightNode: a node's
-// name may be longer than a label value.
+// preflightNodeLabel is the node's name as the value of chamber.LabelPreflightNode: a
+// node's name may be longer than a label value.
 func preflightNodeLabel(node string) string {
 	return kube.ShortName(node, validation.LabelValueMaxLength)
 }

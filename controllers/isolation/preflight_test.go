@@ -18,10 +18,10 @@ import (
 	"chamber.dev/chamber/test/controlplane"
 )
 
-// preflightFixture is a pool whose isolation returns a node only after the preflight
-// in the PodTemplate "<pool>-gpu-check" (whose pod carries annotations) succeeds on it, with
-// one node that an agent reports; its GPU 2 raises a double-bit ECC error and the node
-// is isolated. It returns the fake GPUs and the agent's stop.
+// preflightFixture is a pool whose isolation returns a node only after the preflight in
+// the PodTemplate "<pool>-gpu-check" (whose pod carries annotations) succeeds on it,
+// with one node that an agent reports; its GPU 2 raises a double-bit ECC error and the
+// node is isolated. It returns the fake GPUs and the agent's stop.
 func preflightFixture(t *testing.T, pool string, annotations map[string]string) (stop func(), restart func()) {
 	t.Helper()
 	g := newG(t)

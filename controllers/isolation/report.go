@@ -220,7 +220,8 @@ func (r report) persistent() bool {
 	return slices.ContainsFunc(r.faults, func(f fault) bool { return f.persistent })
 }
 
-// describe names the faults for people: "XID79 on GPU 3 (XID 79: GPU has fallen off the bus)".
+// describe names the faults for people: "XID79 on GPU 3 (XID 79: GPU has fallen off the
+// bus)".
 func (r report) describe() string {
 	parts := make([]string, len(r.faults))
 	for i, f := range r.faults {

@@ -329,7 +329,8 @@ func (c *Controller) nodeState(ctx context.Context, n *corev1.Node, below int32,
 	return s, nil
 }
 
-// movable: a running workload of a lower priority, not interactive, not being evicted or moved by Kueue, not moved for this waiter before.
+// movable: a running workload of a lower priority, not interactive, not being evicted
+// or moved by Kueue, not moved for this waiter before.
 func movable(wl *kueue.Workload, below int32, moved map[types.UID]bool) bool {
 	if priority(wl) >= below || moved[wl.UID] || chamberkueue.ReplacingNodes(wl) || chamberkueue.Interactive(wl, nil) {
 		return false

@@ -189,8 +189,8 @@ func (h *handBack) kueueObjects(ctx context.Context) error {
 
 // workloadMarks are the annotations Chamber's eviction, idle reclaim and room for big
 // jobs keep on a Workload while it acts on it. The counts of its idle reclaims
-// (chamber.AnnotationIdleReclaims, chamber.AnnotationIdleReclaimedGPUHours) are its history and
-// stay.
+// (chamber.AnnotationIdleReclaims, chamber.AnnotationIdleReclaimedGPUHours) are its
+// history and stay.
 func workloadMarks() []string {
 	marks := []string{chamber.AnnotationEvictionPaused,
 		chamber.AnnotationIdleReclaimedFor, chamber.AnnotationIdleReclaimedAt, chamber.AnnotationIdleReclaimHeld,

@@ -244,7 +244,8 @@ func (d fakeDevice) GetNvLinkErrorCounter(l int, c nvml.NvLinkErrorCounter) (uin
 // Model returns the fake's model name, e.g. "dgxh100".
 func (f *FakeGPUs) Model() string { return f.model }
 
-// answer is what every reading of a fake GPU checks first: a lost GPU, or an injected error.
+// answer is what every reading of a fake GPU checks first: a lost GPU, or an injected
+// error.
 func (f *FakeGPUs) answer(g *fakeGPU) nvml.Return {
 	if g.lost {
 		return nvml.ERROR_GPU_IS_LOST
@@ -492,7 +493,8 @@ func event(g *fakeGPU, typ, data uint64) []nvml.EventData {
 		GpuInstanceId: 0xFFFFFFFF, ComputeInstanceId: 0xFFFFFFFF}}
 }
 
-// FailInit makes nvml.Init answer ret (nvml.SUCCESS restores it), to test the NVMLUnavailable path.
+// FailInit makes nvml.Init answer ret (nvml.SUCCESS restores it), to test the
+// NVMLUnavailable path.
 func (f *FakeGPUs) FailInit(ret nvml.Return) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

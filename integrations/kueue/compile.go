@@ -18,7 +18,8 @@ import (
 
 var notDNS = regexp.MustCompile(`[^a-z0-9-]+`)
 
-// FlavorName is the ResourceFlavor of a GPU model in a pool, e.g. "main-nvidia-h100-80gb-hbm3".
+// FlavorName is the ResourceFlavor of a GPU model in a pool, e.g.
+// "main-nvidia-h100-80gb-hbm3".
 func FlavorName(pool, model string) string {
 	name := pool + "-" + slug(model)
 	if len(name) > 253 {
@@ -27,7 +28,8 @@ func FlavorName(pool, model string) string {
 	return name
 }
 
-// slug turns a GPU model into a DNS label: "NVIDIA-H100-80GB-HBM3" -> "nvidia-h100-80gb-hbm3".
+// slug turns a GPU model into a DNS label: "NVIDIA-H100-80GB-HBM3" ->
+// "nvidia-h100-80gb-hbm3".
 func slug(model string) string {
 	s := strings.Trim(notDNS.ReplaceAllString(strings.ToLower(model), "-"), "-")
 	if len(s) > 63 {

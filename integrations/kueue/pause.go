@@ -13,8 +13,9 @@ import (
 // once nobody waits, resumes it by activating it again. These read the marks for
 // anyone who shows or counts paused workloads (kubectl chamber, the simulator).
 
-// IdleReclaimPaused says whether idle reclaim keeps wl paused (deactivated), for a waiter or at
-// its interactive idle time limit. Its user may resume it any time (spec.active true).
+// IdleReclaimPaused says whether idle reclaim keeps wl paused (deactivated), for a
+// waiter or at its interactive idle time limit. Its user may resume it any time
+// (spec.active true).
 func IdleReclaimPaused(wl *kueue.Workload) bool {
 	return wl.Annotations[chamber.AnnotationIdleReclaimedFor] != "" && wl.Annotations[chamber.AnnotationIdleReclaimHeld] == "true" &&
 		wl.Spec.Active != nil && !*wl.Spec.Active

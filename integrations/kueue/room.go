@@ -19,9 +19,9 @@ import (
 // waiter and what room for big jobs rearranges.
 type Room map[string]int64
 
-// RoomOn is the room on the schedulable nodes of the flavors (kube.FreeGPUs), the
-// pods of the UIDs in gone counted as gone. Nil when a flavor is not known (not compiled by Chamber, or not in the
-// cache yet). c is a cache with SetupIndexes' indexes.
+// RoomOn is the room on the schedulable nodes of the flavors (kube.FreeGPUs), the pods
+// of the UIDs in gone counted as gone. Nil when a flavor is not known (not compiled by
+// Chamber, or not in the cache yet). c is a cache with SetupIndexes' indexes.
 func RoomOn(ctx context.Context, c client.Reader, flavors []kueue.ResourceFlavorReference, gone map[types.UID]bool) (Room, error) {
 	r := Room{}
 	for _, name := range flavors {

@@ -24,9 +24,9 @@ import (
 
 // A Team of a Volcano pool becomes a Volcano Queue with its quota (deserved), its
 // borrowing cap (capability) and what it never lends (guarantee); a job naming the
-// queue runs, one that waits is the team's queue in the metrics; a change to the Queue is put back; a Team whose Queue name another
-// Queue holds, or whose pool is Kueue's on this cluster without Kueue, says what to
-// fix and gets nothing written.
+// queue runs, one that waits is the team's queue in the metrics; a change to the Queue
+// is put back; a Team whose Queue name another Queue holds, or whose pool is Kueue's on
+// this cluster without Kueue, says what to fix and gets nothing written.
 func TestTeamsBecomeVolcanoQueues(t *testing.T) {
 	ctx := context.Background()
 	g := newG(t)
