@@ -9,8 +9,8 @@
 //     it also makes the priority tiers Volcano's PriorityClasses.
 //   - dispatch is the MultiKueue dispatcher: it nominates the worker cluster with
 //     free healthy GPUs, the cheapest first.
-//   - admission runs the admission check (placement on healthy GPUs) and carries out
-//     Chamber's evictions of Kueue workloads, with notice and a grace period.
+//   - workload carries out Chamber's evictions of Kueue workloads, with notice and a
+//     grace period, and runs the admission check (placement on healthy GPUs).
 //   - inventory feeds the fleet model from the informers and serves its metrics and
 //     the fleet page.
 //   - isolation takes failing GPUs or nodes out of service and evicts or restarts the
@@ -41,7 +41,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
-	"chamber.dev/chamber/controllers/admission"
 	"chamber.dev/chamber/controllers/dcgm"
 	"chamber.dev/chamber/controllers/dispatch"
 	"chamber.dev/chamber/controllers/idlereclaim"
@@ -51,6 +50,7 @@ import (
 	"chamber.dev/chamber/controllers/room"
 	"chamber.dev/chamber/controllers/team"
 	"chamber.dev/chamber/controllers/volcanoresync"
+	"chamber.dev/chamber/controllers/workload"
 	"chamber.dev/chamber/exporter/fleetpage"
 	"chamber.dev/chamber/fleet"
 	"chamber.dev/chamber/integrations/kube"
@@ -78,7 +78,7 @@ type Config struct {
 	// healthy GPUs). AdmissionCheck (off by default) attaches the check to every
 	// team's ClusterQueue, at one API write per admission; without it Chamber is off
 	// Kueue's admission path and evicts, isolates and reclaims all the same.
-	Admission      admission.Options
+	Admission      workload.Options
 	AdmissionCheck bool
 	// Isolation configures fault isolation (zero fields take their defaults); its
 	// clock is Clock.
@@ -152,7 +152,7 @@ type Config struct {
 // DefaultConfig is the controllers' configuration unless flags say otherwise.
 func DefaultConfig() Config {
 	return Config{PriorityTiers: kube.DefaultPriorityTiers, AccountingInterval: team.DefaultAccountingInterval, Inventory: inventory.DefaultOptions(),
-		Admission: admission.DefaultOptions(), AdmissionCheck: false, IdleReclaim: idlereclaim.DefaultOptions(), Room: room.DefaultOptions(), RoomForBigJobs: true, PodGracePeriods: true,
+		Admission: workload.DefaultOptions(), AdmissionCheck: false, IdleReclaim: idlereclaim.DefaultOptions(), Room: room.DefaultOptions(), RoomForBigJobs: true, PodGracePeriods: true,
 		GracePolicy: DefaultGracePolicy, DCGM: dcgm.DefaultOptions()}
 }
 
@@ -220,10 +220,10 @@ var controllerList = []struct {
 	{"admission", kueueAPI, func(mgr ctrl.Manager, cfg Config) error {
 		opts := cfg.Admission
 		opts.Check, opts.Clock, opts.Heartbeats = cfg.AdmissionCheck, cfg.Clock, cfg.heartbeats
-		return admission.Register(mgr, opts)
+		return workload.Register(mgr, opts)
 	}},
 	{"eviction-notice", queueAPI, func(mgr ctrl.Manager, cfg Config) error {
-		return admission.RegisterNotice(mgr, cfg.Admission.AfterNotice)
+		return workload.RegisterNotice(mgr, cfg.Admission.AfterNotice)
 	}},
 	{"inventory", monitoring, func(mgr ctrl.Manager, cfg Config) error {
 		inv := cfg.Inventory

@@ -35,12 +35,12 @@ import (
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers"
-	"chamber.dev/chamber/controllers/admission"
 	"chamber.dev/chamber/controllers/idlereclaim"
 	"chamber.dev/chamber/controllers/isolation"
 	"chamber.dev/chamber/controllers/options"
 	"chamber.dev/chamber/controllers/room"
 	"chamber.dev/chamber/controllers/volcanoresync"
+	"chamber.dev/chamber/controllers/workload"
 	"chamber.dev/chamber/integrations/kube"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 	"chamber.dev/chamber/test/controlplane"
@@ -50,7 +50,7 @@ import (
 // simulated time (Chamber's defaults), scaled to the clock by the speed-up.
 const (
 	IdleReclaimWindow = idlereclaim.DefaultWindow
-	EvictionGrace     = admission.DefaultGracePeriod
+	EvictionGrace     = workload.DefaultGracePeriod
 )
 
 // InteractiveIdleLimit is the interactive idle time limit the bench's teams opt in to
@@ -474,11 +474,11 @@ func startChamber(ctx context.Context, cp *controlplane.ControlPlane, sc *Scenar
 	cfg.IdleReclaim.MinWait = max(simToWall(idlereclaim.DefaultMinWait, sc.Speedup), 3*time.Second)
 	// The admission check's timers too: its recheck of a waiting workload, and the
 	// placement timeout, floored at what the control plane itself takes to act.
-	cfg.Admission.Recheck = max(simToWall(admission.DefaultRecheck, sc.Speedup), 200*time.Millisecond)
-	cfg.Admission.PlacementTimeout = max(simToWall(admission.DefaultPlacementTimeout, sc.Speedup), 3*time.Second)
+	cfg.Admission.Recheck = max(simToWall(workload.DefaultRecheck, sc.Speedup), 200*time.Millisecond)
+	cfg.Admission.PlacementTimeout = max(simToWall(workload.DefaultPlacementTimeout, sc.Speedup), 3*time.Second)
 	// The SIGTERM grace of a pod whose notice ran out: Kubernetes counts it in whole
 	// seconds, so at 120x it is 2 simulated minutes, not 30 s.
-	cfg.Admission.AfterNotice = simToWall(admission.DefaultAfterNotice, sc.Speedup)
+	cfg.Admission.AfterNotice = simToWall(workload.DefaultAfterNotice, sc.Speedup)
 	cfg.Room = roomOptions(sc.Speedup)
 	cfg.AdmissionCheck = sc.AdmissionCheck
 	// Fault isolation's drain of a node that needs a reboot, in simulated time.

@@ -28,9 +28,9 @@ import (
 	"chamber.dev/chamber/agent"
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers"
-	"chamber.dev/chamber/controllers/admission"
 	"chamber.dev/chamber/controllers/controllertest"
 	"chamber.dev/chamber/controllers/isolation"
+	"chamber.dev/chamber/controllers/workload"
 	"chamber.dev/chamber/healthcheck/nvmlsource"
 	"chamber.dev/chamber/integrations/kube"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
@@ -749,7 +749,7 @@ func TestXID79DrainsTheNodeThenGivesNotice(t *testing.T) {
 		pod := runningPod(g, "grace79", "big")
 		deadline, err := time.Parse(time.RFC3339, pod.Annotations[chamber.AnnotationEvictionDeadline])
 		g.Expect(err).NotTo(gomega.HaveOccurred())
-		g.Expect(deadline).To(gomega.BeTemporally(">=", raised.Add(drainTimeout+admission.DefaultGracePeriod).Truncate(time.Second)))
+		g.Expect(deadline).To(gomega.BeTemporally(">=", raised.Add(drainTimeout+workload.DefaultGracePeriod).Truncate(time.Second)))
 		g.Expect(pod.Annotations[chamber.AnnotationEvictionReason]).To(gomega.Equal(chamber.ReasonGPUFault))
 	}).Should(gomega.Succeed())
 }

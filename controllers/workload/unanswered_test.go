@@ -1,4 +1,4 @@
-package admission_test
+package workload_test
 
 import (
 	"context"
@@ -58,7 +58,7 @@ func TestUnansweredNoticeEndsWithAShortGrace(t *testing.T) {
 	before := stopped(g)
 	for _, j := range []string{"hung", "sigterm-only"} {
 		g.Eventually(func(g gomega.Gomega) { runningOn(g, "unanswered", j) }).Should(gomega.Succeed())
-		if err := chamberkueue.RequestEviction(ctx, k8s, workload(g, "unanswered", j), chamberkueue.Eviction{
+		if err := chamberkueue.RequestEviction(ctx, k8s, getWorkload(g, "unanswered", j), chamberkueue.Eviction{
 			Reason: "TestEviction", Message: "the test asks", RequestedAt: time.Now()}); err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package admission_test
+package workload_test
 
 import (
 	"context"
