@@ -203,7 +203,7 @@ func later(a, b time.Time) time.Time {
 // A workload that was itself reclaimed for idling (chamber.AnnotationIdleReclaims) waits in its
 // queue like any other but gets no idle workload reclaimed: idle GPUs go to work that
 // has not shown it leaves them idle, and idle workloads are never swapped.
-func waiting(wl *kueue.Workload, workloads []kueue.Workload, localQueues []kueue.LocalQueue, clusterQueues []kueue.ClusterQueue, now time.Time, minWait time.Duration, r chamberkueue.Room) *kueue.Workload {
+func waiting(wl *kueue.Workload, workloads []kueue.Workload, localQueues []kueue.LocalQueue, clusterQueues []kueue.ClusterQueue, now time.Time, minWait time.Duration, r chamberkueue.FreeByNode) *kueue.Workload {
 	if wl.Status.Admission == nil {
 		return nil
 	}
@@ -257,7 +257,7 @@ func newQueues(localQueues []kueue.LocalQueue, clusterQueues []kueue.ClusterQueu
 // firstWaiting is the oldest workload (other than self) waiting, as waiting says, in
 // own or in a ClusterQueue of own's cohort with quota of one of flavors, that fits
 // on r.
-func (q queueIndex) firstWaiting(self types.UID, own kueue.ClusterQueueReference, flavors []kueue.ResourceFlavorReference, workloads []kueue.Workload, now time.Time, minWait time.Duration, r chamberkueue.Room) *kueue.Workload {
+func (q queueIndex) firstWaiting(self types.UID, own kueue.ClusterQueueReference, flavors []kueue.ResourceFlavorReference, workloads []kueue.Workload, now time.Time, minWait time.Duration, r chamberkueue.FreeByNode) *kueue.Workload {
 	var cohort kueue.CohortReference
 	if cq := q.cqs[own]; cq != nil {
 		cohort = cq.Spec.CohortName

@@ -23,8 +23,8 @@ import (
 // roomAfter is the room on the schedulable nodes of wl's GPU flavors once its pods
 // are gone (chamberkueue.RoomOn); nil when a flavor is not known: with no room to
 // measure, every waiter counts.
-func (c *Controller) roomAfter(ctx context.Context, wl *kueue.Workload, pods []corev1.Pod) (chamberkueue.Room, error) {
-	return chamberkueue.RoomOn(ctx, c.client, gpuFlavors(wl), uids(pods))
+func (c *Controller) roomAfter(ctx context.Context, wl *kueue.Workload, pods []corev1.Pod) (chamberkueue.FreeByNode, error) {
+	return chamberkueue.FreeByNodeOn(ctx, c.client, gpuFlavors(wl), uids(pods))
 }
 
 func uids(pods []corev1.Pod) map[types.UID]bool {
@@ -50,7 +50,7 @@ func gpuFlavors(wl *kueue.Workload) []kueue.ResourceFlavorReference {
 }
 
 // fits says whether every pod of the waiting workload finds a node of the room with
-// as many free GPUs as it asks for (Room.Fits).
-func fits(r chamberkueue.Room, wl *kueue.Workload) bool {
+// as many free GPUs as it asks for (FreeByNode.Fits).
+func fits(r chamberkueue.FreeByNode, wl *kueue.Workload) bool {
 	return r.Fits(chamberkueue.WorkloadPodGPUs(wl))
 }

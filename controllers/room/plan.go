@@ -87,7 +87,7 @@ const maxCandidates = 10
 // borrowed GPUs, and together free at least quota GPUs of quota. ok is false when some
 // pod finds no such node, or when no move is needed (Kueue places the workload itself).
 func makePlan(want []int64, nodes []nodeState, pause borrowed, quota int64) (p plan, ok bool) {
-	free := chamberkueue.Room{}
+	free := chamberkueue.FreeByNode{}
 	byName := map[string]*nodeState{}
 	for i := range nodes {
 		n := &nodes[i]
@@ -180,8 +180,8 @@ func roomOptions(node string, free, k int64, cands []candidate) []option {
 
 // fitsElsewhere: the moved workloads' pods all fit on the free GPUs of the nodes other
 // than the rooms.
-func fitsElsewhere(free chamberkueue.Room, rooms []string, moves []candidate) bool {
-	rest := chamberkueue.Room{}
+func fitsElsewhere(free chamberkueue.FreeByNode, rooms []string, moves []candidate) bool {
+	rest := chamberkueue.FreeByNode{}
 	for n, f := range free {
 		if !slices.Contains(rooms, n) {
 			rest[n] = f

@@ -3,7 +3,7 @@
 // into Kueue objects (Cohorts, ResourceFlavors, Topologies, ClusterQueues,
 // LocalQueues, priority classes, MultiKueue), the eviction protocol on a Workload,
 // the indexes over Workloads and their pods, and the free GPUs on a ClusterQueue's
-// flavors (Room). What both adapters share is in integrations/kube.
+// flavors (FreeByNode). What both adapters share is in integrations/kube.
 package kueue
 
 import (

@@ -15,15 +15,16 @@ import (
 	"chamber.dev/chamber/integrations/kube"
 )
 
-// Room is the GPUs each node has free, by node name: what idle reclaim frees for a
+// FreeByNode is the GPUs each node has free, by node name: what idle reclaim frees for a
 // waiter and what room for big jobs rearranges.
-type Room map[string]int64
+type FreeByNode map[string]int64
 
-// RoomOn is the room on the schedulable nodes of the flavors (kube.FreeGPUs), the pods
-// of the UIDs in gone counted as gone. Nil when a flavor is not known (not compiled by
-// Chamber, or not in the cache yet). c is a cache with SetupIndexes' indexes.
-func RoomOn(ctx context.Context, c client.Reader, flavors []kueue.ResourceFlavorReference, gone map[types.UID]bool) (Room, error) {
-	r := Room{}
+// FreeByNodeOn is the free GPUs on the schedulable nodes of the flavors
+// (kube.FreeGPUs), the pods of the UIDs in gone counted as gone. Nil when a flavor is
+// not known (not compiled by Chamber, or not in the cache yet). c is a cache with
+// SetupIndexes' indexes.
+func FreeByNodeOn(ctx context.Context, c client.Reader, flavors []kueue.ResourceFlavorReference, gone map[types.UID]bool) (FreeByNode, error) {
+	r := FreeByNode{}
 	for _, name := range flavors {
 		var flavor kueue.ResourceFlavor
 		if err := c.Get(ctx, client.ObjectKey{Name: string(name)}, &flavor); apierrors.IsNotFound(err) {
@@ -63,11 +64,11 @@ func HoldsGPUs(wl *kueue.Workload) bool {
 // with as many free GPUs, each GPU given once: each pod on the node with the fewest
 // free GPUs that still has enough (best fit), ties to the first name. A nil room fits
 // everything.
-func (r Room) Fits(want []int64) bool {
+func (r FreeByNode) Fits(want []int64) bool {
 	if r == nil {
 		return true
 	}
-	free := make(Room, len(r))
+	free := make(FreeByNode, len(r))
 	for n, f := range r {
 		free[n] = f
 	}
@@ -85,7 +86,7 @@ func (r Room) Fits(want []int64) bool {
 
 // BestFit is the node with the fewest free GPUs that still has k, ties to the first
 // name; "" when none has.
-func (r Room) BestFit(k int64) string {
+func (r FreeByNode) BestFit(k int64) string {
 	best := ""
 	for n, f := range r {
 		if f >= k && (best == "" || f < r[best] || (f == r[best] && n < best)) {
