@@ -480,7 +480,7 @@ func (c *Controller) withhold(ctx context.Context, node *corev1.Node, pool *cham
 		fmt.Sprintf("not isolated: the circuit breaker of pool %s is open (%s)", pool.Name, what))
 	if changed {
 		withheld.WithLabelValues(pool.Name).Inc()
-		c.recorder.Eventf(node, pool, corev1.EventTypeWarning, "IsolationHalted", "Isolate",
+		c.recorder.Eventf(node, pool, corev1.EventTypeWarning, chamber.ReasonIsolationHalted, "Isolate",
 			"not isolated, the circuit breaker of pool %s is open: %s", pool.Name, what)
 	}
 	return err
