@@ -379,10 +379,24 @@ func TestJobRunsOnWorkerWithFreeGPUs(t *testing.T) {
 // (chamber_gpus{cluster}, from the fleet model its dispatcher reads): an earlier
 // test's pods, GPUNode or taint on cl are gone from the API when its cleanup returns,
 // but the manager's watch of the worker may still count them a moment later, and a
-// worker with no room by that count is not the one the dispatcher picks.
+// worker with no room by that count is not the one the dispatcher picks. Nor is one
+// whose nodes take no work (kube.Schedulable): on a loaded machine kwok's node leases
+// can lag until the node lifecycle controller taints a node unreachable, which leaves
+// its GPUs free by that count, so it first waits until every node of cl takes work.
 func awaitAllFree(t *testing.T, cl *cluster) {
 	t.Helper()
 	g := gomega.NewWithT(t)
+	g.Eventually(func(g gomega.Gomega) []string {
+		var nodes corev1.NodeList
+		g.Expect(cl.c.List(t.Context(), &nodes)).To(gomega.Succeed())
+		var out []string
+		for i := range nodes.Items {
+			if !kube.Schedulable(&nodes.Items[i]) {
+				out = append(out, nodes.Items[i].Name)
+			}
+		}
+		return out
+	}, time.Minute, 100*time.Millisecond).Should(gomega.BeEmpty(), "every node of %s takes work", cl.name)
 	g.Eventually(func(g gomega.Gomega) map[string]float64 { return gpusByState(g, cl.name) }, time.Minute, 100*time.Millisecond).
 		Should(gomega.Equal(map[string]float64{"free": float64(cl.gpus)}), "the manager sees every GPU of %s free", cl.name)
 }
