@@ -21,7 +21,7 @@ import (
 // GPUs once the idle workload's pods are gone. Quota stays Kueue's business.
 
 // roomAfter is the room on the schedulable nodes of wl's GPU flavors once its pods
-// are gone (chamberkueue.RoomOn); nil when a flavor is not known: with no room to
+// are gone (chamberkueue.FreeByNodeOn); nil when a flavor is not known: with no room to
 // measure, every waiter counts.
 func (c *Controller) roomAfter(ctx context.Context, wl *kueue.Workload, pods []corev1.Pod) (chamberkueue.FreeByNode, error) {
 	return chamberkueue.FreeByNodeOn(ctx, c.client, gpuFlavors(wl), uids(pods))
