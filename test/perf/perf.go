@@ -107,6 +107,38 @@ func ParseBench(r io.Reader) (Results, error) {
 	return out, sc.Err()
 }
 
+// Lowest is each metric of a and b at its lower value, one that only one reports as
+// it is: the figures of a benchmark run again. A figure fails the gate only where
+// every run was past its limit, so one slow round on a shared machine fails nothing
+// while a regression, slow in each run, still does.
+func Lowest(a, b Results) Results {
+	out := Results{}
+	for _, r := range []Results{a, b} {
+		for bench, metrics := range r {
+			if out[bench] == nil {
+				out[bench] = map[string]float64{}
+			}
+			for m, v := range metrics {
+				if old, ok := out[bench][m]; !ok || v < old {
+					out[bench][m] = v
+				}
+			}
+		}
+	}
+	return out
+}
+
+// Failed are the benchmarks with a row that is not OK, in the rows' order.
+func Failed(rows []Row) []string {
+	var out []string
+	for _, r := range rows {
+		if !r.OK() && !slices.Contains(out, r.Benchmark) {
+			out = append(out, r.Benchmark)
+		}
+	}
+	return out
+}
+
 // Row is one line of the gate's table.
 type Row struct {
 	Benchmark, Metric, About string

@@ -162,3 +162,25 @@ func TestMedian(t *testing.T) {
 		}
 	}
 }
+
+// TestRunAgain: a benchmark past its limit in one run and within it in the next
+// passes, judged by its lower run; one past it in both fails; Failed names only the
+// benchmarks to run again.
+func TestRunAgain(t *testing.T) {
+	slow := Results{"CheckSideBySide": {"check-side-admit-mean-ratio": 1.9}, "FaultIsolation": {"taint-p99-ratio": 1.0}}
+	rows := Compare(baseline, slow)
+	if diff := cmp.Diff([]string{"CheckSideBySide"}, Failed(rows)); diff != "" {
+		t.Fatalf("Failed (-want +got):\n%s", diff)
+	}
+	again := Results{"CheckSideBySide": {"check-side-admit-mean-ratio": 1.6}}
+	if rows := Compare(baseline, Lowest(slow, again)); !Passed(rows) || Failed(rows) != nil {
+		t.Errorf("a slow round then one within the limit: Passed %t, Failed %v; want it passed", Passed(rows), Failed(rows))
+	}
+	regressed := Results{"CheckSideBySide": {"check-side-admit-mean-ratio": 1.85}}
+	if Passed(Compare(baseline, Lowest(slow, regressed))) {
+		t.Error("past the limit in both runs: passed, want it failed")
+	}
+	if got := Lowest(slow, again)["FaultIsolation"]["taint-p99-ratio"]; got != 1.0 {
+		t.Errorf("a figure of a benchmark not run again: %v, want 1.0 as first measured", got)
+	}
+}

@@ -1,6 +1,8 @@
 // Command perfcheck is make perf-check: it runs the benchmarks the baseline names, at
 // the sizes it stores, prints their output and a table of the gated figures, and
-// exits 1 when a figure regressed past its baseline by more than the margin. With
+// exits 1 when a figure regressed past its baseline by more than the margin. A
+// benchmark with a figure past its limit runs again (-retries), and each figure is
+// judged by its lowest run: one slow round on a shared machine is not a regression. With
 // -update (make perf-baseline) it runs them -runs times and writes each figure's
 // highest value as its new baseline instead: on a shared machine a figure's
 // run-to-run spread is of the order of the margin, and a baseline at the median would
@@ -28,6 +30,7 @@ func main() {
 	update := flag.Bool("update", false, "write the highest of -runs runs of each figure as its new baseline instead of comparing")
 	runs := flag.Int("runs", 3, "with -update: how many runs each figure's baseline is the highest of")
 	from := flag.String("from", "", "compare the go test -bench output in this file instead of running the benchmarks")
+	retries := flag.Int("retries", 1, "run a benchmark with a figure past its limit again, up to this many times; a figure fails only where every run was past it")
 	flag.Parse()
 	base, err := perf.Read(*path)
 	if err != nil {
@@ -40,6 +43,16 @@ func main() {
 			fail(err)
 		}
 		rows := perf.Compare(base, measured)
+		for try := 0; try < *retries && *from == "" && !perf.Passed(rows); try++ {
+			failed := perf.Failed(rows)
+			fmt.Printf("perf-check: past the limit in %s; running it again (%d of %d)\n", strings.Join(failed, ", "), try+1, *retries)
+			again, err := runAll(only(base, failed))
+			if err != nil {
+				fail(err)
+			}
+			measured = perf.Lowest(measured, again)
+			rows = perf.Compare(base, measured)
+		}
 		fmt.Printf("\nperf-check: %d figures against %s (margin %.0f%%, baseline %s), in %s\n", len(rows), *path, base.Margin*100, base.Measured, time.Since(began).Round(time.Second))
 		if err := perf.WriteTable(os.Stdout, rows); err != nil {
 			fail(err)
@@ -96,6 +109,12 @@ func measure(base perf.Baseline, file string) (perf.Results, error) {
 	}
 	defer f.Close()
 	return perf.ParseBench(f)
+}
+
+// only is the baseline with only the named benchmarks.
+func only(base perf.Baseline, names []string) perf.Baseline {
+	base.Benchmarks = slices.DeleteFunc(slices.Clone(base.Benchmarks), func(b perf.Benchmark) bool { return !slices.Contains(names, b.Name) })
+	return base
 }
 
 // runAll runs each benchmark of the baseline once, its output to stdout as it comes.
