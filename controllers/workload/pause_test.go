@@ -35,7 +35,7 @@ func TestPauseKeepsTheWorkloadOutOfItsQueue(t *testing.T) {
 	teamFixture(t, ns, 8, []string{"pausing-1"}, nil, nil)
 	create(t, job(ns, "p", 4, "").Obj())
 	g.Eventually(func(g gomega.Gomega) { runningOn(g, ns, "p") }).Should(gomega.Succeed())
-	wl := getWorkload(g, ns, "p")
+	wl := workloadOf(g, ns, "p")
 
 	// Every version of the Workload from now on.
 	wc, err := client.NewWithWatch(controllertest.Config, client.Options{Scheme: controlplane.Scheme})
@@ -59,7 +59,7 @@ func TestPauseKeepsTheWorkloadOutOfItsQueue(t *testing.T) {
 	g.Expect(chamberkueue.RequestEviction(ctx, k8s, wl, chamberkueue.Eviction{Reason: "TestPause", Message: "the test pauses it",
 		RequestedAt: time.Now(), GracePeriod: ptr.To(time.Duration(0)), Pause: true})).To(gomega.Succeed())
 	paused := func(g gomega.Gomega) {
-		wl := getWorkload(g, ns, "p")
+		wl := workloadOf(g, ns, "p")
 		g.Expect(wl.Spec.Active).To(gomega.HaveValue(gomega.BeFalse()))
 		g.Expect(isTrue(wl, kueue.WorkloadQuotaReserved)).To(gomega.BeFalse())
 		g.Expect(chamberkueue.Paused(wl)).To(gomega.Equal("TestPause"))
@@ -83,16 +83,16 @@ func TestPauseKeepsTheWorkloadOutOfItsQueue(t *testing.T) {
 			"admitted again after the pause (resourceVersion %s)", v.ResourceVersion)
 	}
 	g.Expect(evicted).To(gomega.BeTrue(), "no evicted version seen")
-	g.Expect(controllertest.EvictedByChamber(getWorkload(g, ns, "p"), "TestPause")).To(gomega.BeTrue(), "the eviction is not Chamber's")
+	g.Expect(controllertest.EvictedByChamber(workloadOf(g, ns, "p"), "TestPause")).To(gomega.BeTrue(), "the eviction is not Chamber's")
 	w.Stop()
 	<-done
 
 	// Its requester lets it go: it runs again, and stays.
-	wl = getWorkload(g, ns, "p")
+	wl = workloadOf(g, ns, "p")
 	g.Expect(chamberkueue.PatchWorkload(ctx, k8s, wl, ptr.To(true), map[string]any{chamber.AnnotationEvictionPaused: nil})).To(gomega.Succeed())
 	g.Eventually(func(g gomega.Gomega) { runningOn(g, ns, "p") }).Should(gomega.Succeed())
 	g.Consistently(func(g gomega.Gomega) {
 		runningOn(g, ns, "p")
-		g.Expect(getWorkload(g, ns, "p").Spec.Active).To(gomega.HaveValue(gomega.BeTrue()))
+		g.Expect(workloadOf(g, ns, "p").Spec.Active).To(gomega.HaveValue(gomega.BeTrue()))
 	}).Should(gomega.Succeed())
 }

@@ -64,7 +64,7 @@ func TestPreApprovedWorkloadIsAdmittedInOneWrite(t *testing.T) {
 	g.Eventually(func(g gomega.Gomega) { runningOn(g, "preapproved", "first") }).Should(gomega.Succeed())
 	create(t, job("preapproved", "second", 4, "").Obj())
 	g.Eventually(func(g gomega.Gomega) {
-		wl := getWorkload(g, "preapproved", "second")
+		wl := workloadOf(g, "preapproved", "second")
 		g.Expect(isTrue(wl, kueue.WorkloadQuotaReserved)).To(gomega.BeFalse())
 		c := check(g, wl)
 		g.Expect(c.State).To(gomega.Equal(kueue.CheckStateReady))
@@ -79,7 +79,7 @@ func TestPreApprovedWorkloadIsAdmittedInOneWrite(t *testing.T) {
 	g.Eventually(func(g gomega.Gomega) { runningOn(g, "preapproved", "second") }).Should(gomega.Succeed())
 
 	// The first stored version of "second" with quota reserved is already admitted.
-	wl := getWorkload(g, "preapproved", "second")
+	wl := workloadOf(g, "preapproved", "second")
 	for {
 		var v *kueue.Workload
 		g.Eventually(writes).Should(gomega.Receive(&v))
@@ -110,7 +110,7 @@ func TestGPUFailingAfterPreApprovalSendsTheWorkloadBack(t *testing.T) {
 	g.Eventually(func(g gomega.Gomega) { runningOn(g, "changed", "first") }).Should(gomega.Succeed())
 	create(t, job("changed", "second", 8, "").Obj())
 	g.Eventually(func(g gomega.Gomega) {
-		c := check(g, getWorkload(g, "changed", "second"))
+		c := check(g, workloadOf(g, "changed", "second"))
 		g.Expect(c.State).To(gomega.Equal(kueue.CheckStateReady))
 		g.Expect(c.Message).To(gomega.HavePrefix("Pre-approved"))
 	}).Should(gomega.Succeed())
@@ -135,7 +135,7 @@ func TestGPUFailingAfterPreApprovalSendsTheWorkloadBack(t *testing.T) {
 	if err := k8s.Delete(ctx, job("changed", "first", 8, "").Obj(), client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil {
 		t.Fatal(err)
 	}
-	wl := getWorkload(g, "changed", "second")
+	wl := workloadOf(g, "changed", "second")
 	g.Eventually(func(g gomega.Gomega) {
 		var list eventsv1.EventList
 		g.Expect(k8s.List(ctx, &list, client.InNamespace("changed"))).To(gomega.Succeed())
@@ -148,13 +148,13 @@ func TestGPUFailingAfterPreApprovalSendsTheWorkloadBack(t *testing.T) {
 			}
 		}
 		g.Expect(found).To(gomega.BeTrue())
-		evicted := apimeta.FindStatusCondition(getWorkload(g, "changed", "second").Status.Conditions, kueue.WorkloadEvicted)
+		evicted := apimeta.FindStatusCondition(workloadOf(g, "changed", "second").Status.Conditions, kueue.WorkloadEvicted)
 		g.Expect(evicted).NotTo(gomega.BeNil())
 		g.Expect(evicted.Reason).To(gomega.Equal(kueue.WorkloadEvictedByAdmissionCheck))
 	}).Should(gomega.Succeed())
 	// Back in the queue, it is not pre-approved again while the GPUs fail.
 	g.Consistently(func(g gomega.Gomega) {
-		c := check(g, getWorkload(g, "changed", "second"))
+		c := check(g, workloadOf(g, "changed", "second"))
 		g.Expect(c.Message).NotTo(gomega.HavePrefix("Pre-approved"))
 	}).Should(gomega.Succeed())
 }
@@ -175,7 +175,7 @@ func TestCordonUnderRunningPreApprovedWorkloadLeavesItRunning(t *testing.T) {
 	g.Eventually(func(g gomega.Gomega) { runningOn(g, "cordon", "first") }).Should(gomega.Succeed())
 	create(t, job("cordon", "runs", 8, "").Obj())
 	g.Eventually(func(g gomega.Gomega) {
-		g.Expect(check(g, getWorkload(g, "cordon", "runs")).Message).To(gomega.HavePrefix("Pre-approved"))
+		g.Expect(check(g, workloadOf(g, "cordon", "runs")).Message).To(gomega.HavePrefix("Pre-approved"))
 	}).Should(gomega.Succeed())
 	g.Eventually(func(g gomega.Gomega) { runningOn(g, "cordon", "runs") }).Should(gomega.Succeed())
 
@@ -189,7 +189,7 @@ func TestCordonUnderRunningPreApprovedWorkloadLeavesItRunning(t *testing.T) {
 	setUnschedulable(true)
 	t.Cleanup(func() { setUnschedulable(false) })
 	// Any change to the workload brings it back to the check.
-	wl := getWorkload(g, "cordon", "runs")
+	wl := workloadOf(g, "cordon", "runs")
 	patch := client.MergeFrom(wl.DeepCopy())
 	metav1.SetMetaDataAnnotation(&wl.ObjectMeta, "chamber.dev/test-touch", "1")
 	g.Expect(k8s.Patch(ctx, wl, patch)).To(gomega.Succeed())
@@ -197,7 +197,7 @@ func TestCordonUnderRunningPreApprovedWorkloadLeavesItRunning(t *testing.T) {
 
 	// Past the placement timeout and one recheck after its reservation.
 	g.Consistently(func(g gomega.Gomega) {
-		wl := getWorkload(g, "cordon", "runs")
+		wl := workloadOf(g, "cordon", "runs")
 		g.Expect(isTrue(wl, kueue.WorkloadAdmitted)).To(gomega.BeTrue())
 		g.Expect(isTrue(wl, kueue.WorkloadEvicted)).To(gomega.BeFalse())
 		g.Expect(check(g, wl).State).To(gomega.Equal(kueue.CheckStateReady))
@@ -230,7 +230,7 @@ func TestIsolatedNodeLeavesTheFlavorPreApproved(t *testing.T) {
 	g.Eventually(func(g gomega.Gomega) { g.Expect(runningOn(g, "elsewhere", "first")).To(gomega.Equal("elsewhere-2")) }).Should(gomega.Succeed())
 	create(t, job("elsewhere", "second", 8, "").Obj())
 	g.Eventually(func(g gomega.Gomega) {
-		c := check(g, getWorkload(g, "elsewhere", "second"))
+		c := check(g, workloadOf(g, "elsewhere", "second"))
 		g.Expect(c.State).To(gomega.Equal(kueue.CheckStateReady))
 		g.Expect(c.Message).To(gomega.ContainSubstring("that can be given is healthy"))
 	}).Should(gomega.Succeed())

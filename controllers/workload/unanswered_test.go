@@ -58,7 +58,7 @@ func TestUnansweredNoticeEndsWithAShortGrace(t *testing.T) {
 	before := stopped(g)
 	for _, j := range []string{"hung", "sigterm-only"} {
 		g.Eventually(func(g gomega.Gomega) { runningOn(g, "unanswered", j) }).Should(gomega.Succeed())
-		if err := chamberkueue.RequestEviction(ctx, k8s, getWorkload(g, "unanswered", j), chamberkueue.Eviction{
+		if err := chamberkueue.RequestEviction(ctx, k8s, workloadOf(g, "unanswered", j), chamberkueue.Eviction{
 			Reason: "TestEviction", Message: "the test asks", RequestedAt: time.Now()}); err != nil {
 			t.Fatal(err)
 		}

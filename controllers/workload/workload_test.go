@@ -151,7 +151,7 @@ func filler(t *testing.T, ns, node string, gpus int) *corev1.Pod {
 	return p
 }
 
-func getWorkload(g gomega.Gomega, ns, job string) *kueue.Workload {
+func workloadOf(g gomega.Gomega, ns, job string) *kueue.Workload {
 	return controllertest.WorkloadOf(g, k8s, ns, job)
 }
 
@@ -219,7 +219,7 @@ func TestWaitsForANodeWithRoom(t *testing.T) {
 
 	// Kueue alone: admitted by quota, and the pod cannot be scheduled.
 	g.Eventually(func(g gomega.Gomega) {
-		g.Expect(isTrue(getWorkload(g, "plain", "train"), kueue.WorkloadAdmitted)).To(gomega.BeTrue())
+		g.Expect(isTrue(workloadOf(g, "plain", "train"), kueue.WorkloadAdmitted)).To(gomega.BeTrue())
 		pods := podsOf(g, "plain", "train")
 		g.Expect(pods).To(gomega.HaveLen(1))
 		cond := podCondition(pods[0], corev1.PodScheduled)
@@ -231,7 +231,7 @@ func TestWaitsForANodeWithRoom(t *testing.T) {
 	// Chamber: the workload waits in the queue, no pod, and says why.
 	var reason string
 	g.Eventually(func(g gomega.Gomega) {
-		wl := getWorkload(g, "room", "train")
+		wl := workloadOf(g, "room", "train")
 		cond := apimeta.FindStatusCondition(wl.Status.Conditions, kueue.WorkloadQuotaReserved)
 		g.Expect(cond).NotTo(gomega.BeNil())
 		g.Expect(cond.Status).To(gomega.Equal(metav1.ConditionFalse))
@@ -240,7 +240,7 @@ func TestWaitsForANodeWithRoom(t *testing.T) {
 	}).Should(gomega.Succeed())
 	t.Logf("Chamber: workload waits: %s", reason)
 	g.Consistently(func(g gomega.Gomega) {
-		g.Expect(isTrue(getWorkload(g, "room", "train"), kueue.WorkloadQuotaReserved)).To(gomega.BeFalse())
+		g.Expect(isTrue(workloadOf(g, "room", "train"), kueue.WorkloadQuotaReserved)).To(gomega.BeFalse())
 		g.Expect(podsOf(g, "room", "train")).To(gomega.BeEmpty())
 	}).Should(gomega.Succeed())
 
@@ -249,7 +249,7 @@ func TestWaitsForANodeWithRoom(t *testing.T) {
 		t.Fatal(err)
 	}
 	g.Eventually(func(g gomega.Gomega) {
-		wl := getWorkload(g, "room", "train")
+		wl := workloadOf(g, "room", "train")
 		g.Expect(isTrue(wl, kueue.WorkloadAdmitted)).To(gomega.BeTrue())
 		g.Expect(check(g, wl).State).To(gomega.Equal(kueue.CheckStateReady))
 		g.Expect(runningOn(g, "room", "train")).To(gomega.Equal("room-2"))
@@ -299,7 +299,7 @@ func TestFailingGPUsAreNotUsed(t *testing.T) {
 	create(t, job("failing", "eight", 8, "").Obj())
 	var held string
 	g.Eventually(func(g gomega.Gomega) {
-		wl := getWorkload(g, "failing", "eight")
+		wl := workloadOf(g, "failing", "eight")
 		g.Expect(isTrue(wl, kueue.WorkloadQuotaReserved)).To(gomega.BeTrue())
 		g.Expect(isTrue(wl, kueue.WorkloadAdmitted)).To(gomega.BeFalse())
 		c := check(g, wl)
@@ -311,7 +311,7 @@ func TestFailingGPUsAreNotUsed(t *testing.T) {
 	// After the placement timeout the check gives the quota back (Retry): Kueue
 	// evicts the workload and requeues it; it never runs there.
 	g.Eventually(func(g gomega.Gomega) {
-		wl := getWorkload(g, "failing", "eight")
+		wl := workloadOf(g, "failing", "eight")
 		g.Expect(isTrue(wl, kueue.WorkloadAdmitted)).To(gomega.BeFalse())
 		g.Expect(ptr.Deref(check(g, wl).RetryCount, 0)).To(gomega.BeNumerically(">=", 1))
 	}).Should(gomega.Succeed())
@@ -322,7 +322,7 @@ func TestFailingGPUsAreNotUsed(t *testing.T) {
 	}
 	create(t, job("failing", "six", 6, "").Obj())
 	g.Eventually(func(g gomega.Gomega) {
-		wl := getWorkload(g, "failing", "six")
+		wl := workloadOf(g, "failing", "six")
 		g.Expect(isTrue(wl, kueue.WorkloadAdmitted)).To(gomega.BeTrue())
 		g.Expect(runningOn(g, "failing", "six")).To(gomega.Equal("failing-1"))
 	}).Should(gomega.Succeed())
@@ -350,7 +350,7 @@ func TestCooperativeEviction(t *testing.T) {
 
 	requested := time.Now()
 	for _, j := range []string{"answers", "waits"} {
-		wl := getWorkload(g, "coop", j)
+		wl := workloadOf(g, "coop", j)
 		if err := chamberkueue.RequestEviction(ctx, k8s, wl, chamberkueue.Eviction{Reason: "TestEviction", Message: "the test asks", RequestedAt: requested}); err != nil {
 			t.Fatal(err)
 		}
@@ -392,7 +392,7 @@ func TestCooperativeEviction(t *testing.T) {
 	// Both are requeued and run again, the request cleared.
 	for _, j := range []string{"answers", "waits"} {
 		g.Eventually(func(g gomega.Gomega) {
-			wl := getWorkload(g, "coop", j)
+			wl := workloadOf(g, "coop", j)
 			g.Expect(isTrue(wl, kueue.WorkloadAdmitted)).To(gomega.BeTrue())
 			g.Expect(wl.Annotations).NotTo(gomega.HaveKey(chamber.AnnotationEvictionReason))
 			runningOn(g, "coop", j)
@@ -415,14 +415,14 @@ func TestEvictionOfAWorkloadWithNoPodRunning(t *testing.T) {
 	gated.Spec.Template.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "chamber.dev/test-hold"}}
 	create(t, gated)
 	g.Eventually(func(g gomega.Gomega) {
-		g.Expect(isTrue(getWorkload(g, "norun", "gated"), kueue.WorkloadAdmitted)).To(gomega.BeTrue())
+		g.Expect(isTrue(workloadOf(g, "norun", "gated"), kueue.WorkloadAdmitted)).To(gomega.BeTrue())
 		pods := podsOf(g, "norun", "gated")
 		g.Expect(pods).To(gomega.HaveLen(1))
 		g.Expect(pods[0].Status.Phase).To(gomega.Equal(corev1.PodPending))
 	}).Should(gomega.Succeed())
 
 	requested := time.Now()
-	if err := chamberkueue.RequestEviction(ctx, k8s, getWorkload(g, "norun", "gated"), chamberkueue.Eviction{Reason: "TestEviction", Message: "the test asks", RequestedAt: requested}); err != nil {
+	if err := chamberkueue.RequestEviction(ctx, k8s, workloadOf(g, "norun", "gated"), chamberkueue.Eviction{Reason: "TestEviction", Message: "the test asks", RequestedAt: requested}); err != nil {
 		t.Fatal(err)
 	}
 	g.Eventually(func(g gomega.Gomega) {
@@ -453,22 +453,22 @@ func TestRequestForAnEarlierAdmissionIsDropped(t *testing.T) {
 	teamFixture(t, "earlier", 8, []string{"earlier-1"}, nil, hourOfGrace)
 	create(t, job("earlier", "j", 4, "standard").Obj())
 	g.Eventually(func(g gomega.Gomega) { runningOn(g, "earlier", "j") }).Should(gomega.Succeed())
-	before := getWorkload(g, "earlier", "j")
+	before := workloadOf(g, "earlier", "j")
 
 	setActive := func(active bool) {
 		t.Helper()
-		wl := getWorkload(g, "earlier", "j")
+		wl := workloadOf(g, "earlier", "j")
 		if err := chamberkueue.PatchWorkload(ctx, k8s, wl, &active, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
 	setActive(false)
 	g.Eventually(func(g gomega.Gomega) {
-		g.Expect(isTrue(getWorkload(g, "earlier", "j"), kueue.WorkloadQuotaReserved)).To(gomega.BeFalse())
+		g.Expect(isTrue(workloadOf(g, "earlier", "j"), kueue.WorkloadQuotaReserved)).To(gomega.BeFalse())
 	}).Should(gomega.Succeed())
 	setActive(true)
 	g.Eventually(func(g gomega.Gomega) {
-		wl := getWorkload(g, "earlier", "j")
+		wl := workloadOf(g, "earlier", "j")
 		g.Expect(isTrue(wl, kueue.WorkloadAdmitted)).To(gomega.BeTrue())
 		g.Expect(chamberkueue.Evictions(wl)).To(gomega.BeNumerically(">", chamberkueue.Evictions(before)), "Kueue counted its eviction")
 		runningOn(g, "earlier", "j")
@@ -478,9 +478,9 @@ func TestRequestForAnEarlierAdmissionIsDropped(t *testing.T) {
 		t.Fatal(err)
 	}
 	g.Eventually(func(g gomega.Gomega) {
-		g.Expect(getWorkload(g, "earlier", "j").Annotations).NotTo(gomega.HaveKey(chamber.AnnotationEvictionReason))
+		g.Expect(workloadOf(g, "earlier", "j").Annotations).NotTo(gomega.HaveKey(chamber.AnnotationEvictionReason))
 	}).Should(gomega.Succeed())
-	wl := getWorkload(g, "earlier", "j")
+	wl := workloadOf(g, "earlier", "j")
 	g.Expect(isTrue(wl, kueue.WorkloadAdmitted)).To(gomega.BeTrue())
 	g.Expect(evictedAt(g, "earlier", "j")).To(gomega.BeZero(), "the admission after the request's was evicted for it")
 	for _, p := range podsOf(g, "earlier", "j") {
@@ -499,7 +499,7 @@ func TestEvictionRequestWithoutTimeKeepsItsGrace(t *testing.T) {
 	g.Eventually(func(g gomega.Gomega) { runningOn(g, "undated", "j") }).Should(gomega.Succeed())
 
 	for _, requestedAt := range []string{"", "yesterday"} {
-		wl := getWorkload(g, "undated", "j")
+		wl := workloadOf(g, "undated", "j")
 		patch := client.MergeFrom(wl.DeepCopy())
 		if wl.Annotations == nil {
 			wl.Annotations = map[string]string{}
@@ -516,7 +516,7 @@ func TestEvictionRequestWithoutTimeKeepsItsGrace(t *testing.T) {
 			t.Fatal(err)
 		}
 		g.Eventually(func(g gomega.Gomega) {
-			wl := getWorkload(g, "undated", "j")
+			wl := workloadOf(g, "undated", "j")
 			at, err := time.Parse(time.RFC3339, wl.Annotations[chamber.AnnotationEvictionRequestedAt])
 			g.Expect(err).NotTo(gomega.HaveOccurred(), "requested-at %q is dated by Chamber", requestedAt)
 			g.Expect(at).To(gomega.BeTemporally(">=", seen))
@@ -527,7 +527,7 @@ func TestEvictionRequestWithoutTimeKeepsItsGrace(t *testing.T) {
 			g.Expect(notice).To(gomega.Equal(at.Add(time.Hour)))
 		}).Should(gomega.Succeed())
 		g.Expect(evictedAt(g, "undated", "j")).To(gomega.BeZero(), "evicted without its grace (requested-at %q)", requestedAt)
-		g.Expect(isTrue(getWorkload(g, "undated", "j"), kueue.WorkloadAdmitted)).To(gomega.BeTrue())
+		g.Expect(isTrue(workloadOf(g, "undated", "j"), kueue.WorkloadAdmitted)).To(gomega.BeTrue())
 	}
 }
 
@@ -557,7 +557,7 @@ func TestEvictionWithoutTheCheck(t *testing.T) {
 	create(t, &kueue.LocalQueue{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: ns}, Spec: kueue.LocalQueueSpec{ClusterQueue: ns}})
 	create(t, job(ns, "j", 4, "").Obj())
 	g.Eventually(func(g gomega.Gomega) { runningOn(g, ns, "j") }).Should(gomega.Succeed())
-	wl := getWorkload(g, ns, "j")
+	wl := workloadOf(g, ns, "j")
 	g.Expect(wl.Status.AdmissionChecks).To(gomega.BeEmpty())
 	firstPod := podsOf(g, ns, "j")[0].UID
 
@@ -574,7 +574,7 @@ func TestEvictionWithoutTheCheck(t *testing.T) {
 
 	// Kueue stopped the job and runs it again, on a new pod; the request is cleared.
 	g.Eventually(func(g gomega.Gomega) {
-		wl := getWorkload(g, ns, "j")
+		wl := workloadOf(g, ns, "j")
 		g.Expect(controllertest.EvictedByChamber(wl, "TestEviction")).To(gomega.BeTrue())
 		g.Expect(isTrue(wl, kueue.WorkloadAdmitted)).To(gomega.BeTrue())
 		g.Expect(wl.Annotations).NotTo(gomega.HaveKey(chamber.AnnotationEvictionReason))
@@ -589,7 +589,7 @@ func TestEvictionWithoutTheCheck(t *testing.T) {
 
 // evictedAt is when Chamber evicted the job's workload (its Event), or zero.
 func evictedAt(g gomega.Gomega, ns, job string) time.Time {
-	wl := getWorkload(g, ns, job)
+	wl := workloadOf(g, ns, job)
 	var list eventsv1.EventList
 	g.Expect(k8s.List(context.Background(), &list, client.InNamespace(ns))).To(gomega.Succeed())
 	for _, e := range list.Items {
@@ -620,7 +620,7 @@ func TestHalfStoppedJobRunsAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	g.Eventually(func(g gomega.Gomega) {
-		wl := getWorkload(g, "halfstop", "j")
+		wl := workloadOf(g, "halfstop", "j")
 		g.Expect(controllertest.EvictedByChamber(wl, "HalfStoppedJob")).To(gomega.BeTrue())
 		g.Expect(isTrue(wl, kueue.WorkloadAdmitted)).To(gomega.BeTrue())
 		runningOn(g, "halfstop", "j")
