@@ -13,10 +13,62 @@ type Usage struct {
 	GPUSeconds float64
 	// IdleGPUSeconds is the part of it the GPUs were Idle.
 	IdleGPUSeconds float64
+	// UsedGPUSeconds is GPUSeconds weighted by the GPUs' utilization: a GPU-second at
+	// 40% utilization adds 0.4. Only MeasuredGPUSeconds add to it.
+	UsedGPUSeconds float64
+	// MeasuredGPUSeconds is the part of GPUSeconds with a utilization report: the
+	// mean utilization is UsedGPUSeconds / MeasuredGPUSeconds.
+	MeasuredGPUSeconds float64
 	// Cost is GPUSeconds at the pool's price of the model, in the pool's currency.
 	Cost float64
 	// IdleCost is IdleGPUSeconds at that price.
 	IdleCost float64
+}
+
+// WorkloadUsage is what one workload's pods ran up since the model started, kept
+// until its Workload is deleted. Its fields mean what Usage's do.
+type WorkloadUsage struct {
+	Namespace, Name    string
+	GPUSeconds         float64
+	IdleGPUSeconds     float64
+	UsedGPUSeconds     float64
+	MeasuredGPUSeconds float64
+	Cost               float64
+	IdleCost           float64
+}
+
+// MeanUtilizationPercent is the utilization-weighted mean over the measured
+// GPU-seconds; ok is false when none were measured.
+func (u WorkloadUsage) MeanUtilizationPercent() (percent float64, ok bool) {
+	return meanPercent(u.UsedGPUSeconds, u.MeasuredGPUSeconds)
+}
+
+// MeanUtilizationPercent is the utilization-weighted mean over the measured
+// GPU-seconds; ok is false when none were measured.
+func (u Usage) MeanUtilizationPercent() (percent float64, ok bool) {
+	return meanPercent(u.UsedGPUSeconds, u.MeasuredGPUSeconds)
+}
+
+func meanPercent(used, measured float64) (float64, bool) {
+	if measured <= 0 {
+		return 0, false
+	}
+	return 100 * used / measured, true
+}
+
+// WorkloadUsage is what the pods of the Workload namespace/name ran up, while the
+// model holds the Workload; ok is false for a Workload it does not hold.
+func (m *Model) WorkloadUsage(namespace, name string) (u WorkloadUsage, ok bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	w := m.workloads[objKey{namespace, name}]
+	if w == nil {
+		return WorkloadUsage{}, false
+	}
+	m.accountAll(m.clock.Now())
+	u = w.usage
+	u.Namespace, u.Name = namespace, name
+	return u, true
 }
 
 // accountAll brings every GPU's counters up to now: before a change that alters
@@ -51,6 +103,7 @@ type nodeAccount struct {
 	perSecond float64
 	holder    *pod
 	usage     *Usage
+	workload  *workload // the holder's; nil for a pod of no Workload
 }
 
 // account adds a GPU's time since it was last accounted to the counters. Between two
@@ -78,6 +131,17 @@ func (m *Model) account(n *node, i int, now time.Time, a *nodeAccount) {
 		idle = max(0, idleUntil.Sub(idleFrom).Seconds())
 	}
 
+	// The utilization report holds for the span until it goes stale.
+	measured, used := 0.0, 0.0
+	if r := n.reportOf(i); r.hasUtil && g.holder != nil {
+		until := now
+		if !n.reportStale.IsZero() && n.reportStale.Before(until) {
+			until = n.reportStale
+		}
+		measured = max(0, until.Sub(from).Seconds())
+		used = measured * min(max(r.util, 0), 100) / 100
+	}
+
 	sec := a.seconds
 	if state == Busy {
 		sec[Busy] += total - idle
@@ -91,7 +155,7 @@ func (m *Model) account(n *node, i int, now time.Time, a *nodeAccount) {
 	}
 	if a.holder != g.holder {
 		tm := teamModel{m.podTeam(g.holder), n.model}
-		a.holder, a.usage = g.holder, m.usage[tm]
+		a.holder, a.usage, a.workload = g.holder, m.usage[tm], m.workloadOf(g.holder)
 		if a.usage == nil {
 			a.usage = &Usage{Team: tm.team, Model: tm.model}
 			m.usage[tm] = a.usage
@@ -100,8 +164,19 @@ func (m *Model) account(n *node, i int, now time.Time, a *nodeAccount) {
 	u := a.usage
 	u.GPUSeconds += total
 	u.IdleGPUSeconds += idle
+	u.UsedGPUSeconds += used
+	u.MeasuredGPUSeconds += measured
 	u.Cost += total * a.perSecond
 	u.IdleCost += idle * a.perSecond
+	if w := a.workload; w != nil {
+		wu := &w.usage
+		wu.GPUSeconds += total
+		wu.IdleGPUSeconds += idle
+		wu.UsedGPUSeconds += used
+		wu.MeasuredGPUSeconds += measured
+		wu.Cost += total * a.perSecond
+		wu.IdleCost += idle * a.perSecond
+	}
 }
 
 // waitHistogram counts queue waits; counts are per bucket, not cumulative.

@@ -41,8 +41,9 @@ func TestUsage(t *testing.T) {
 	snap := m.Snapshot()
 
 	wantUsage := []fleet.Usage{
-		{Team: "", Model: ft.H100, GPUSeconds: 1200, Cost: 600*0.001 + 600*0.002},
-		{Team: "vision", Model: ft.H100, GPUSeconds: 2400, IdleGPUSeconds: 2 * (300 + 600),
+		{Team: "", Model: ft.H100, GPUSeconds: 1200, UsedGPUSeconds: 0.9 * 1200, MeasuredGPUSeconds: 1200,
+			Cost: 600*0.001 + 600*0.002},
+		{Team: "vision", Model: ft.H100, GPUSeconds: 2400, IdleGPUSeconds: 2 * (300 + 600), MeasuredGPUSeconds: 2400,
 			Cost: 1200*0.001 + 1200*0.002, IdleCost: 600*0.001 + 1200*0.002},
 	}
 	if diff := cmp.Diff(wantUsage, snap.Usage, approx); diff != "" {
@@ -73,6 +74,43 @@ func TestUsage(t *testing.T) {
 	}
 }
 
+// A workload's usage adds up its pods' across evictions, weighs each GPU-second by its
+// utilization while the agent reports one, and stays until the Workload is deleted.
+func TestWorkloadUsage(t *testing.T) {
+	clock := clocktesting.NewFakeClock(start)
+	m := newModel(clock)
+	m.SetPool(ft.MakePool("main", nil, map[string]string{ft.H100: "3.6"})) // 0.001 per GPU-second
+	m.SetNode(ft.MakeNode("n1", 4).Obj())
+	m.SetWorkload(ft.MakeWorkload("ns", "train", start).OwnedBy("job-1").PodSet(1, 2).Reserved("cq", start).Obj())
+	m.SetPod(ft.MakePod("ns", "train-a", 2).OwnedBy("job-1").On("n1", start).Obj())
+	m.SetPod(ft.MakePod("ns", "other", 2).On("n1", start).Obj())
+	m.SetGPUNode(ft.MakeGPUNode("n1", 4).Pod(0, "ns", "train-a").Pod(1, "ns", "train-a").
+		Util(0, 60, time.Minute).Util(1, 20, time.Minute).Obj())
+	clock.Step(10 * time.Minute)
+	// Evicted; the second pod runs without a utilization report.
+	m.DeletePod("ns", "train-a")
+	m.SetGPUNode(ft.MakeGPUNode("n1", 4).Obj())
+	clock.Step(5 * time.Minute)
+	m.SetPod(ft.MakePod("ns", "train-b", 2).OwnedBy("job-1").On("n1", at(15*time.Minute)).Obj())
+	clock.Step(5 * time.Minute)
+
+	got, ok := m.WorkloadUsage("ns", "train")
+	want := fleet.WorkloadUsage{Namespace: "ns", Name: "train",
+		GPUSeconds: 2*600 + 2*300, UsedGPUSeconds: 0.6*600 + 0.2*600, MeasuredGPUSeconds: 2 * 600,
+		Cost: (2*600 + 2*300) * 0.001}
+	if diff := cmp.Diff(want, got, approx); !ok || diff != "" {
+		t.Errorf("workload usage (-want +got), found %v:\n%s", ok, diff)
+	}
+	if pct, ok := got.MeanUtilizationPercent(); !ok || pct < 39.999 || pct > 40.001 {
+		t.Errorf("mean utilization: got %v, %v; want 40%% over the measured GPU-seconds", pct, ok)
+	}
+
+	m.DeleteWorkload("ns", "train")
+	if _, ok := m.WorkloadUsage("ns", "train"); ok {
+		t.Error("a deleted Workload still has usage")
+	}
+}
+
 // Idle time stops when the agent goes silent, chamber.SilentAfterHeartbeats heartbeats
 // after the model saw its report.
 func TestStaleReportUsage(t *testing.T) {
@@ -82,7 +120,7 @@ func TestStaleReportUsage(t *testing.T) {
 	m.SetPod(ft.MakePod("ns", "a", 2).On("n1", at(-time.Hour)).Obj())
 	m.SetGPUNode(ft.MakeGPUNode("n1", 2).UtilAll(0, 5*time.Minute).Heartbeat(start, 30*time.Second).Obj())
 	clock.Step(10 * time.Minute)
-	want := []fleet.Usage{{Team: "", Model: ft.H100, GPUSeconds: 2 * 600, IdleGPUSeconds: 2 * 90}}
+	want := []fleet.Usage{{Team: "", Model: ft.H100, GPUSeconds: 2 * 600, IdleGPUSeconds: 2 * 90, MeasuredGPUSeconds: 2 * 90}}
 	if diff := cmp.Diff(want, m.Snapshot().Usage, approx); diff != "" {
 		t.Errorf("usage (-want +got):\n%s", diff)
 	}

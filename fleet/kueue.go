@@ -29,6 +29,8 @@ type workload struct {
 	// team caches workloadTeam while teamGen is the model's.
 	team    string
 	teamGen uint64
+	// usage is what its pods ran up (WorkloadUsage).
+	usage WorkloadUsage
 }
 
 // SetWorkload records a Workload: its queue, priority tier, whether it waits, and on
