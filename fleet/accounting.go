@@ -168,6 +168,11 @@ func (m *Model) account(n *node, i int, now time.Time, a *nodeAccount) {
 	u.MeasuredGPUSeconds += measured
 	u.Cost += total * a.perSecond
 	u.IdleCost += idle * a.perSecond
+	if h := g.handedFrom; h != nil && a.workload != h {
+		e := m.handedEntry(handedKey{u.Team, m.workloadTeam(h), n.model})
+		e.GPUSeconds += total
+		e.Cost += total * a.perSecond
+	}
 	if w := a.workload; w != nil {
 		wu := &w.usage
 		wu.GPUSeconds += total

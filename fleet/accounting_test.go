@@ -301,3 +301,44 @@ func TestPools(t *testing.T) {
 		}
 	}
 }
+
+// What idle reclaim gave: the GPU-seconds another team's workload held on the GPUs a
+// reclaimed workload left, from when it took them until the reclaimed workload's quota
+// was reserved again; the minutes the GPUs sat free count nothing.
+func TestHanded(t *testing.T) {
+	clock := clocktesting.NewFakeClock(start)
+	m := newModel(clock)
+	m.SetPool(ft.MakePool("main", nil, map[string]string{ft.H100: "3.6"})) // 0.001 per GPU-second
+	m.SetTeam(ft.MakeTeam("a", "main", start, "a"))
+	m.SetTeam(ft.MakeTeam("b", "main", start, "b"))
+	m.SetNode(ft.MakeNode("n1", 2).Obj())
+	notebook := ft.MakeWorkload("a", "notebook", start).OwnedBy("nb").PodSet(1, 2).Reserved("a", start)
+	m.SetWorkload(notebook.Obj())
+	m.SetPod(ft.MakePod("a", "notebook-0", 2).OwnedBy("nb").On("n1", start).Obj())
+	m.SetWorkload(ft.MakeWorkload("b", "train", start).OwnedBy("tr").PodSet(1, 2).Obj())
+
+	clock.Step(10 * time.Minute)
+	reclaimed := notebook.Obj().DeepCopy()
+	reclaimed.Annotations = map[string]string{chamber.AnnotationIdleReclaimedAt: at(10 * time.Minute).Format(time.RFC3339)}
+	m.SetWorkload(reclaimed)
+	clock.Step(time.Minute)
+	m.DeletePod("a", "notebook-0")
+	clock.Step(4 * time.Minute) // free: nothing handed yet
+	if got := m.Snapshot().Handed; len(got) != 0 {
+		t.Errorf("handed while the GPUs sat free: %+v", got)
+	}
+	m.SetWorkload(ft.MakeWorkload("b", "train", start).OwnedBy("tr").PodSet(1, 2).Reserved("b", at(15*time.Minute)).Obj())
+	m.SetPod(ft.MakePod("b", "train-0", 2).OwnedBy("tr").On("n1", at(15*time.Minute)).Obj())
+	clock.Step(30 * time.Minute)
+	// The notebook's quota is reserved again (its pods wait for room elsewhere).
+	back := reclaimed.DeepCopy()
+	back.Annotations = nil
+	back.Status.Conditions[0].LastTransitionTime = metav1.NewTime(at(45 * time.Minute))
+	m.SetWorkload(back)
+	clock.Step(15 * time.Minute)
+
+	want := []fleet.Handed{{Team: "b", FromTeam: "a", Model: ft.H100, GPUSeconds: 2 * 30 * 60, Cost: 2 * 30 * 60 * 0.001, Workloads: 1}}
+	if diff := cmp.Diff(want, m.Snapshot().Handed, approx); diff != "" {
+		t.Errorf("handed (-want +got):\n%s", diff)
+	}
+}

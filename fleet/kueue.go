@@ -31,6 +31,11 @@ type workload struct {
 	teamGen uint64
 	// usage is what its pods ran up (WorkloadUsage).
 	usage WorkloadUsage
+	// reclaimedAt is idle reclaim's last reclaim of it; away while it has not come
+	// back since (Handed). receivers are the workloads that took its GPUs meanwhile.
+	reclaimedAt time.Time
+	away        bool
+	receivers   map[*workload]struct{}
 }
 
 // SetWorkload records a Workload: its queue, priority tier, whether it waits, and on
@@ -72,6 +77,12 @@ func (m *Model) SetWorkload(obj *kueue.Workload) {
 	w.pending = active && !finished && !isReserved
 	w.gpus = chamberkueue.WorkloadGPUs(obj)
 	w.teamGen = 0 // its queues may have changed
+
+	var reservedAt time.Time
+	if isReserved {
+		reservedAt = reserved.LastTransitionTime.Time
+	}
+	m.reclaimed(w, obj.Annotations, reservedAt, finished)
 
 	if isReserved && !reserved.LastTransitionTime.Time.Equal(w.observed) {
 		at := reserved.LastTransitionTime.Time
@@ -130,6 +141,7 @@ func (m *Model) DeleteWorkload(namespace, name string) {
 }
 
 func (m *Model) forgetWorkload(w *workload) {
+	m.cameBack(w)
 	m.workloadGen++
 	m.untier(w)
 	delete(m.workloads, w.key)

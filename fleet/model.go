@@ -95,6 +95,7 @@ type Model struct {
 	stateSeconds map[poolModel]*Seconds
 	usage        map[teamModel]*Usage
 	waits        map[teamTier]*waitHistogram
+	handed       map[handedKey]*Handed
 }
 
 type objKey struct{ namespace, name string }
@@ -146,6 +147,7 @@ func New(opts Options) *Model {
 		stateSeconds: map[poolModel]*Seconds{},
 		usage:        map[teamModel]*Usage{},
 		waits:        map[teamTier]*waitHistogram{},
+		handed:       map[handedKey]*Handed{},
 	}
 }
 

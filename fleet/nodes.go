@@ -65,6 +65,9 @@ type gpu struct {
 	lowSince time.Time
 	// accounted is the time up to which the GPU's seconds are in the counters.
 	accounted time.Time
+	// handedFrom is the reclaimed workload that left this GPU, while it is away:
+	// others' time on the GPU is what idle reclaim gave them (Handed).
+	handedFrom *workload
 }
 
 func (m *Model) nodeEntry(name string) *node {
@@ -315,6 +318,7 @@ func (m *Model) assign(n *node, now time.Time) {
 		if g.holder == holders[i] {
 			continue
 		}
+		m.handOver(n, g, g.holder, holders[i])
 		g.holder = holders[i]
 		g.lowSince = time.Time{}
 		if g.holder != nil {

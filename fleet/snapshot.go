@@ -33,6 +33,9 @@ type Snapshot struct {
 	QueueWaitBuckets []float64
 	// Usage is what each team ran up on each model, by team then model.
 	Usage []Usage
+	// Handed is what idle reclaim gave to other work, by team, the team it came from,
+	// and model.
+	Handed []Handed
 }
 
 // GPU is one GPU. Empty strings mean unknown or none: no pool, no pod, no team.
@@ -284,6 +287,7 @@ func (m *Model) snapshot(perGPU bool) *Snapshot {
 	slices.SortFunc(s.Usage, func(a, b Usage) int {
 		return cmp.Or(strings.Compare(a.Team, b.Team), strings.Compare(a.Model, b.Model))
 	})
+	s.Handed = m.handedList()
 	return s
 }
 
