@@ -70,6 +70,7 @@ func New(source Source, opts Options) *Exporter {
 		newNodeCollector(),
 		newTeamCollector(),
 		newCostCollector(),
+		newGivenCollector(),
 		newQueueCollector(),
 	}}
 	if e.clock == nil {

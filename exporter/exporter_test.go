@@ -32,7 +32,8 @@ func at(d time.Duration) time.Time { return start.Add(d) }
 //	h2 (8 H100): cordoned; nlp/llm-0 holds 2
 //	t1 (4 H100): tainted chamber.dev/gpu-unhealthy
 //	a1 (4 A100): nlp/eval-0 on GPUs 2 and 3 by the agent's mapping, at 40%
-//	x1 (2 H100): in no pool; misc/notebook-0 holds 1, no agent
+//	x1 (2 H100): in no pool; misc/notebook-0 holds 1, no agent; vision/nb-0 held the
+//	    other until idle reclaim took it, and nlp/tune-0 holds it since
 func fixtureFleet() *fleet.Model {
 	clock := clocktesting.NewFakeClock(start)
 	m := fleet.New(fleet.Options{IdleThresholdPercent: 5, IdleWindow: 5 * time.Minute, Clock: clock})
@@ -65,6 +66,14 @@ func fixtureFleet() *fleet.Model {
 	m.SetPod(ft.MakePod("nlp", "llm-0", 2).On("h2", start).Workload("llm").Obj())
 	m.SetPod(ft.MakePod("nlp", "eval-0", 2).On("a1", start).Workload("eval").Obj())
 	m.SetPod(ft.MakePod("misc", "notebook-0", 1).On("x1", start).Obj())
+	nb := ft.MakeWorkload("vision", "nb", at(-2*time.Hour)).Tier("standard").Reserved("vision", at(-time.Hour)).Obj()
+	m.SetWorkload(nb)
+	m.SetPod(ft.MakePod("vision", "nb-0", 1).On("x1", start).Workload("nb").Obj())
+	nb.Annotations = map[string]string{chamber.AnnotationIdleReclaimedAt: start.Format(time.RFC3339)}
+	m.SetWorkload(nb)
+	m.DeletePod("vision", "nb-0")
+	m.SetWorkload(ft.MakeWorkload("nlp", "tune", at(-2*time.Hour)).Tier("standard").Reserved("nlp", at(-time.Minute)).Obj())
+	m.SetPod(ft.MakePod("nlp", "tune-0", 1).On("x1", start).Workload("tune").Obj())
 
 	m.SetGPUNode(ft.MakeGPUNode("h1", 8).UtilAll(0, 5*time.Minute).Util(0, 90, 5*time.Minute).Util(1, 90, 5*time.Minute).
 		Util(2, 90, 5*time.Minute).Util(3, 90, 5*time.Minute).Health(7, chamber.GPUUnhealthy).Obj())

@@ -301,8 +301,7 @@ func (c *Controller) reclaim(ctx context.Context, key types.NamespacedName, wl *
 		return err
 	}
 	evictions.WithLabelValues(owner.team).Inc()
-	reclaimedGPUHours.WithLabelValues(owner.team).Add(gpuHours)
-	reclaimedCost.WithLabelValues(owner.team).Add(gpuHours * owner.price)
+	countIdleAtReclaim(owner.team, gpuHours, gpuHours*owner.price)
 	c.remember(key, wl.UID, idleWorkload{reclaimed: true})
 	return nil
 }

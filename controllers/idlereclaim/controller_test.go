@@ -205,7 +205,7 @@ type counts struct{ warnings, evictions, gpuHours float64 }
 
 func metricsOf(team string) counts {
 	return counts{testutil.ToFloat64(warnings.WithLabelValues(team)), testutil.ToFloat64(evictions.WithLabelValues(team)),
-		testutil.ToFloat64(reclaimedGPUHours.WithLabelValues(team))}
+		testutil.ToFloat64(idleAtReclaimGPUHours.WithLabelValues(team))}
 }
 
 func (c counts) minus(o counts) counts {

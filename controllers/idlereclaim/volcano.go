@@ -183,7 +183,7 @@ func (r *VolcanoJobs) Reconcile(ctx context.Context, job *batch.Job) (reconcile.
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	evictions.WithLabelValues(team.Name).Inc()
-	reclaimedGPUHours.WithLabelValues(team.Name).Add(gpuHours)
+	countIdleAtReclaim(team.Name, gpuHours, 0)
 	r.recorder.Eventf(job, waiting, corev1.EventTypeWarning, ReasonIdleReclaim, "Reclaim", "%s (grace period %s)", req.Message, req.GracePeriod)
 	log.FromContext(ctx).Info("idle GPUs reclaimed", "job", client.ObjectKeyFromObject(job), "gpus", use.gpus, "idleFor", idleFor, "waiting", client.ObjectKeyFromObject(waiting))
 	r.forget(job.UID)
