@@ -47,7 +47,7 @@ func (o *options) load(ctx context.Context, c client.Client, withKueue bool) (*c
 	heartbeats := chamber.NewHeartbeats(clock.RealClock{}, 0)
 	table, err := prices.Load(o.priceTable, o.factors)
 	if err != nil {
-		return nil, fmt.Errorf("--price-table, --spot-price-factor, --reserved-price-factor: %w", err)
+		return nil, fmt.Errorf("price the nodes: %w", err)
 	}
 	m := fleet.New(fleet.Options{Clock: clock.RealClock{}, Heartbeats: heartbeats, Prices: table})
 	out := &cluster{model: m, nodes: map[string]*corev1.Node{}, gpuNodes: map[string]*chamber.GPUNode{}, heartbeats: heartbeats}
