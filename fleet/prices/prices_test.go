@@ -180,7 +180,7 @@ func TestLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := table.Find(Instance{Provider: AWS, Type: "p5.48xlarge", Capacity: OnDemand}); got.PerGPUHour != 6 || got.Source != "override:aws/p5.48xlarge" {
+	if got, _ := table.Find(Instance{Provider: AWS, Type: "p5.48xlarge"}); got.PerGPUHour != 6 || got.Source != "override:aws/p5.48xlarge" {
 		t.Errorf("the override does not win: %+v", got)
 	}
 	if _, err := Load(bad, DefaultFactors()); err == nil || !strings.Contains(err.Error(), bad+":2: 6 columns where the header has 10") {

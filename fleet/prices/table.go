@@ -127,11 +127,10 @@ func (t *Table) Find(in Instance) (p Price, miss string) {
 	switch in.Capacity {
 	case Spot:
 		p.PerGPUHour *= t.factors.Spot
+		p.Source += "/" + string(Spot)
 	case Reserved:
 		p.PerGPUHour *= t.factors.Reserved
-	}
-	if in.Capacity != OnDemand {
-		p.Source += "/" + string(in.Capacity)
+		p.Source += "/" + string(Reserved)
 	}
 	return p, ""
 }
@@ -173,6 +172,7 @@ type Instance struct {
 	Provider string
 	Type     string
 	Region   string
+	// Capacity is OnDemand when empty.
 	Capacity Capacity
 }
 
