@@ -151,10 +151,11 @@ bench-sim-large: tools ## The simulator's headline at 128 GPUs: Kueue alone agai
 # Each fuzz target for FUZZTIME (their seed corpora also run in make test).
 FUZZTIME ?= 15s
 FUZZ_TARGETS = ./sim:FuzzReadTrace ./integrations/kube:FuzzParsePriorityTiers ./integrations/kueue:FuzzWithheldQuota \
-	./healthcheck:FuzzConfigWithFile ./controllers/isolation:FuzzReadRecord ./integrations/kueue:FuzzRequestedEviction
+	./healthcheck:FuzzConfigWithFile ./controllers/isolation:FuzzReadRecord ./integrations/kueue:FuzzRequestedEviction \
+	./fleet/prices:FuzzParse
 
 .PHONY: fuzz
-fuzz: tools ## Run each fuzz target for FUZZTIME (default 15s): the trace reader, the tiers flag, the quota rule, the health rules file, isolation's and the eviction's annotations.
+fuzz: tools ## Run each fuzz target for FUZZTIME (default 15s): the trace reader, the tiers flag, the quota rule, the health rules file, isolation's and the eviction's annotations, the price table.
 	@set -e; for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
 	echo "fuzz $$pkg $$fn"; $(GO) test $$pkg -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME); done
 

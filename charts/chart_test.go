@@ -63,6 +63,8 @@ func TestBadValuesAreRejected(t *testing.T) {
 		{"agent.flags.health-config=/tmp/h.yaml", "agent.flags.health-config: the chart sets --health-config itself"},
 		{"metrics.fleetPage=yes", "/metrics/fleetPage"},
 		{"controller.flags.fleet-page=true", "controller.flags.fleet-page: the chart sets --fleet-page itself"},
+		{"controller.flags.price-table=/prices.csv", "controller.flags.price-table: the chart sets --price-table itself"},
+		{"prices.tabel=x", "at '/prices': additional properties 'tabel' not allowed"},
 	} {
 		_, err := controlplane.RenderChart(context.Background(), "", "--set", tc.set)
 		if err == nil {

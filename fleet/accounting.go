@@ -85,7 +85,7 @@ func (m *Model) accountNode(n *node, now time.Time) {
 	}
 	a := nodeAccount{
 		seconds:   m.stateSeconds[poolModel{n.pool, n.model}],
-		perSecond: m.price(n.pool, n.model) / 3600,
+		perSecond: n.price.PerGPUHour / 3600,
 	}
 	if a.seconds == nil {
 		a.seconds = &Seconds{}

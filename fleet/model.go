@@ -24,6 +24,7 @@ import (
 	"k8s.io/utils/clock"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
+	"chamber.dev/chamber/fleet/prices"
 )
 
 // Defaults of Options.
@@ -54,6 +55,9 @@ type Options struct {
 	// Heartbeats tells when each agent goes silent (its utilization stops counting):
 	// one of its own on Clock when nil.
 	Heartbeats *chamber.Heartbeats
+	// Prices prices each node's GPU-hour from its instance type, region and capacity
+	// type: prices.Default() when nil.
+	Prices *prices.Table
 }
 
 // DefaultOptions are the options the controller uses unless flags say otherwise.
@@ -124,6 +128,9 @@ func New(opts Options) *Model {
 	}
 	if opts.Heartbeats == nil {
 		opts.Heartbeats = chamber.NewHeartbeats(opts.Clock, 0)
+	}
+	if opts.Prices == nil {
+		opts.Prices = prices.Default()
 	}
 	return &Model{
 		opts:    opts,

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
+	"chamber.dev/chamber/fleet/prices"
 	"chamber.dev/chamber/integrations/kube"
 )
 
@@ -30,8 +31,14 @@ type node struct {
 	fault      string
 	isolatedAt time.Time
 
+	// providerID is the Node's spec.providerID: aws://, gce://, azure://, or none.
+	providerID string
+
 	// Resolved from labels and the pools when either changes.
 	pool, model string
+	// price is a GPU-hour's; priceNote says why the price table did not price it.
+	price     prices.Price
+	priceNote string
 
 	report []gpuReport // the agent's GPUNode, by GPU index
 	// reportStale is when the report's utilization stops counting: the agent is silent
@@ -99,6 +106,7 @@ func (m *Model) SetNode(obj *corev1.Node) {
 	m.accountNode(n, now)
 	n.exists = true
 	n.labels = obj.Labels
+	n.providerID = obj.Spec.ProviderID
 	n.capacity = int(capacity.Value())
 	n.cordoned = obj.Spec.Unschedulable
 	n.tainted = tainted
@@ -121,6 +129,7 @@ func (m *Model) DeleteNode(name string) {
 	m.accountNode(n, now)
 	n.exists = false
 	n.labels = nil
+	n.providerID = ""
 	n.capacity = 0
 	n.fault, n.isolatedAt = "", time.Time{}
 	m.assign(n, now)
@@ -205,8 +214,9 @@ func (m *Model) DeleteGPUNode(name string) {
 	m.dropIfEmpty(n)
 }
 
-// resolveNode finds the node's pool and GPU model.
+// resolveNode finds the node's pool, GPU model and price.
 func (m *Model) resolveNode(n *node) {
+	defer m.resolvePrice(n)
 	n.pool, n.model = "", ""
 	productLabel := chamber.DefaultProductLabel
 	if p := m.poolOf(n.labels); p != nil && n.exists {
@@ -222,6 +232,38 @@ func (m *Model) resolveNode(n *node) {
 				n.model = r.model
 				break
 			}
+		}
+	}
+}
+
+// resolvePrice prices a GPU-hour on the node (docs/concepts/prices.md), first of:
+// its pool's price of its model when the pool marks it Reserved or Amortized (a
+// contract or a purchase no price table knows of); the price table's row of its
+// instance (the user's rows, then the shipped ones); its pool's price of its model.
+// Without any, the node costs nothing.
+func (m *Model) resolvePrice(n *node) {
+	n.price, n.priceNote = prices.Price{}, ""
+	p := m.pools[n.pool]
+	poolPrice, pooled := prices.Price{}, false
+	if p != nil {
+		var v float64
+		v, pooled = p.prices[n.model]
+		poolPrice = prices.Price{PerGPUHour: v, Source: prices.SourcePool + p.name}
+	}
+	if pooled && p.committed[n.model] {
+		n.price = poolPrice
+		return
+	}
+	price, miss := m.opts.Prices.Find(prices.InstanceOf(n.providerID, n.labels))
+	switch {
+	case miss == "":
+		n.price = price
+	case pooled:
+		n.price, n.priceNote = poolPrice, miss
+	default:
+		n.priceNote = miss
+		if n.model != "" && p != nil {
+			n.priceNote += "; pool " + p.name + " has no price of " + n.model
 		}
 	}
 }

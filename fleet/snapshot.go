@@ -81,6 +81,14 @@ type NodeSummary struct {
 	Fault      string
 	IsolatedAt time.Time
 	GPUs       Counts
+	// PricePerGPUHour is what an hour of one of its GPUs costs; PriceSource where that
+	// comes from (docs/concepts/prices.md): table:<provider>/<instance-type>[/<capacity>]
+	// (the shipped table), override:... (the user's), pool:<pool> (the pool's
+	// spec.prices), or empty for no price. PriceNote says why the price table did not
+	// price the node, when it did not.
+	PricePerGPUHour float64
+	PriceSource     string
+	PriceNote       string
 }
 
 // PoolModelSummary is the GPUs of one model in one pool.
@@ -194,7 +202,8 @@ func (m *Model) snapshot(perGPU bool) *Snapshot {
 		if len(n.gpus) == 0 {
 			continue
 		}
-		ns := NodeSummary{Name: n.name, Pool: n.pool, Model: n.model, Fault: n.fault, IsolatedAt: n.isolatedAt, TakesWork: n.takesWork}
+		ns := NodeSummary{Name: n.name, Pool: n.pool, Model: n.model, Fault: n.fault, IsolatedAt: n.isolatedAt, TakesWork: n.takesWork,
+			PricePerGPUHour: n.price.PerGPUHour, PriceSource: n.price.Source, PriceNote: n.priceNote}
 		switch {
 		case n.tainted:
 			ns.IsolationReason = "tainted"

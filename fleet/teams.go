@@ -13,8 +13,11 @@ type pool struct {
 	nodeLabels   map[string]string
 	productLabel string
 	prices       map[string]float64 // per GPU-hour, by model
-	flavors      map[string]string  // ResourceFlavor -> model
-	volcano      bool               // its teams are Volcano Queues, not ClusterQueues
+	// committed are the models priced Reserved or Amortized: the pool's price wins
+	// over the price table's.
+	committed map[string]bool
+	flavors   map[string]string // ResourceFlavor -> model
+	volcano   bool              // its teams are Volcano Queues, not ClusterQueues
 }
 
 // SetPool records a GPUPool: which nodes it selects, their model label, and its
@@ -25,6 +28,7 @@ func (m *Model) SetPool(obj *chamber.GPUPool) {
 		nodeLabels:   obj.Spec.NodeLabels,
 		productLabel: obj.Spec.ProductLabel,
 		prices:       obj.PricesPerGPUHour(),
+		committed:    map[string]bool{},
 		flavors:      map[string]string{},
 		volcano:      obj.UsesVolcano(),
 	}
@@ -33,6 +37,7 @@ func (m *Model) SetPool(obj *chamber.GPUPool) {
 	}
 	for _, price := range obj.Spec.Prices {
 		p.flavors[chamberkueue.FlavorName(obj.Name, price.Model)] = price.Model
+		p.committed[price.Model] = price.Kind == chamber.PriceReserved || price.Kind == chamber.PriceAmortized
 	}
 	for _, model := range obj.Status.Models {
 		p.flavors[model.Flavor] = model.Model
@@ -154,19 +159,4 @@ func (m *Model) modelOfFlavor(flavor string) string {
 		return model
 	}
 	return flavor
-}
-
-// Price is what a GPU-hour of model costs in the pool, at the pool's price; 0 without
-// one.
-func (m *Model) Price(poolName, model string) float64 {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.price(poolName, model)
-}
-
-func (m *Model) price(poolName, model string) float64 {
-	if p := m.pools[poolName]; p != nil {
-		return p.prices[model]
-	}
-	return 0
 }

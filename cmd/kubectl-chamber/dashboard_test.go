@@ -187,9 +187,8 @@ func TestDashboardToken(t *testing.T) {
 // noFleet is a fleet model that has not synced: the page answers its data with 503.
 type noFleet struct{}
 
-func (noFleet) Synced() bool                     { return false }
-func (noFleet) Snapshot() *fleet.Snapshot        { return nil }
-func (noFleet) Price(pool, model string) float64 { return 0 }
+func (noFleet) Synced() bool              { return false }
+func (noFleet) Snapshot() *fleet.Snapshot { return nil }
 
 // TestDashboardProxy: the local proxy brings the browser's requests to the fleet page
 // behind controller-runtime's authentication and authorization filter (the real

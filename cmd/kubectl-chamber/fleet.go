@@ -18,6 +18,7 @@ import (
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/fleet"
+	"chamber.dev/chamber/fleet/prices"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
@@ -44,7 +45,11 @@ func (o *options) load(ctx context.Context, c client.Client, withKueue bool) (*c
 	// report already older than its silence is silent (chamber.Heartbeats), the rule
 	// every controller applies.
 	heartbeats := chamber.NewHeartbeats(clock.RealClock{}, 0)
-	m := fleet.New(fleet.Options{Clock: clock.RealClock{}, Heartbeats: heartbeats})
+	table, err := prices.Load(o.priceTable, o.factors)
+	if err != nil {
+		return nil, fmt.Errorf("price the nodes: %w", err)
+	}
+	m := fleet.New(fleet.Options{Clock: clock.RealClock{}, Heartbeats: heartbeats, Prices: table})
 	out := &cluster{model: m, nodes: map[string]*corev1.Node{}, gpuNodes: map[string]*chamber.GPUNode{}, heartbeats: heartbeats}
 
 	var pools chamber.GPUPoolList
@@ -248,6 +253,12 @@ type nodeRow struct {
 	Source string `json:"source,omitempty"`
 	Report string `json:"lastReport"`
 	Silent bool   `json:"silent,omitempty"`
+	// PricePerGPUHour is what an hour of one of its GPUs costs, PriceSource where that
+	// comes from (table:, override:, pool:; empty: no price), PriceNote why the price
+	// table did not price it.
+	PricePerGPUHour float64 `json:"pricePerGPUHour"`
+	PriceSource     string  `json:"priceSource,omitempty"`
+	PriceNote       string  `json:"priceNote,omitempty"`
 }
 
 func (o *options) nodesCommand() *cobra.Command {
@@ -266,7 +277,7 @@ func (o *options) nodesCommand() *cobra.Command {
 			}
 			header := []string{"NODE", "MODEL", "GPUS", "FREE", "BUSY", "IDLE", "UNHEALTHY", "ISOLATED", "REPORT", "ISOLATION"}
 			if o.wide() {
-				header = append(header, "POOL", "SOURCE")
+				header = append(header, "POOL", "SOURCE", "PRICE/GPU-H", "PRICE SOURCE")
 			}
 			t := newTable(o.streams.Out, header...)
 			for _, r := range rows {
@@ -277,7 +288,7 @@ func (o *options) nodesCommand() *cobra.Command {
 				cells := []string{r.Name, r.Model, fmt.Sprint(r.GPUs), fmt.Sprint(r.Free), fmt.Sprint(r.Busy), fmt.Sprint(r.Idle),
 					fmt.Sprint(r.Unhealthy), fmt.Sprint(r.Isolated), report, orNone(r.Isolation)}
 				if o.wide() {
-					cells = append(cells, orNone(r.Pool), orNone(r.Source))
+					cells = append(cells, orNone(r.Pool), orNone(r.Source), priceCell(r.PricePerGPUHour, r.PriceSource), orNone(r.PriceSource))
 				}
 				t.row(cells...)
 			}
@@ -291,7 +302,8 @@ func (cl *cluster) nodeRows(now time.Time) []nodeRow {
 	for _, n := range cl.snap.Nodes {
 		r := nodeRow{Name: n.Name, Pool: n.Pool, Model: n.Model, GPUs: n.GPUs.Total(),
 			Free: n.GPUs[fleet.Free], Busy: n.GPUs[fleet.Busy], Idle: n.GPUs[fleet.Idle],
-			Unhealthy: n.GPUs[fleet.Unhealthy], Isolated: n.GPUs[fleet.Isolated], Report: "none"}
+			Unhealthy: n.GPUs[fleet.Unhealthy], Isolated: n.GPUs[fleet.Isolated], Report: "none",
+			PricePerGPUHour: n.PricePerGPUHour, PriceSource: n.PriceSource, PriceNote: n.PriceNote}
 		r.Isolation = isolation(cl.nodes[n.Name], n.IsolationReason)
 		if gn := cl.gpuNodes[n.Name]; gn != nil {
 			r.Source = string(gn.Status.Source)
@@ -306,6 +318,14 @@ func (cl *cluster) nodeRows(now time.Time) []nodeRow {
 		rows = append(rows, r)
 	}
 	return rows
+}
+
+// priceCell is a price per GPU-hour in the table's currency, or none without one.
+func priceCell(price float64, source string) string {
+	if source == "" {
+		return "<none>"
+	}
+	return fmt.Sprintf("%.2f", price)
 }
 
 // isolation says why a node is out of service: the fault Chamber recorded, else how.
@@ -333,7 +353,7 @@ type statusView struct {
 	Nodes      int         `json:"nodes"`
 	Counts     stateCounts `json:"counts"`
 	Efficiency *float64    `json:"efficiency,omitempty"`
-	// IdleCost is what the idle GPUs cost an hour at their pools' prices.
+	// IdleCost is what the idle GPUs cost an hour at their nodes' prices.
 	IdleCost float64       `json:"idleCostPerHour"`
 	Pools    []poolRow     `json:"pools"`
 	Isolated []nodeRow     `json:"isolatedNodes,omitempty"`
@@ -418,9 +438,13 @@ func (cl *cluster) status(now time.Time) statusView {
 	if e, ok := cl.snap.Efficiency(); ok {
 		v.Efficiency = &e
 	}
+	price := make(map[string]float64, len(cl.snap.Nodes))
+	for _, n := range cl.snap.Nodes {
+		price[n.Name] = n.PricePerGPUHour
+	}
 	for _, g := range cl.snap.GPUs {
 		if g.State == fleet.Idle {
-			v.IdleCost += cl.model.Price(g.Pool, g.Model)
+			v.IdleCost += price[g.Node]
 		}
 	}
 	for _, r := range cl.nodeRows(now) {

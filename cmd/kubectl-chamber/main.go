@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	"chamber.dev/chamber/fleet/prices"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
 
@@ -43,6 +44,10 @@ type options struct {
 	kubeconfig string
 	overrides  clientcmd.ConfigOverrides
 	output     string
+	// priceTable and factors price the nodes as chamber-controller's flags of the
+	// same names do (docs/concepts/prices.md).
+	priceTable string
+	factors    prices.Factors
 	streams    streams
 	// now is the clock ages are measured on.
 	now func() time.Time
@@ -53,7 +58,7 @@ type options struct {
 // newRoot is the plugin's command. connect, when set, replaces the connection the
 // kubeconfig flags describe.
 func newRoot(out streams, connect func() (client.Client, error)) *cobra.Command {
-	o := &options{streams: out, now: time.Now, newClient: connect}
+	o := &options{streams: out, now: time.Now, newClient: connect, factors: prices.DefaultFactors()}
 	if o.newClient == nil {
 		o.newClient = func() (client.Client, error) {
 			cfg, err := o.clientConfig().ClientConfig()
@@ -76,6 +81,9 @@ func newRoot(out streams, connect func() (client.Client, error)) *cobra.Command 
 	root.PersistentFlags().StringVar(&o.kubeconfig, clientcmd.RecommendedConfigPathFlag, "", "path to the kubeconfig file (else $KUBECONFIG, else ~/.kube/config)")
 	clientcmd.BindOverrideFlags(&o.overrides, root.PersistentFlags(), clientcmd.RecommendedConfigOverrideFlags(""))
 	root.PersistentFlags().StringVarP(&o.output, "output", "o", "", "output format: wide, json or yaml (a table when empty)")
+	root.PersistentFlags().StringVar(&o.priceTable, "price-table", "", "a price table (CSV, the columns of chamber-controller's --price-table) over the shipped one, to price the nodes as the controller does")
+	root.PersistentFlags().Float64Var(&o.factors.Spot, "spot-price-factor", o.factors.Spot, "the share of the on-demand price a spot node costs, as chamber-controller's flag")
+	root.PersistentFlags().Float64Var(&o.factors.Reserved, "reserved-price-factor", o.factors.Reserved, "the share of the on-demand price a reserved node costs, as chamber-controller's flag")
 	root.AddCommand(o.statusCommand(), o.gpusCommand(), o.nodesCommand(), o.teamsCommand(), o.whyCommand(), o.isolateCommand(), o.clearCommand(),
 		o.uninstallCommand(), o.dashboardCommand())
 	return root

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -212,16 +213,24 @@ func TestCommands(t *testing.T) {
 		var nodes []nodeRow
 		g.Expect(json.Unmarshal([]byte(run(g, "nodes", "-o", "json")), &nodes)).To(gomega.Succeed())
 		g.Expect(nodes).To(gomega.ContainElement(gomega.And(gomega.HaveField("Name", "ops-2"), gomega.HaveField("Unhealthy", 1),
-			gomega.HaveField("Isolation", gomega.ContainSubstring("XID79")), gomega.HaveField("Source", "Agent"))))
+			gomega.HaveField("Isolation", gomega.ContainSubstring("XID79")), gomega.HaveField("Source", "Agent"),
+			// No cloud under kwok: the pool's price.
+			gomega.HaveField("PricePerGPUHour", 2.5), gomega.HaveField("PriceSource", "pool:ops"),
+			gomega.HaveField("PriceNote", gomega.ContainSubstring("no cloud provider")))))
 		out := run(g, "nodes", "-o", "wide")
-		g.Expect(out).To(gomega.MatchRegexp(`(?m)^NODE\s+MODEL\s+GPUS\s+FREE\s+BUSY\s+IDLE\s+UNHEALTHY\s+ISOLATED\s+REPORT\s+ISOLATION\s+POOL\s+SOURCE$`))
-		g.Expect(out).To(gomega.MatchRegexp(`(?m)^lab-1\s+` + h100 + `\s+8\s+8\s+0\s+0\s+0\s+0\s+\d+s ago\s+<none>\s+lab\s+Agent$`))
+		g.Expect(out).To(gomega.MatchRegexp(`(?m)^NODE\s+MODEL\s+GPUS\s+FREE\s+BUSY\s+IDLE\s+UNHEALTHY\s+ISOLATED\s+REPORT\s+ISOLATION\s+POOL\s+SOURCE\s+PRICE/GPU-H\s+PRICE SOURCE$`))
+		g.Expect(out).To(gomega.MatchRegexp(`(?m)^lab-1\s+` + h100 + `\s+8\s+8\s+0\s+0\s+0\s+0\s+\d+s ago\s+<none>\s+lab\s+Agent\s+<none>\s+<none>$`))
+		g.Expect(out).To(gomega.MatchRegexp(`(?m)^ops-1\s+.*\s+ops\s+Agent\s+2\.50\s+pool:ops$`))
+		bad := filepath.Join(t.TempDir(), "prices.csv")
+		g.Expect(os.WriteFile(bad, []byte("provider,instance_type\n"), 0o600)).To(gomega.Succeed())
+		_, err := runErr("nodes", "--price-table", bad)
+		g.Expect(err).To(gomega.MatchError(gomega.ContainSubstring(bad + ":1: the header must be provider,instance_type,gpus,")))
 
 		var teams []teamRow
 		g.Expect(json.Unmarshal([]byte(run(g, "teams", "-o", "json")), &teams)).To(gomega.Succeed())
 		g.Expect(teams).To(gomega.ContainElement(teamRow{Team: "ml", Pool: "ops", Model: h100, Quota: 8, InUse: 4, Pending: 1}))
 		g.Expect(teams).To(gomega.ContainElement(gomega.And(gomega.HaveField("Team", "broke"), gomega.HaveField("Budget", gomega.ContainSubstring("exceeded")))))
-		_, err := runErr("teams", "-o", "xml")
+		_, err = runErr("teams", "-o", "xml")
 		g.Expect(err).To(gomega.MatchError(gomega.ContainSubstring(`--output "xml": want wide, json or yaml`)))
 	})
 

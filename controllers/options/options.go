@@ -23,6 +23,7 @@ import (
 	"chamber.dev/chamber/controllers/isolation"
 	"chamber.dev/chamber/controllers/volcanoresync"
 	"chamber.dev/chamber/exporter/fleetpage"
+	"chamber.dev/chamber/fleet/prices"
 	"chamber.dev/chamber/integrations/kube"
 )
 
@@ -57,6 +58,8 @@ type Options struct {
 	priorityTiers    string
 	nodeConditions   string
 	dcgmHealthConfig string
+	priceTable       string
+	priceFactors     prices.Factors
 }
 
 // New is the options with their defaults.
@@ -72,6 +75,7 @@ func New() *Options {
 		APIQPS: 300, APIBurst: 500,
 		Controllers:   cfg,
 		priorityTiers: formatTiers(cfg.PriorityTiers),
+		priceFactors:  prices.DefaultFactors(),
 	}
 }
 
@@ -121,6 +125,9 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.DCGM.NodeLabel, "dcgm-node-label", c.DCGM.NodeLabel, "the label of dcgm-exporter's series that holds the node's name (dcgm-exporter's Hostname, which is the node's name where it runs with NODE_NAME set)")
 	fs.DurationVar(&c.DCGM.Interval, "dcgm-interval", c.DCGM.Interval, "how often Chamber queries dcgm-exporter's series; at least Prometheus' scrape interval of dcgm-exporter")
 	fs.StringVar(&o.dcgmHealthConfig, "dcgm-health-config", "", "the agent's health rules file (YAML, see the agent's --health-config) for GPUs read through dcgm-exporter; a poll there is one query (--dcgm-interval)")
+	fs.StringVar(&o.priceTable, "price-table", o.priceTable, "a price table (CSV: "+strings.Join(prices.Columns, ",")+") whose rows price nodes by instance type and region over the shipped table's (docs/concepts/prices.md)")
+	fs.Float64Var(&o.priceFactors.Spot, "spot-price-factor", o.priceFactors.Spot, "the share of the on-demand price a GPU-hour on a spot node costs (a rough default: spot prices move by the hour)")
+	fs.Float64Var(&o.priceFactors.Reserved, "reserved-price-factor", o.priceFactors.Reserved, "the share of the on-demand price a GPU-hour on reserved capacity costs (a rough default: set your contract's)")
 	fs.Func("isolation-node-conditions", "node condition types, comma-separated, that report a node's GPUs failed when True (set by Node Problem Detector, NVSentinel or another health checker): such a node is isolated at node level with the condition's reason", func(s string) error {
 		o.nodeConditions = s
 		return nil
@@ -191,6 +198,15 @@ func (o *Options) validate() error {
 			c.DCGM.Health, err = c.DCGM.Health.WithFile(data)
 		}
 		must(err == nil, "--dcgm-health-config %s: %v", o.dcgmHealthConfig, err)
+	}
+	share := func(name string, v float64) bool {
+		must(v > 0 && v <= 1, "--%s must be above 0 and at most 1 (a share of the on-demand price), got %v", name, v)
+		return v > 0 && v <= 1
+	}
+	if share("spot-price-factor", o.priceFactors.Spot) && share("reserved-price-factor", o.priceFactors.Reserved) {
+		table, err := prices.Load(o.priceTable, o.priceFactors)
+		must(err == nil, "--price-table: %v", err)
+		c.Inventory.Fleet.Prices = table
 	}
 	c.Isolation.NodeConditions = nil
 	for _, t := range strings.Split(o.nodeConditions, ",") {

@@ -5,6 +5,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +18,7 @@ import (
 
 	"chamber.dev/chamber/controllers"
 	"chamber.dev/chamber/controllers/options"
+	"chamber.dev/chamber/fleet/prices"
 	"chamber.dev/chamber/integrations/kube"
 )
 
@@ -77,7 +80,8 @@ func TestBadFlags(t *testing.T) {
 		"--after-notice-grace=0s", "--isolation-rate-burst=0", "--priority-tiers=production", "--kube-api-burst=0", "--isolation-hold-namespace=",
 		"--isolation-node-conditions=GPUProblem,ChamberIsolated",
 		"--dcgm-prometheus-url=prometheus:9090", `--dcgm-matchers={job="dcgm"}`, "--dcgm-health-config=/nonexistent/health.yaml",
-		"--healthz-stuck-after=0s", "--fleet-page", "--metrics-bind-address=0", "--volcano-resync-after=100ms")
+		"--healthz-stuck-after=0s", "--fleet-page", "--metrics-bind-address=0", "--volcano-resync-after=100ms",
+		"--spot-price-factor=1.5")
 	if err == nil {
 		t.Fatal("bad flags accepted")
 	}
@@ -97,13 +101,41 @@ func TestBadFlags(t *testing.T) {
 		"--healthz-stuck-after must be at least 1s, got 0s",
 		"--volcano-resync-after must be at least 1s, got 100ms",
 		"--fleet-page needs the metrics endpoint, which --metrics-bind-address=0 turns off",
+		"--spot-price-factor must be above 0 and at most 1 (a share of the on-demand price), got 1.5",
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not say %q", err, want)
 		}
 	}
-	if n := strings.Count(err.Error(), "\n") + 1; n != 15 {
-		t.Errorf("%d problems reported, want 15:\n%s", n, err)
+	if n := strings.Count(err.Error(), "\n") + 1; n != 16 {
+		t.Errorf("%d problems reported, want 16:\n%s", n, err)
+	}
+}
+
+// TestPriceTable: --price-table's rows price nodes over the shipped table's; a table
+// that does not parse stops the controller with its file, line and what to fix.
+func TestPriceTable(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.csv")
+	bad := filepath.Join(dir, "bad.csv")
+	const header = "provider,instance_type,gpus,gpu_model,region,price_per_instance_hour,currency,source,date\n"
+	if err := os.WriteFile(good, []byte(header+"aws,p5.48xlarge,8,H100-80GB,*,40,USD,,\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bad, []byte(header+"aws,p5.48xlarge,8,H100-80GB,*,40 USD,USD,,\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o, err := parse("--price-table="+good, "--spot-price-factor=0.3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := o.Controllers.Inventory.Fleet.Prices.Find(prices.Instance{Provider: prices.AWS, Type: "p5.48xlarge", Capacity: prices.Spot})
+	if want := (prices.Price{PerGPUHour: 40.0 / 8 * 0.3, Source: "override:aws/p5.48xlarge/spot"}); got != want {
+		t.Errorf("price = %+v, want %+v", got, want)
+	}
+	_, err = parse("--price-table=" + bad)
+	if want := "--price-table: " + bad + `:2: price_per_instance_hour "40 USD" is not a price`; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("error %v does not say %q", err, want)
 	}
 }
 

@@ -40,8 +40,6 @@ type Source interface {
 	// a replica that is not the leader, which keeps no model).
 	Synced() bool
 	Snapshot() *fleet.Snapshot
-	// Price is what a GPU-hour of model costs in the pool; 0 without a price.
-	Price(pool, model string) float64
 }
 
 // Page serves the fleet page under Path.
@@ -105,7 +103,7 @@ func (p *Page) serveData(w http.ResponseWriter, r *http.Request) {
 		_ = json.NewEncoder(w).Encode(notSynced{Message: "this replica holds no fleet yet: it is not the leader, or its inventory has not synced"})
 		return
 	}
-	v := Build(p.source.Snapshot(), p.source.Price)
+	v := Build(p.source.Snapshot())
 	v.RefreshSeconds = p.refresh.Seconds()
 	// About 200 bytes a GPU, every few seconds: 1.6 MB for 1,000 nodes of 8, 120 KB
 	// compressed.

@@ -23,7 +23,7 @@ type View struct {
 	// Efficiency is busy GPUs over healthy ones (fleet.Snapshot.Efficiency); absent
 	// when no GPU is healthy.
 	Efficiency *float64 `json:"efficiency,omitempty"`
-	// IdleCostPerHour is what the idle GPUs cost an hour at their pools' prices.
+	// IdleCostPerHour is what the idle GPUs cost an hour at their nodes' prices.
 	IdleCostPerHour float64 `json:"idleCostPerHour"`
 	Nodes           []Node  `json:"nodes"`
 	Teams           []Team  `json:"teams"`
@@ -107,16 +107,18 @@ type Queue struct {
 	MeanWaitSeconds float64 `json:"meanWaitSeconds"`
 }
 
-// Build makes the page's view of a snapshot; price is the pools' price of a GPU-hour.
-func Build(s *fleet.Snapshot, price func(pool, model string) float64) View {
+// Build makes the page's view of a snapshot.
+func Build(s *fleet.Snapshot) View {
 	v := View{Time: s.Time, Since: s.Since, Nodes: make([]Node, 0, len(s.Nodes))}
 	if e, ok := s.Efficiency(); ok {
 		v.Efficiency = &e
 	}
 	var total fleet.Counts
 	byNode := make(map[string]int, len(s.Nodes))
+	price := make([]float64, len(s.Nodes)) // a GPU-hour's, by v.Nodes' index
 	for _, n := range s.Nodes {
 		byNode[n.Name] = len(v.Nodes)
+		price[len(v.Nodes)] = n.PricePerGPUHour
 		for _, st := range fleet.States {
 			total[st] += n.GPUs[st]
 		}
@@ -142,7 +144,7 @@ func Build(s *fleet.Snapshot, price func(pool, model string) float64) View {
 			out.Pod = g.PodNamespace + "/" + g.PodName
 		}
 		if g.State == fleet.Idle { // held by a pod, so by a team or by none
-			p := price(g.Pool, g.Model)
+			p := price[i]
 			v.IdleCostPerHour += p
 			teams.row(g.Team, g.Model).IdleCostPerHour += p
 		}

@@ -41,6 +41,9 @@ func MakeNode(name string, n int) *NodeWrapper {
 // Label sets a label.
 func (n *NodeWrapper) Label(k, v string) *NodeWrapper { n.Labels[k] = v; return n }
 
+// ProviderID sets spec.providerID (aws:///us-east-1a/i-0123, gce://..., azure://...).
+func (n *NodeWrapper) ProviderID(id string) *NodeWrapper { n.Spec.ProviderID = id; return n }
+
 // Cordon marks the node unschedulable.
 func (n *NodeWrapper) Cordon() *NodeWrapper { n.Spec.Unschedulable = true; return n }
 

@@ -31,6 +31,11 @@ var rules = []struct {
 		forbidden: []string{"chamber.dev/chamber/integrations/kueue"},
 	},
 	{
+		why:       "fleet/prices prices a node from its own labels and the price tables: it knows no scheduler and no Kubernetes object (package prices' doc)",
+		roots:     []string{"chamber.dev/chamber/fleet/prices"},
+		forbidden: []string{"sigs.k8s.io/kueue/", "volcano.sh/", "k8s.io/", "sigs.k8s.io/controller-runtime", "chamber.dev/chamber/"},
+	},
+	{
 		why:       "kubectl-chamber reads the pause and eviction protocols from integrations/kueue, not from the controllers that carry them out",
 		roots:     []string{"chamber.dev/chamber/cmd/kubectl-chamber"},
 		forbidden: []string{"chamber.dev/chamber/controllers/idlereclaim", "chamber.dev/chamber/controllers/room", "chamber.dev/chamber/controllers/workload"},
