@@ -52,6 +52,10 @@ func TestMain(m *testing.M) {
 	// The test's clock lags the API server's timestamps by the time the tests took:
 	// a waiting job counts at once (TestWaiting covers MinWait).
 	cfg.IdleReclaim.MinWait = 0
+	// The fleet model's idle window, shorter than the tests' reclaim windows, so that
+	// TestIdleWorkloadReclaimed's hand calculation of the teams' idle GPU-seconds
+	// needs one step of the clock.
+	cfg.Inventory.Fleet.IdleWindow = 20 * time.Second
 	os.Exit(controllertest.Main(m, cfg, &k8s))
 }
 
@@ -69,7 +73,9 @@ func create(t *testing.T, obj client.Object) {
 // opted out and one is production. When reclaim-b's job waits, the idle one is warned,
 // evicted through the admission check once the window has passed, and requeued; the
 // waiting job runs on its GPUs; when that job is done the idle one is admitted again
-// and runs. The other three are left alone throughout.
+// and runs. The other three are left alone throughout. Issue 55: while the waiting job
+// runs, the fleet's figures match a hand calculation: the GPU time idle reclaim gave
+// reclaim-b, and each team's held, idle and utilization-weighted GPU-seconds.
 func TestIdleWorkloadReclaimed(t *testing.T) {
 	g := gomega.NewWithT(t)
 	g.SetDefaultEventuallyTimeout(2 * time.Minute)
@@ -120,7 +126,7 @@ func TestIdleWorkloadReclaimed(t *testing.T) {
 		}
 	}).Should(gomega.Succeed())
 
-	submit(t, "reclaim-b", "waits", "", "15s", nil)
+	submit(t, "reclaim-b", "waits", "", "45s", nil)
 	g.Eventually(func(g gomega.Gomega) {
 		g.Expect(eventReasons(g, "reclaim-a", "idle")).To(gomega.ContainElement(idlereclaim.ReasonIdleGPUs))
 	}).Should(gomega.Succeed())
@@ -148,11 +154,14 @@ func TestIdleWorkloadReclaimed(t *testing.T) {
 			g.Expect(eventReasons(g, "reclaim-a", j)).NotTo(gomega.ContainElement(idlereclaim.ReasonIdleGPUs), "job %s", j)
 		}
 	}, 3*time.Second, 250*time.Millisecond).Should(gomega.Succeed())
+	figuresWhileTheWaiterRuns(t, g)
 	g.Expect(metric(g, "chamber_idle_reclaim_warnings_total", "reclaim-a")).To(gomega.Equal(1.0))
 	g.Expect(metric(g, "chamber_idle_reclaim_evictions_total", "reclaim-a")).To(gomega.Equal(1.0))
 	// 8 GPUs, idle for the window on the controllers' clock.
+	g.Expect(metric(g, "chamber_idle_reclaim_idle_gpu_hours_at_reclaim_total", "reclaim-a")).To(gomega.BeNumerically("~", 8*window.Hours(), 1e-9))
+	// What they cost at the pool's price, under the counters' new names and former ones.
+	g.Expect(metric(g, "chamber_idle_reclaim_idle_cost_at_reclaim_total", "reclaim-a")).To(gomega.BeNumerically("~", 2.50*8*window.Hours(), 1e-9))
 	g.Expect(metric(g, "chamber_idle_reclaimed_gpu_hours_total", "reclaim-a")).To(gomega.BeNumerically("~", 8*window.Hours(), 1e-9))
-	// What they cost at the pool's price.
 	g.Expect(metric(g, "chamber_idle_reclaimed_cost_total", "reclaim-a")).To(gomega.BeNumerically("~", 2.50*8*window.Hours(), 1e-9))
 
 	// The waiting job runs and completes; the reclaimed job, requeued once the other
@@ -171,6 +180,98 @@ func TestIdleWorkloadReclaimed(t *testing.T) {
 	g.Expect(metricBy(g, "chamber_idle_reclaim_pauses_total", "namespace", "reclaim-a")).To(gomega.Equal(1.0))
 	g.Expect(metricBy(g, "chamber_idle_reclaim_resumes_total", "namespace", "reclaim-a")).To(gomega.Equal(1.0))
 	g.Expect(workload(g, "reclaim-a", "idle").Annotations[chamber.AnnotationIdleReclaims]).To(gomega.Equal("1"))
+}
+
+// figuresWhileTheWaiterRuns steps the clock 30s while reclaim-b's job runs on the GPUs
+// reclaimed from reclaim-a, and checks what the fleet counted over the step against a
+// hand calculation. Every job started when the clock stood where it stands before the
+// reclaim window's step (the model's idle window, 20s, has passed for them since);
+// reclaim-b's got its GPUs at the clock's time now (the clock has not moved since).
+//
+//	reclaim-b: 8 GPUs x 30s held, all given by idle reclaim from reclaim-a, at 2.50
+//	  per GPU-hour; its agent reports 0%, so they turn idle 20s after the job got them:
+//	  idle 8 x 10s, used 0, measured 8 x 30s. Efficiency 1 - 80/240.
+//	reclaim-a: busy (8 at 90%), optout and prod (16 at 0%, idle throughout): held
+//	  24 x 30s, idle 16 x 30s, used 0.9 x 8 x 30s. Efficiency 1 - 480/720, mean
+//	  utilization 216/720 = 30%.
+//
+// The agents' reports stay fresh over the step (three heartbeats, 60s), so every
+// GPU-second is measured.
+func figuresWhileTheWaiterRuns(t *testing.T, g *gomega.WithT) {
+	t.Helper()
+	const step = 30 * time.Second
+	g.Eventually(func(g gomega.Gomega) {
+		g.Expect(podPhase(g, "reclaim-b", "waits")).To(gomega.Equal(corev1.PodRunning))
+	}).Should(gomega.Succeed())
+	type figures struct{ given, givenCost, receivers, heldA, idleA, usedA, measuredA, heldB, idleB, usedB, measuredB float64 }
+	read := func(g gomega.Gomega) figures {
+		given := []string{"team", "reclaim-b", "from_team", "reclaim-a", "model", h100}
+		a, b := []string{"team", "reclaim-a"}, []string{"team", "reclaim-b"}
+		return figures{
+			series(g, "chamber_idle_reclaim_given_gpu_seconds_total", given...), series(g, "chamber_idle_reclaim_given_cost_total", given...),
+			series(g, "chamber_idle_reclaim_given_workloads_total", given...),
+			series(g, "chamber_team_gpu_seconds_total", a...), series(g, "chamber_team_idle_gpu_seconds_total", a...),
+			series(g, "chamber_team_used_gpu_seconds_total", a...), series(g, "chamber_team_measured_gpu_seconds_total", a...),
+			series(g, "chamber_team_gpu_seconds_total", b...), series(g, "chamber_team_idle_gpu_seconds_total", b...),
+			series(g, "chamber_team_used_gpu_seconds_total", b...), series(g, "chamber_team_measured_gpu_seconds_total", b...),
+		}
+	}
+	// The model has seen reclaim-b's pod take the GPUs: one receiving workload.
+	var before figures
+	g.Eventually(func(g gomega.Gomega) {
+		before = read(g)
+		g.Expect(before.receivers).To(gomega.Equal(1.0))
+	}).Should(gomega.Succeed())
+	clock.Step(step)
+	after := read(g)
+	s := step.Seconds()
+	got := figures{after.given - before.given, after.givenCost - before.givenCost, after.receivers,
+		after.heldA - before.heldA, after.idleA - before.idleA, after.usedA - before.usedA, after.measuredA - before.measuredA,
+		after.heldB - before.heldB, after.idleB - before.idleB, after.usedB - before.usedB, after.measuredB - before.measuredB}
+	want := figures{8 * s, 2.50 * 8 * s / 3600, 1,
+		24 * s, 16 * s, 0.9 * 8 * s, 24 * s,
+		8 * s, 8 * (s - 20), 0, 8 * s}
+	const eps = 1e-6
+	for _, c := range []struct {
+		name      string
+		got, want float64
+	}{
+		{"given GPU-seconds", got.given, want.given}, {"given cost", got.givenCost, want.givenCost}, {"receiving workloads", got.receivers, want.receivers},
+		{"reclaim-a held", got.heldA, want.heldA}, {"reclaim-a idle", got.idleA, want.idleA}, {"reclaim-a used", got.usedA, want.usedA}, {"reclaim-a measured", got.measuredA, want.measuredA},
+		{"reclaim-b held", got.heldB, want.heldB}, {"reclaim-b idle", got.idleB, want.idleB}, {"reclaim-b used", got.usedB, want.usedB}, {"reclaim-b measured", got.measuredB, want.measuredB},
+	} {
+		if c.got < c.want-eps || c.got > c.want+eps {
+			t.Errorf("%s over the %s step: got %v, want %v", c.name, step, c.got, c.want)
+		}
+	}
+	t.Logf("over %s: reclaim-a efficiency %.3f, mean utilization %.0f%%; reclaim-b efficiency %.3f; given %.0f GPU-seconds",
+		step, 1-got.idleA/got.heldA, 100*got.usedA/got.measuredA, 1-got.idleB/got.heldB, got.given)
+}
+
+// series is the value of the counter name with the label pairs given, 0 when there is
+// none yet.
+func series(g gomega.Gomega, name string, labels ...string) float64 {
+	families, err := metrics.Registry.Gather()
+	g.Expect(err).NotTo(gomega.HaveOccurred())
+	for _, mf := range families {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			have := map[string]string{}
+			for _, l := range m.GetLabel() {
+				have[l.GetName()] = l.GetValue()
+			}
+			for i := 0; i+1 < len(labels); i += 2 {
+				if have[labels[i]] != labels[i+1] {
+					continue next
+				}
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
 }
 
 // Issue 53: a pool whose admin set idleReclaim.workloadOptOut: Ignored reclaims an idle
