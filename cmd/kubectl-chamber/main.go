@@ -77,7 +77,7 @@ func newRoot(out streams, connect func() (client.Client, error)) *cobra.Command 
 	clientcmd.BindOverrideFlags(&o.overrides, root.PersistentFlags(), clientcmd.RecommendedConfigOverrideFlags(""))
 	root.PersistentFlags().StringVarP(&o.output, "output", "o", "", "output format: wide, json or yaml (a table when empty)")
 	root.AddCommand(o.statusCommand(), o.gpusCommand(), o.nodesCommand(), o.teamsCommand(), o.whyCommand(), o.isolateCommand(), o.clearCommand(),
-		o.uninstallCommand(), o.dashboardCommand())
+		o.uninstallCommand(), o.dashboardCommand(), o.exportTraceCommand())
 	return root
 }
 

@@ -77,7 +77,8 @@ func TestBadFlags(t *testing.T) {
 		"--after-notice-grace=0s", "--isolation-rate-burst=0", "--priority-tiers=production", "--kube-api-burst=0", "--isolation-hold-namespace=",
 		"--isolation-node-conditions=GPUProblem,ChamberIsolated",
 		"--dcgm-prometheus-url=prometheus:9090", `--dcgm-matchers={job="dcgm"}`, "--dcgm-health-config=/nonexistent/health.yaml",
-		"--healthz-stuck-after=0s", "--fleet-page", "--metrics-bind-address=0", "--volcano-resync-after=100ms")
+		"--healthz-stuck-after=0s", "--fleet-page", "--metrics-bind-address=0", "--volcano-resync-after=100ms",
+		"--history-jobs=-1")
 	if err == nil {
 		t.Fatal("bad flags accepted")
 	}
@@ -97,13 +98,14 @@ func TestBadFlags(t *testing.T) {
 		"--healthz-stuck-after must be at least 1s, got 0s",
 		"--volcano-resync-after must be at least 1s, got 100ms",
 		"--fleet-page needs the metrics endpoint, which --metrics-bind-address=0 turns off",
+		"--history-jobs must be 0 (no history) or more, got -1",
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not say %q", err, want)
 		}
 	}
-	if n := strings.Count(err.Error(), "\n") + 1; n != 15 {
-		t.Errorf("%d problems reported, want 15:\n%s", n, err)
+	if n := strings.Count(err.Error(), "\n") + 1; n != 16 {
+		t.Errorf("%d problems reported, want 16:\n%s", n, err)
 	}
 }
 
