@@ -19,6 +19,8 @@
 //     resumes the workloads it reclaimed.
 //   - room makes room on one node for a workload that needs whole nodes.
 //   - volcanoresync resumes the Volcano Jobs that vc-controller-manager left stalled.
+//   - history records each finished Kueue workload once in a bounded ring of
+//     ConfigMaps, the cluster's own trace for the simulator's what-if replays.
 //   - dcgm reads GPU health and utilization from dcgm-exporter's series, for nodes
 //     without a Chamber agent.
 //
@@ -43,6 +45,7 @@ import (
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers/dcgm"
 	"chamber.dev/chamber/controllers/dispatch"
+	"chamber.dev/chamber/controllers/history"
 	"chamber.dev/chamber/controllers/idlereclaim"
 	"chamber.dev/chamber/controllers/inventory"
 	"chamber.dev/chamber/controllers/isolation"
@@ -135,6 +138,9 @@ type Config struct {
 	// Configuration (multiKueue.dispatcherName: chamber.MultiKueueDispatcherName), else
 	// Kueue's own dispatcher nominates and both would write the same field.
 	MultiKueueDispatcher bool
+	// History configures the job history's recorder (Jobs 0: off); its clock is Clock
+	// and its utilization the fleet model's.
+	History history.Options
 	// KueueNamespace is the namespace Kueue runs in, where its MultiKueue reads the
 	// worker clusters' kubeconfig Secrets (chamberkueue.DefaultNamespace when empty).
 	KueueNamespace string
@@ -147,13 +153,19 @@ type Config struct {
 	// workers are the fleet models of the worker clusters, which the inventory keeps
 	// and the MultiKueue dispatcher reads (Setup makes it).
 	workers *fleet.Workers
+	// model is the inventory's fleet model once its setup has run (Setup makes the
+	// holder), which the history's recorder reads.
+	model *fleetModel
 }
+
+// fleetModel holds the inventory's model for the controllers set up after it.
+type fleetModel struct{ model *fleet.Model }
 
 // DefaultConfig is the controllers' configuration unless flags say otherwise.
 func DefaultConfig() Config {
 	return Config{PriorityTiers: kube.DefaultPriorityTiers, AccountingInterval: team.DefaultAccountingInterval, Inventory: inventory.DefaultOptions(),
 		Admission: workload.DefaultOptions(), AdmissionCheck: false, IdleReclaim: idlereclaim.DefaultOptions(), Room: room.DefaultOptions(), RoomForBigJobs: true, PodGracePeriods: true,
-		GracePolicy: DefaultGracePolicy, DCGM: dcgm.DefaultOptions()}
+		GracePolicy: DefaultGracePolicy, DCGM: dcgm.DefaultOptions(), History: history.DefaultOptions()}
 }
 
 // DefaultGracePolicy is the grace policy's name where the chart's release is named
@@ -231,6 +243,7 @@ var controllerList = []struct {
 		inv.Volcano = cfg.Volcano && !cfg.MonitoringOnly
 		inv.KueueNamespace, inv.WorkerCache, inv.Workers = cfg.KueueNamespace, CacheOptions(), cfg.workers
 		model, err := inventory.Register(mgr, inv)
+		cfg.model.model = model
 		if err != nil || !cfg.FleetPage {
 			return err
 		}
@@ -269,6 +282,12 @@ var controllerList = []struct {
 		opts.Clock = cfg.Clock
 		return room.Register(mgr, opts)
 	}},
+	{"history", kueueAPI, func(mgr ctrl.Manager, cfg Config) error {
+		opts := cfg.History
+		opts.Clock = cfg.Clock
+		opts.Utilization = cfg.model.utilization
+		return history.Register(mgr, opts)
+	}},
 	{"dcgm", monitoring, func(mgr ctrl.Manager, cfg Config) error {
 		opts := cfg.DCGM
 		opts.Heartbeats = cfg.heartbeats
@@ -300,6 +319,7 @@ func Names() []string {
 func Setup(mgr ctrl.Manager, cfg Config) (string, error) {
 	cfg.heartbeats = chamber.NewHeartbeats(cfg.Clock, cfg.SilentAfterHeartbeats)
 	cfg.workers = &fleet.Workers{}
+	cfg.model = &fleetModel{}
 	if kueueAPI.runs(cfg) {
 		if err := chamberkueue.SetupIndexes(context.Background(), mgr.GetFieldIndexer()); err != nil {
 			return "indexes", err
@@ -314,6 +334,19 @@ func Setup(mgr ctrl.Manager, cfg Config) (string, error) {
 		}
 	}
 	return "", nil
+}
+
+// utilization is a workload's mean GPU utilization in percent by the fleet model's
+// account, false before the model is there or where it has no utilization report.
+func (f *fleetModel) utilization(namespace, name string) (float64, bool) {
+	if f.model == nil {
+		return 0, false
+	}
+	u, ok := f.model.WorkloadUsage(namespace, name)
+	if !ok {
+		return 0, false
+	}
+	return u.MeanUtilizationPercent()
 }
 
 // priorityTiers creates the WorkloadPriorityClasses of the tiers at start-up, and

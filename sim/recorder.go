@@ -717,8 +717,10 @@ type Sample struct {
 	// (cordoned or tainted: under Chamber, a node isolated for a fault that needs a
 	// reboot, its healthy GPUs left free until the repair).
 	FreeOutOfService int
-	// IdleByKind splits Idle by the job kind holding the GPUs.
+	// IdleByKind splits Idle by the job kind holding the GPUs, IdleByTeam by the
+	// team.
 	IdleByKind map[Kind]float64
+	IdleByTeam map[string]float64
 }
 
 // sample reads the cluster's state now: allocation from the pods, utilization from the
@@ -726,7 +728,7 @@ type Sample struct {
 func (r *recorder) sample(idleBelow uint32) Sample {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	s := Sample{At: r.now(), TeamAllocated: map[string]int{}, TeamDemand: map[string]int{}, IdleByKind: map[Kind]float64{}}
+	s := Sample{At: r.now(), TeamAllocated: map[string]int{}, TeamDemand: map[string]int{}, IdleByKind: map[Kind]float64{}, IdleByTeam: map[string]float64{}}
 	var read, used, idle float64
 	for _, run := range r.pods {
 		n := r.nodes[run.Node]
@@ -742,6 +744,7 @@ func (r *recorder) sample(idleBelow uint32) Sample {
 			if u < idleBelow {
 				idle++
 				s.IdleByKind[run.Job.Job.Work.Kind]++
+				s.IdleByTeam[run.Job.Job.Team]++
 			}
 		}
 	}
@@ -750,6 +753,9 @@ func (r *recorder) sample(idleBelow uint32) Sample {
 		s.Idle = float64(s.Allocated) * idle / read
 		for k, n := range s.IdleByKind {
 			s.IdleByKind[k] = float64(s.Allocated) * n / read
+		}
+		for t, n := range s.IdleByTeam {
+			s.IdleByTeam[t] = float64(s.Allocated) * n / read
 		}
 	}
 	free := make([]int, 0, len(r.nodes))

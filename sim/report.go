@@ -47,6 +47,9 @@ func WriteReport(sc *Scenario, recs []*Recording) (string, error) {
 	if err := writeFigures(sc.OutDir, results); err != nil {
 		return "", err
 	}
+	if err := writeTeams(sc.OutDir, results); err != nil {
+		return "", err
+	}
 	path := filepath.Join(sc.OutDir, ReportFile)
 	if err := os.WriteFile(path, []byte(renderReport(sc, recs, results)), 0o644); err != nil {
 		return "", fmt.Errorf("write the report: %w", err)

@@ -76,6 +76,8 @@ type Result struct {
 	// users waited for their session to run again after resuming it.
 	IdlePauses, SessionsEnded int
 	ResumeWaits               []float64
+	// Teams are each team's figures.
+	Teams map[string]*TeamResult
 	// StartLatency is the median time from a pod's creation to its running, over every
 	// pod run (simulated time): under Kueue, the control plane's own latency once a
 	// workload is admitted.
@@ -85,7 +87,13 @@ type Result struct {
 // Analyze computes a policy's figures from its recording.
 func Analyze(sc *Scenario, rec *Recording) Result {
 	res := Result{Policy: rec.Policy, Jobs: len(rec.Jobs), Waits: map[string][]float64{}, TotalWaits: map[string][]float64{}, TeamShare: map[string]float64{},
-		IdleByKind: map[Kind]float64{}, EvictionsBy: map[string]int{}, LostBy: map[string]float64{}}
+		IdleByKind: map[Kind]float64{}, EvictionsBy: map[string]int{}, LostBy: map[string]float64{}, Teams: map[string]*TeamResult{}}
+	team := func(name string) *TeamResult {
+		if res.Teams[name] == nil {
+			res.Teams[name] = &TeamResult{}
+		}
+		return res.Teams[name]
+	}
 	toSim := func(t time.Time) time.Duration { return wallToSim(t.Sub(rec.Start), sc.Speedup) }
 	end, waitEnd := rec.lastFinished(), rec.waitEnd()
 	for _, j := range rec.Jobs {
@@ -101,7 +109,9 @@ func Analyze(sc *Scenario, rec *Recording) Result {
 			w := max(wallToSim(j.FirstRun.Sub(j.Submitted), sc.Speedup), 0).Hours()
 			res.Waits[""] = append(res.Waits[""], w)
 			res.Waits[j.Job.Tier] = append(res.Waits[j.Job.Tier], w)
+			team(j.Job.Team).Waits = append(team(j.Job.Team).Waits, w)
 		}
+		team(j.Job.Team).Jobs++
 		if !j.Submitted.IsZero() {
 			w := wallToSim(j.TotalWait(waitEnd), sc.Speedup).Hours()
 			res.TotalWaits[""] = append(res.TotalWaits[""], w)
@@ -144,7 +154,9 @@ func Analyze(sc *Scenario, rec *Recording) Result {
 		if stop.IsZero() {
 			stop = end
 		}
-		res.AllocatedGPUHours += float64(len(run.GPUs)) * wallToSim(stop.Sub(run.Start), sc.Speedup).Hours()
+		h := float64(len(run.GPUs)) * wallToSim(stop.Sub(run.Start), sc.Speedup).Hours()
+		res.AllocatedGPUHours += h
+		team(run.Job.Job.Team).AllocatedGPUHours += h
 	}
 
 	if len(latencies) > 0 {
@@ -172,6 +184,9 @@ func Analyze(sc *Scenario, rec *Recording) Result {
 		res.IdleGPUHours += s.Idle * dt
 		for k, n := range s.IdleByKind {
 			res.IdleByKind[k] += n * dt
+		}
+		for t, n := range s.IdleByTeam {
+			team(t).IdleGPUHours += n * dt
 		}
 		freeFits += float64(s.FreeWhileFits) * dt
 		freeReserved += float64(s.FreeReserved) * dt
@@ -213,7 +228,19 @@ func Analyze(sc *Scenario, rec *Recording) Result {
 	}
 	res.Cost = res.AllocatedGPUHours * sc.PricePerGPUHour
 	res.IdleCost = res.IdleGPUHours * sc.PricePerGPUHour
+	for _, t := range res.Teams {
+		t.Cost = t.AllocatedGPUHours * sc.PricePerGPUHour
+	}
 	return res
+}
+
+// TeamResult is one team's figures, in simulated time.
+type TeamResult struct {
+	// Jobs submitted; Waits their times to first run, in hours.
+	Jobs  int
+	Waits []float64
+	// AllocatedGPUHours its pods held, IdleGPUHours of those idle; Cost of the held.
+	AllocatedGPUHours, IdleGPUHours, Cost float64
 }
 
 // lastFinished is when the last job finished (the start when none did).

@@ -60,6 +60,9 @@ func TestAnalyze(t *testing.T) {
 		Makespan:  2 * time.Hour, LowerBound: 90 * time.Minute, // 6 GPU-hours over 4 GPUs
 		Faults: 1, FaultKills: 1, Restarted: 1,
 		Cost: 12, IdleCost: 3,
+		// a held 4 GPUs for an hour, b 2; the samples split no idle time by team.
+		Teams: map[string]*TeamResult{"a": {Jobs: 1, Waits: []float64{0}, AllocatedGPUHours: 4, Cost: 8},
+			"b": {Jobs: 1, Waits: []float64{1}, AllocatedGPUHours: 2, Cost: 4}},
 	}
 	if diff := cmp.Diff(want, Analyze(sc, rec), cmpopts.EquateApprox(0, 1e-9), cmpopts.EquateEmpty()); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)

@@ -35,6 +35,7 @@ import (
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
 	"chamber.dev/chamber/controllers"
+	"chamber.dev/chamber/controllers/history"
 	"chamber.dev/chamber/controllers/idlereclaim"
 	"chamber.dev/chamber/controllers/isolation"
 	"chamber.dev/chamber/controllers/options"
@@ -215,6 +216,11 @@ func runPolicy(ctx context.Context, sc *Scenario, p Policy, label string) (*Reco
 	metricsURL := ""
 	if p.WithChamber() {
 		rec.Controllers = controllers.Names()
+		// The namespace of the job history's ConfigMaps, the chart's release namespace
+		// on a cluster.
+		if err := ensureCreated(ctx, c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: history.DefaultNamespace}}); err != nil {
+			return nil, err
+		}
 		if err := startChamber(ctx, cp, sc, p); err != nil {
 			return nil, err
 		}
@@ -311,6 +317,11 @@ loop:
 	}
 	if err := count(ctx, c, rec); err != nil {
 		return nil, err
+	}
+	if p == PolicyChamber {
+		if err := writeRecordedTrace(ctx, c, sc); err != nil {
+			return nil, err
+		}
 	}
 	// The jobs' records (made as the recorder started), and those left unfinished, read
 	// while the recorder still runs and the control plane can say why.

@@ -25,6 +25,10 @@ const (
 	LabelTeam = "chamber.dev/team"
 	// LabelGPUModel is the GPU model a pool's ResourceFlavor selects.
 	LabelGPUModel = "chamber.dev/gpu-model"
+	// LabelHistory marks the ConfigMaps of the job history (controllers/history), its
+	// value HistoryJobs.
+	LabelHistory = "chamber.dev/history"
+	HistoryJobs  = "jobs"
 )
 
 // Names of Chamber's Kueue admission check: placement on healthy GPUs (Kueue admits a

@@ -1,6 +1,10 @@
 package v1alpha1
 
-import "k8s.io/apimachinery/pkg/labels"
+import (
+	"slices"
+
+	"k8s.io/apimachinery/pkg/labels"
+)
 
 // Which pool a node belongs to, decided once for every reader (the pool controller's
 // capacity, fault isolation's policy and circuit breaker, the fleet's metrics): a node
@@ -57,4 +61,22 @@ func TeamOfClusterQueue(teams []Team, clusterQueue string) *Team {
 		}
 	}
 	return nil
+}
+
+// TeamOfNamespace is the team, of teams, whose spec.namespaces holds namespace: where
+// two claim it, the older (then the first by name), as the Team controller decides;
+// nil for a namespace of no team.
+func TeamOfNamespace(teams []Team, namespace string) *Team {
+	var owner *Team
+	for i := range teams {
+		t := &teams[i]
+		if !slices.Contains(t.Spec.Namespaces, namespace) {
+			continue
+		}
+		if owner == nil || t.CreationTimestamp.Before(&owner.CreationTimestamp) ||
+			(t.CreationTimestamp.Equal(&owner.CreationTimestamp) && t.Name < owner.Name) {
+			owner = t
+		}
+	}
+	return owner
 }

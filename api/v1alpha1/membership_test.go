@@ -2,6 +2,7 @@ package v1alpha1_test
 
 import (
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -66,5 +67,25 @@ func TestTeamOfClusterQueue(t *testing.T) {
 	}
 	if team := chamber.TeamOfClusterQueue([]chamber.Team{named}, "vision"); team == nil || team.Name != "vision" {
 		t.Errorf("a team named after its ClusterQueue, before its status: got %v", team)
+	}
+}
+
+// TestTeamOfNamespace: the team whose spec.namespaces holds the namespace; of two, the
+// older, then the first by name.
+func TestTeamOfNamespace(t *testing.T) {
+	t0 := metav1.Now()
+	t1 := metav1.NewTime(t0.Add(time.Hour))
+	team := func(name string, created metav1.Time, namespaces ...string) chamber.Team {
+		return chamber.Team{ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: created}, Spec: chamber.TeamSpec{Namespaces: namespaces}}
+	}
+	teams := []chamber.Team{team("young", t1, "shared", "young-ns"), team("old", t0, "shared"), team("b", t0, "tie"), team("a", t0, "tie")}
+	for ns, want := range map[string]string{"shared": "old", "young-ns": "young", "tie": "a", "nobody": ""} {
+		got := ""
+		if tm := chamber.TeamOfNamespace(teams, ns); tm != nil {
+			got = tm.Name
+		}
+		if got != want {
+			t.Errorf("TeamOfNamespace(%s) = %q, want %q", ns, got, want)
+		}
 	}
 }

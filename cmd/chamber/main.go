@@ -13,6 +13,8 @@ commands:
   demo         the simulator's short scenario (about 4 minutes): a slice of a real GPU trace
                under plain Kubernetes, Kueue and Kueue + Chamber, and a report comparing them
   sim          the full comparison (make bench); every parameter is a flag: chamber sim -h
+  whatif       two replays of one trace (chamber sim --trace) side by side: each team's wait,
+               idle GPU-hours and cost before and after a change of the fleet
   borrow-demo  two teams share a pool: one borrows the other's idle GPUs, then gives them back
 `
 
@@ -27,6 +29,8 @@ func main() {
 		err = runDemo(os.Args[2:])
 	case "sim":
 		err = runSim(os.Args[2:])
+	case "whatif":
+		err = runWhatIf(os.Args[2:])
 	case "borrow-demo":
 		err = runBorrowDemo(os.Args[2:])
 	case "-h", "--help", "help":

@@ -85,7 +85,7 @@ func newRoot(out streams, connect func() (client.Client, error)) *cobra.Command 
 	root.PersistentFlags().Float64Var(&o.factors.Spot, "spot-price-factor", o.factors.Spot, "the share of the on-demand price a spot node costs, as chamber-controller's flag")
 	root.PersistentFlags().Float64Var(&o.factors.Reserved, "reserved-price-factor", o.factors.Reserved, "the share of the on-demand price a reserved node costs, as chamber-controller's flag")
 	root.AddCommand(o.statusCommand(), o.gpusCommand(), o.nodesCommand(), o.teamsCommand(), o.whyCommand(), o.isolateCommand(), o.clearCommand(),
-		o.uninstallCommand(), o.dashboardCommand())
+		o.uninstallCommand(), o.dashboardCommand(), o.exportTraceCommand())
 	return root
 }
 

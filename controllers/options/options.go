@@ -119,6 +119,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Resync.After, "volcano-resync-after", c.Resync.After, "how long a Volcano Job vc-controller-manager left stalled (Pending with no PodGroup, Restarting with no pod) waits before Chamber resumes it with a ResumeJob Command (docs/concepts/volcano.md)")
 	fs.BoolVar(&c.VolcanoQueueHierarchy, "volcano-queue-hierarchy", c.VolcanoQueueHierarchy, "compile Volcano pools into Volcano's queue hierarchy: a Queue per pool, the parent of its teams' Queues and the child of its parent pool's (spec.parent); vc-scheduler's capacity plugin must have enableHierarchy: true (docs/concepts/volcano.md)")
 	fs.StringVar(&c.KueueNamespace, "kueue-namespace", c.KueueNamespace, "the namespace Kueue runs in, where GPUPools' worker clusters' kubeconfig Secrets are (empty: kueue-system)")
+	fs.IntVar(&c.History.Jobs, "history-jobs", c.History.Jobs, "how many finished Kueue workloads the job history holds (ConfigMaps chamber-history-<n> in --history-namespace, 500 jobs each, the oldest ConfigMap dropped beyond it; kubectl chamber export-trace reads it); 0 records none")
+	fs.StringVar(&c.History.Namespace, "history-namespace", c.History.Namespace, "namespace of the job history's ConfigMaps (the chart passes its release's namespace)")
 	fs.BoolVar(&c.MonitoringOnly, "monitoring-only", c.MonitoringOnly, "run as GPU monitoring alone (the fleet inventory, its metrics and the DCGM source): nothing compiled into Kueue, nothing evicted or tainted; also what runs when the cluster does not serve Kueue's API")
 	fs.StringVar(&c.DCGM.PrometheusURL, "dcgm-prometheus-url", c.DCGM.PrometheusURL, "a Prometheus that scrapes NVIDIA's dcgm-exporter (e.g. http://prometheus.monitoring:9090): Chamber reads GPU health and utilization from it for every node without a Chamber agent; empty: off")
 	fs.StringVar(&c.DCGM.Matchers, "dcgm-matchers", c.DCGM.Matchers, `PromQL label matchers that pick dcgm-exporter's series, without braces (e.g. job="dcgm-exporter"); empty: every series of those names`)
@@ -181,6 +183,8 @@ func (o *Options) validate() error {
 	must(c.SilentAfterHeartbeats >= 1, "--silent-after-heartbeats must be at least 1, got %d", c.SilentAfterHeartbeats)
 	notNegative("isolation-eviction-grace-period", c.Isolation.EvictionGracePeriod)
 	must(c.Isolation.HoldNamespace != "", "--isolation-hold-namespace must name a namespace")
+	must(c.History.Jobs >= 0, "--history-jobs must be 0 (no history) or more, got %d", c.History.Jobs)
+	must(c.History.Jobs == 0 || c.History.Namespace != "", "--history-namespace must name a namespace (or --history-jobs=0 records no history)")
 	if o.MetricsCertDir != "" {
 		must(o.MetricsSecure, "--metrics-cert-dir needs --metrics-secure (the certificate is for HTTPS)")
 		for _, f := range []string{"tls.crt", "tls.key"} {

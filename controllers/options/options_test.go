@@ -81,7 +81,7 @@ func TestBadFlags(t *testing.T) {
 		"--isolation-node-conditions=GPUProblem,ChamberIsolated",
 		"--dcgm-prometheus-url=prometheus:9090", `--dcgm-matchers={job="dcgm"}`, "--dcgm-health-config=/nonexistent/health.yaml",
 		"--healthz-stuck-after=0s", "--fleet-page", "--metrics-bind-address=0", "--volcano-resync-after=100ms",
-		"--spot-price-factor=1.5")
+		"--spot-price-factor=1.5", "--history-jobs=-1")
 	if err == nil {
 		t.Fatal("bad flags accepted")
 	}
@@ -102,13 +102,14 @@ func TestBadFlags(t *testing.T) {
 		"--volcano-resync-after must be at least 1s, got 100ms",
 		"--fleet-page needs the metrics endpoint, which --metrics-bind-address=0 turns off",
 		"--spot-price-factor must be above 0 and at most 1 (a share of the on-demand price), got 1.5",
+		"--history-jobs must be 0 (no history) or more, got -1",
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not say %q", err, want)
 		}
 	}
-	if n := strings.Count(err.Error(), "\n") + 1; n != 16 {
-		t.Errorf("%d problems reported, want 16:\n%s", n, err)
+	if n := strings.Count(err.Error(), "\n") + 1; n != 17 {
+		t.Errorf("%d problems reported, want 17:\n%s", n, err)
 	}
 }
 
