@@ -29,7 +29,7 @@ func documentedSeries(t *testing.T) []series {
 		t.Fatal(err)
 	}
 	sample := map[string][]string{
-		"pool": {"main"}, "model": {"NVIDIA-H100-80GB-HBM3"}, "team": {"vision"}, "from_team": {"nlp"}, "priority_tier": {"production"},
+		"pool": {"main"}, "model": {"NVIDIA-H100-80GB-HBM3"}, "team": {"vision"}, "from_team": {"nlp"}, "source": {"table:aws/p5.48xlarge"}, "priority_tier": {"production"},
 		"namespace": {"vision"}, "node": {"gpu-1"}, "gpu": {"0"}, "pod": {"train-0"}, "verdict": {"ready"},
 		"reason": {"XID79"}, "result": {"success"}, "level": {"Node"}, "cluster": {"worker-1"}, "phase": {"Pending"},
 		"state": {"free", "busy", "idle", "unhealthy", "isolated"},

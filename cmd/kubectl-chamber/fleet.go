@@ -498,7 +498,7 @@ func (o *options) printStatus(v statusView) error {
 		fmt.Fprintf(out, "Idle GPUs cost %.2f an hour at their pools' prices.\n", v.IdleCost)
 	}
 	if v.Paused > 0 || v.IdleReclaims > 0 {
-		fmt.Fprintf(out, "Chamber keeps %s paused (%s given to waiting work or kept free for it); idle reclaim has evicted the workloads there are now %s, taking back %.1f GPU-hours they held idle.\n",
+		fmt.Fprintf(out, "Chamber keeps %s paused (%s given to waiting work or kept free for it); idle reclaim has evicted the workloads there are now %s, after they had held GPUs idle for %.1f GPU-hours.\n",
 			count(v.Paused, "workload"), count(v.PausedGPUs, "GPU"), count(v.IdleReclaims, "time"), v.ReclaimedGPUHours)
 	}
 	fmt.Fprintln(out)
