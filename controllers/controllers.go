@@ -147,6 +147,10 @@ type Config struct {
 	// workers are the fleet models of the worker clusters, which the inventory keeps
 	// and the MultiKueue dispatcher reads (Setup makes it).
 	workers *fleet.Workers
+	// teamUsages is the teams' usage in the inventory's fleet model, which the Team
+	// controller adds to their spend (Setup makes it; empty while the inventory does
+	// not run).
+	teamUsages *fleet.TeamUsages
 }
 
 // DefaultConfig is the controllers' configuration unless flags say otherwise.
@@ -204,7 +208,7 @@ var controllerList = []struct {
 		if cfg.AdmissionCheck {
 			opts.AdmissionChecks = []string{chamber.AdmissionCheckName}
 		}
-		opts.VolcanoServed = cfg.Volcano
+		opts.VolcanoServed, opts.FleetUsage = cfg.Volcano, cfg.teamUsages
 		return team.Register(mgr, opts)
 	}},
 	{"team-volcano", volcanoAPI, func(mgr ctrl.Manager, cfg Config) error {
@@ -231,8 +235,12 @@ var controllerList = []struct {
 		inv.Volcano = cfg.Volcano && !cfg.MonitoringOnly
 		inv.KueueNamespace, inv.WorkerCache, inv.Workers = cfg.KueueNamespace, CacheOptions(), cfg.workers
 		model, err := inventory.Register(mgr, inv)
-		if err != nil || !cfg.FleetPage {
+		if err != nil {
 			return err
+		}
+		cfg.teamUsages.Set(model)
+		if !cfg.FleetPage {
+			return nil
 		}
 		return mgr.AddMetricsServerExtraHandler(fleetpage.Path, fleetpage.New(model, 0))
 	}},
@@ -300,6 +308,7 @@ func Names() []string {
 func Setup(mgr ctrl.Manager, cfg Config) (string, error) {
 	cfg.heartbeats = chamber.NewHeartbeats(cfg.Clock, cfg.SilentAfterHeartbeats)
 	cfg.workers = &fleet.Workers{}
+	cfg.teamUsages = &fleet.TeamUsages{}
 	if kueueAPI.runs(cfg) {
 		if err := chamberkueue.SetupIndexes(context.Background(), mgr.GetFieldIndexer()); err != nil {
 			return "indexes", err
