@@ -461,6 +461,12 @@ func TestQuotaUsedOverThePeriod(t *testing.T) {
 	// the kwok pods' GPUs, with no agent to report their utilization, give no
 	// efficiency to show.
 	g.Expect([]bool{whole.idleAbsent, whole.efficiencyAvailable}).To(gomega.Equal([]bool{false, false}))
+	// chamber_team_quota_used_ratio is the status's share over the period.
+	g.Eventually(func(g gomega.Gomega) {
+		share, ok := getTeam(g, "qused-half").Status.Spend.QuotaUsed()
+		g.Expect(ok).To(gomega.BeTrue())
+		g.Expect(controllertest.MetricValue(g, "chamber_team_quota_used_ratio", "team", "qused-half")).To(gomega.Equal(share))
+	}).Should(gomega.Succeed())
 }
 
 // Test 6: a node with a new GPU model appears: a new flavor, and the pool counts it.
