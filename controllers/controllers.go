@@ -5,8 +5,9 @@
 //     ResourceFlavor per model and a Cohort (or, under Volcano's queue hierarchy, a
 //     Volcano Queue), and its worker clusters into MultiKueue's objects.
 //   - team compiles a Team into a ClusterQueue and LocalQueues (or a Volcano Queue),
-//     accounts its spend against its budget and gives its pods their eviction grace;
-//     it also makes the priority tiers Volcano's PriorityClasses.
+//     accounts its spend against its budget (with its quota's use, and its idle time
+//     from the inventory's fleet model) and gives its pods their eviction grace; it
+//     also makes the priority tiers Volcano's PriorityClasses.
 //   - dispatch is the MultiKueue dispatcher: it nominates the worker cluster with
 //     free healthy GPUs, the cheapest first.
 //   - workload carries out Chamber's evictions of Kueue workloads, with notice and a
