@@ -5,8 +5,9 @@
 //     ResourceFlavor per model and a Cohort (or, under Volcano's queue hierarchy, a
 //     Volcano Queue), and its worker clusters into MultiKueue's objects.
 //   - team compiles a Team into a ClusterQueue and LocalQueues (or a Volcano Queue),
-//     accounts its spend against its budget and gives its pods their eviction grace;
-//     it also makes the priority tiers Volcano's PriorityClasses.
+//     accounts its spend against its budget (with its quota's use, and its idle time
+//     from the inventory's fleet model) and gives its pods their eviction grace; it
+//     also makes the priority tiers Volcano's PriorityClasses.
 //   - dispatch is the MultiKueue dispatcher: it nominates the worker cluster with
 //     free healthy GPUs, the cheapest first.
 //   - workload carries out Chamber's evictions of Kueue workloads, with notice and a
@@ -156,6 +157,10 @@ type Config struct {
 	// model is the inventory's fleet model once its setup has run (Setup makes the
 	// holder), which the history's recorder reads.
 	model *fleetModel
+	// teamUsages is the teams' usage in the inventory's fleet model, which the Team
+	// controller adds to their spend (Setup makes it; empty while the inventory does
+	// not run).
+	teamUsages *fleet.TeamUsages
 }
 
 // fleetModel holds the inventory's model for the controllers set up after it.
@@ -216,7 +221,7 @@ var controllerList = []struct {
 		if cfg.AdmissionCheck {
 			opts.AdmissionChecks = []string{chamber.AdmissionCheckName}
 		}
-		opts.VolcanoServed = cfg.Volcano
+		opts.VolcanoServed, opts.FleetUsage = cfg.Volcano, cfg.teamUsages
 		return team.Register(mgr, opts)
 	}},
 	{"team-volcano", volcanoAPI, func(mgr ctrl.Manager, cfg Config) error {
@@ -244,8 +249,12 @@ var controllerList = []struct {
 		inv.KueueNamespace, inv.WorkerCache, inv.Workers = cfg.KueueNamespace, CacheOptions(), cfg.workers
 		model, err := inventory.Register(mgr, inv)
 		cfg.model.model = model
-		if err != nil || !cfg.FleetPage {
+		if err != nil {
 			return err
+		}
+		cfg.teamUsages.Set(model)
+		if !cfg.FleetPage {
+			return nil
 		}
 		return mgr.AddMetricsServerExtraHandler(fleetpage.Path, fleetpage.New(model, 0))
 	}},
@@ -320,6 +329,7 @@ func Setup(mgr ctrl.Manager, cfg Config) (string, error) {
 	cfg.heartbeats = chamber.NewHeartbeats(cfg.Clock, cfg.SilentAfterHeartbeats)
 	cfg.workers = &fleet.Workers{}
 	cfg.model = &fleetModel{}
+	cfg.teamUsages = &fleet.TeamUsages{}
 	if kueueAPI.runs(cfg) {
 		if err := chamberkueue.SetupIndexes(context.Background(), mgr.GetFieldIndexer()); err != nil {
 			return "indexes", err

@@ -290,12 +290,55 @@ type TeamSpend struct {
 	// Cost of those GPU-seconds at the pool's prices, a decimal string.
 	// +optional
 	Cost string `json:"cost,omitempty"`
+	// IdleGPUSeconds is the part of the GPU time the team's pods held that the GPUs
+	// were idle: utilization under the pool's idle threshold for its idle window, as
+	// the fleet model and chamber_gpus{state="idle"} count it. Efficiency over the
+	// period is (gpuSeconds - idleGPUSeconds) / gpuSeconds. Counted only while
+	// chamber-controller runs: idle time while it was down is not in it. Absent
+	// where chamber-controller runs without its fleet inventory.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	IdleGPUSeconds *int64 `json:"idleGPUSeconds,omitempty"`
+	// UsedGPUSeconds is the GPU time the team's pods held weighted by the GPUs'
+	// utilization (a GPU-second at 40% adds 0.4), over the measured GPU-seconds.
+	// Counted as IdleGPUSeconds is.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	UsedGPUSeconds *int64 `json:"usedGPUSeconds,omitempty"`
+	// MeasuredGPUSeconds is the GPU time the team's pods held with a utilization
+	// report from the GPUs' agent: the mean utilization over the period is
+	// usedGPUSeconds / measuredGPUSeconds. Counted as IdleGPUSeconds is.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	MeasuredGPUSeconds *int64 `json:"measuredGPUSeconds,omitempty"`
+	// IdleCost is the cost of IdleGPUSeconds at the pool's prices, a decimal string.
+	// Absent where IdleGPUSeconds is.
+	// +optional
+	IdleCost string `json:"idleCost,omitempty"`
 }
 
-// FlavorSpend is the GPU-seconds a team used of one flavor in the period.
+// FlavorSpend is what a team held of one flavor in the period, in GPU-seconds, and
+// how that compares with its quota of the flavor. The share of its quota the team
+// used over the period is (gpuSeconds - borrowedGPUSeconds) / quotaGPUSeconds.
 type FlavorSpend struct {
-	Flavor     string `json:"flavor"`
-	GPUSeconds int64  `json:"gpuSeconds"`
+	Flavor string `json:"flavor"`
+	// GPUSeconds admitted workloads held of the flavor.
+	GPUSeconds int64 `json:"gpuSeconds"`
+	// QuotaGPUSeconds is the team's nominal quota of the flavor times the time it
+	// held: what the team could have used without borrowing.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	QuotaGPUSeconds int64 `json:"quotaGPUSeconds,omitempty"`
+	// BorrowedGPUSeconds is the part of GPUSeconds above the quota, borrowed from
+	// the other teams of the pool.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	BorrowedGPUSeconds int64 `json:"borrowedGPUSeconds,omitempty"`
+	// LentGPUSeconds is the part of the unused quota that other teams of the pool
+	// borrowed (status.models[].lent over time).
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	LentGPUSeconds int64 `json:"lentGPUSeconds,omitempty"`
 }
 
 // Team is a group of users with a quota in a GPUPool: a Kueue ClusterQueue in the

@@ -3,11 +3,15 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
@@ -31,12 +35,28 @@ type teamRow struct {
 	Pending int32 `json:"pendingWorkloads"`
 	// Budget is the share of the period's budget spent, when the team has one.
 	Budget string `json:"budgetUsed,omitempty"`
+
+	// Over the team's budget period, from PeriodStart (status.spend); each absent
+	// where there is nothing to show yet.
+	PeriodStart string `json:"periodStart,omitempty"`
+	// QuotaUsedPercent is the share of its quota of the model the team used:
+	// (GPU-seconds - borrowed) / quota GPU-seconds.
+	QuotaUsedPercent *float64 `json:"quotaUsedPercent,omitempty"`
+	// EfficiencyPercent is the share of the GPU time the team held, every model
+	// together, that was not idle; MeanUtilizationPercent its GPUs' utilization over
+	// the time with a report.
+	EfficiencyPercent      *float64 `json:"efficiencyPercent,omitempty"`
+	MeanUtilizationPercent *float64 `json:"meanUtilizationPercent,omitempty"`
+	// IdleGPUHours is the GPU time the team held idle, every model together, and
+	// IdleCost what it cost at the pools' prices.
+	IdleGPUHours *float64 `json:"idleGPUHours,omitempty"`
+	IdleCost     string   `json:"idleCost,omitempty"`
 }
 
 func (o *options) teamsCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "teams",
-		Short: "Every team: quota, GPUs in use, borrowed and lent, idle, workloads waiting, budget spent",
+		Short: "Every team: quota, GPUs in use, borrowed and lent, idle, workloads waiting, budget spent; over the budget period, the share of its quota used, its efficiency and what it held idle",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cl, err := o.loadCluster(cmd)
@@ -47,18 +67,34 @@ func (o *options) teamsCommand() *cobra.Command {
 			if done, err := o.structured(rows); done {
 				return err
 			}
-			t := newTable(o.streams.Out, "TEAM", "POOL", "MODEL", "QUOTA", "IN USE", "BORROWED", "LENT", "IDLE", "PENDING", "BUDGET")
-			for _, r := range rows {
-				quota := fmt.Sprint(r.Quota)
-				if r.Withheld > 0 {
-					quota += fmt.Sprintf(" (-%d)", r.Withheld)
-				}
-				t.row(r.Team, r.Pool, r.Model, quota, fmt.Sprint(r.InUse), fmt.Sprint(r.Borrowed), fmt.Sprint(r.Lent), fmt.Sprint(r.Idle),
-					fmt.Sprint(r.Pending), orNone(r.Budget))
-			}
-			return t.flush()
+			return printTeams(o.streams.Out, rows, o.wide())
 		},
 	}
+}
+
+// printTeams prints the rows as a table; wide adds the mean utilization and the
+// period's start.
+func printTeams(out io.Writer, rows []teamRow, wide bool) error {
+	header := []string{"TEAM", "POOL", "MODEL", "QUOTA", "IN USE", "BORROWED", "LENT", "IDLE", "PENDING", "BUDGET",
+		"QUOTA USED", "EFFICIENCY", "IDLE GPU-H", "IDLE COST"}
+	if wide {
+		header = append(header, "MEAN UTIL", "PERIOD FROM")
+	}
+	t := newTable(out, header...)
+	for _, r := range rows {
+		quota := fmt.Sprint(r.Quota)
+		if r.Withheld > 0 {
+			quota += fmt.Sprintf(" (-%d)", r.Withheld)
+		}
+		cells := []string{r.Team, r.Pool, r.Model, quota, fmt.Sprint(r.InUse), fmt.Sprint(r.Borrowed), fmt.Sprint(r.Lent), fmt.Sprint(r.Idle),
+			fmt.Sprint(r.Pending), orNone(r.Budget),
+			cell("%.0f%%", r.QuotaUsedPercent), cell("%.0f%%", r.EfficiencyPercent), cell("%.1f", r.IdleGPUHours), orNone(r.IdleCost)}
+		if wide {
+			cells = append(cells, cell("%.0f%%", r.MeanUtilizationPercent), orNone(r.PeriodStart))
+		}
+		t.row(cells...)
+	}
+	return t.flush()
 }
 
 func (cl *cluster) teamRows() []teamRow {
@@ -70,17 +106,54 @@ func (cl *cluster) teamRows() []teamRow {
 	}
 	var rows []teamRow
 	for _, t := range cl.teams {
-		budget := budgetUsed(&t)
+		team := teamRow{Team: t.Name, Pool: t.Spec.Pool, Pending: t.Status.PendingWorkloads, Budget: budgetUsed(&t)}
+		periodFigures(&team, t.Status.Spend)
 		for _, m := range t.Status.Models {
-			rows = append(rows, teamRow{Team: t.Name, Pool: t.Spec.Pool, Model: m.Model, Quota: m.Quota, Withheld: m.Withheld,
-				InUse: m.InUse, Borrowed: m.Borrowed, Lent: m.Lent, Idle: idle[[2]string{t.Name, m.Model}],
-				Pending: t.Status.PendingWorkloads, Budget: budget})
+			r := team
+			r.Model, r.Quota, r.Withheld, r.InUse, r.Borrowed, r.Lent = m.Model, m.Quota, m.Withheld, m.InUse, m.Borrowed, m.Lent
+			r.Idle = idle[[2]string{t.Name, m.Model}]
+			if s := t.Status.Spend; s != nil {
+				if i := slices.IndexFunc(s.Flavors, func(f chamber.FlavorSpend) bool { return f.Flavor == m.Flavor }); i >= 0 {
+					r.QuotaUsedPercent = percentOf(s.Flavors[i].QuotaUsed())
+				}
+			}
+			rows = append(rows, r)
 		}
 		if len(t.Status.Models) == 0 {
-			rows = append(rows, teamRow{Team: t.Name, Pool: t.Spec.Pool, Pending: t.Status.PendingWorkloads, Budget: budget})
+			rows = append(rows, team)
 		}
 	}
 	return rows
+}
+
+// periodFigures fills the row's figures of the whole team over its budget period.
+func periodFigures(r *teamRow, s *chamber.TeamSpend) {
+	if s == nil {
+		return
+	}
+	r.PeriodStart = s.PeriodStart.UTC().Format(time.DateOnly)
+	r.EfficiencyPercent = percentOf(s.Efficiency())
+	r.MeanUtilizationPercent = percentOf(s.MeanUtilization())
+	if s.IdleGPUSeconds != nil {
+		r.IdleGPUHours = ptr.To(float64(*s.IdleGPUSeconds) / 3600)
+		r.IdleCost = s.IdleCost
+	}
+}
+
+// percentOf is a share in percent; nil when there is none.
+func percentOf(share float64, ok bool) *float64 {
+	if !ok {
+		return nil
+	}
+	return ptr.To(100 * share)
+}
+
+// cell prints a figure in format, "<none>" when there is none.
+func cell(format string, v *float64) string {
+	if v == nil {
+		return orNone("")
+	}
+	return fmt.Sprintf(format, *v)
 }
 
 // budgetUsed is the share of the team's budget spent in the period ("" without one).

@@ -39,12 +39,14 @@ func periodStart(period chamber.BudgetPeriod, now time.Time) time.Time {
 	return time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC)
 }
 
-// account adds the GPU-seconds held since the last accounting to the team's spend.
+// account adds the GPU-seconds held since the last accounting to the team's spend,
+// and per flavor those of its nominal quota, of what it borrowed and of what it lent.
 // The usage that held over that interval is the one the status recorded last time
 // (the controller reconciles on every change of the ClusterQueue's usage). Time is
 // counted in whole seconds, as the status stores it, so nothing is lost to rounding
-// and a controller restart resumes where the status left off.
-func account(team *chamber.Team, prices map[string]float64, now time.Time) {
+// and a controller restart resumes where the status left off. It reports whether it
+// started a new period.
+func account(team *chamber.Team, prices map[string]float64, now time.Time) (newPeriod bool) {
 	period := chamber.BudgetMonthly
 	if team.Spec.Budget != nil && team.Spec.Budget.Period != "" {
 		period = team.Spec.Budget.Period
@@ -57,31 +59,35 @@ func account(team *chamber.Team, prices map[string]float64, now time.Time) {
 			AccountedUntil: metav1.NewTime(now.Truncate(time.Second)),
 			Cost:           "0.00",
 		}
-		return
+		return true
 	}
 	seconds := int64(now.Sub(s.AccountedUntil.Time) / time.Second)
 	if seconds <= 0 {
-		return
+		return false
 	}
 	s.AccountedUntil = metav1.NewTime(s.AccountedUntil.Add(time.Duration(seconds) * time.Second))
 	for _, m := range team.Status.Models {
-		if m.InUse == 0 {
+		if m.InUse == 0 && m.Quota == 0 && m.Lent == 0 {
 			continue
 		}
-		used := m.InUse * seconds
-		s.GPUSeconds += used
 		i := slices.IndexFunc(s.Flavors, func(f chamber.FlavorSpend) bool { return f.Flavor == m.Flavor })
 		if i < 0 {
 			s.Flavors = append(s.Flavors, chamber.FlavorSpend{Flavor: m.Flavor})
 			i = len(s.Flavors) - 1
 		}
-		s.Flavors[i].GPUSeconds += used
+		f := &s.Flavors[i]
+		f.GPUSeconds += m.InUse * seconds
+		f.QuotaGPUSeconds += m.Quota * seconds
+		f.BorrowedGPUSeconds += m.Borrowed * seconds
+		f.LentGPUSeconds += m.Lent * seconds
+		s.GPUSeconds += m.InUse * seconds
 	}
 	cost := 0.0
 	for _, f := range s.Flavors {
 		cost += float64(f.GPUSeconds) / 3600 * prices[f.Flavor]
 	}
 	s.Cost = fmt.Sprintf("%.2f", cost)
+	return false
 }
 
 func budgetState(team *chamber.Team) (exceeded, warning bool) {

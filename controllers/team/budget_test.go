@@ -16,6 +16,13 @@ func TestAccount(t *testing.T) {
 	at := func(d time.Duration) metav1.Time { return metav1.NewTime(start.Add(d)) }
 	prices := map[string]float64{"main-h100": 2.5}
 	inUse := []chamber.TeamModelUsage{{Model: "H100", Flavor: "main-h100", InUse: 8}, {Model: "A100", Flavor: "main-a100", InUse: 4}}
+	// 8 H100 of quota, 12 held of which 4 borrowed; 6 A100 of quota, 2 held, 3 of
+	// the 4 unused lent.
+	quota := []chamber.TeamModelUsage{
+		{Model: "H100", Flavor: "main-h100", Quota: 8, InUse: 12, Borrowed: 4},
+		{Model: "A100", Flavor: "main-a100", Quota: 6, InUse: 2, Lent: 3},
+		{Model: "L4", Flavor: "main-l4"},
+	}
 	tests := map[string]struct {
 		spend     *chamber.TeamSpend
 		models    []chamber.TeamModelUsage
@@ -36,6 +43,37 @@ func TestAccount(t *testing.T) {
 				PeriodStart: at(0), AccountedUntil: at(2 * time.Hour), GPUSeconds: 100 + 12*3600,
 				Flavors: []chamber.FlavorSpend{{Flavor: "main-h100", GPUSeconds: 8 * 3600}, {Flavor: "main-a100", GPUSeconds: 4 * 3600}},
 				Cost:    "20.00", // 8 GPU-hours at 2.50; A100 has no price
+			},
+		},
+		"quota, borrowed and lent over the interval": {
+			spend:  &chamber.TeamSpend{PeriodStart: at(0), AccountedUntil: at(time.Hour), Cost: "0.00"},
+			models: quota,
+			now:    2 * time.Hour,
+			wantSpend: &chamber.TeamSpend{
+				PeriodStart: at(0), AccountedUntil: at(2 * time.Hour), GPUSeconds: 14 * 3600,
+				Flavors: []chamber.FlavorSpend{
+					{Flavor: "main-h100", GPUSeconds: 12 * 3600, QuotaGPUSeconds: 8 * 3600, BorrowedGPUSeconds: 4 * 3600},
+					{Flavor: "main-a100", GPUSeconds: 2 * 3600, QuotaGPUSeconds: 6 * 3600, LentGPUSeconds: 3 * 3600},
+				},
+				Cost: "30.00", // 12 H100-hours at 2.50
+			},
+		},
+		"a restart resumes from the status, with the usage it recorded": {
+			spend: &chamber.TeamSpend{PeriodStart: at(0), AccountedUntil: at(time.Hour), GPUSeconds: 14 * 3600,
+				Flavors: []chamber.FlavorSpend{
+					{Flavor: "main-h100", GPUSeconds: 12 * 3600, QuotaGPUSeconds: 8 * 3600, BorrowedGPUSeconds: 4 * 3600},
+					{Flavor: "main-a100", GPUSeconds: 2 * 3600, QuotaGPUSeconds: 6 * 3600, LentGPUSeconds: 3 * 3600},
+				}, Cost: "30.00"},
+			models: quota,
+			// Down for 10 minutes and a half.
+			now: time.Hour + 10*time.Minute + 30*time.Second + 400*time.Millisecond,
+			wantSpend: &chamber.TeamSpend{
+				PeriodStart: at(0), AccountedUntil: at(time.Hour + 630*time.Second), GPUSeconds: 14*3600 + 14*630,
+				Flavors: []chamber.FlavorSpend{
+					{Flavor: "main-h100", GPUSeconds: 12 * (3600 + 630), QuotaGPUSeconds: 8 * (3600 + 630), BorrowedGPUSeconds: 4 * (3600 + 630)},
+					{Flavor: "main-a100", GPUSeconds: 2 * (3600 + 630), QuotaGPUSeconds: 6 * (3600 + 630), LentGPUSeconds: 3 * (3600 + 630)},
+				},
+				Cost: "35.25", // 12 x 4230 s = 14.1 H100-hours at 2.50
 			},
 		},
 		"under a second: nothing yet": {
@@ -62,7 +100,10 @@ func TestAccount(t *testing.T) {
 			if tc.period != "" {
 				team.Spec.Budget = &chamber.TeamBudget{Period: tc.period, GPUHours: ptr.To[int64](1)}
 			}
-			account(team, prices, start.Add(tc.now))
+			newPeriod := account(team, prices, start.Add(tc.now))
+			if want := tc.spend == nil || !tc.spend.PeriodStart.Equal(&tc.wantSpend.PeriodStart); newPeriod != want {
+				t.Errorf("new period: got %v, want %v", newPeriod, want)
+			}
 			if diff := cmp.Diff(tc.wantSpend, team.Status.Spend); diff != "" {
 				t.Errorf("spend (-want +got):\n%s", diff)
 			}

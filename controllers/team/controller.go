@@ -65,6 +65,10 @@ type Options struct {
 	// are the Volcano Team controller's (RegisterVolcano); where it does not, they
 	// get Ready=False, BackendNotServed.
 	VolcanoServed bool
+	// FleetUsage reads the fleet model, for the idle, used and measured GPU-seconds
+	// and the idle cost of each team's spend (efficiency.go); without it those
+	// fields stay absent.
+	FleetUsage FleetUsage
 }
 
 // DefaultAccountingInterval is the default of Options.AccountingInterval.
@@ -80,10 +84,11 @@ const DefaultUsageRefresh = 5 * time.Second
 
 // Controller reconciles Teams.
 type Controller struct {
-	client   client.Client
-	policy   *gracePolicy
-	recorder events.EventRecorder
-	opts     Options
+	client     client.Client
+	policy     *gracePolicy
+	recorder   events.EventRecorder
+	efficiency *efficiency
+	opts       Options
 }
 
 // Register adds the controller to the manager.
@@ -97,7 +102,8 @@ func Register(mgr ctrl.Manager, opts Options) error {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	c := &Controller{client: mgr.GetClient(), policy: newGracePolicy(mgr.GetAPIReader(), opts.Clock, opts.PolicyAPI, opts.GracePolicy), recorder: mgr.GetEventRecorder("chamber-team"), opts: opts}
+	c := &Controller{client: mgr.GetClient(), policy: newGracePolicy(mgr.GetAPIReader(), opts.Clock, opts.PolicyAPI, opts.GracePolicy), recorder: mgr.GetEventRecorder("chamber-team"),
+		efficiency: newEfficiency(opts.FleetUsage), opts: opts}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("team").
 		// The team's spec; its status is this controller's own (each write would
@@ -233,7 +239,8 @@ func (c *Controller) Reconcile(ctx context.Context, team *chamber.Team) (reconci
 	if poolErr == nil {
 		prices = pricesByFlavor(&pool)
 	}
-	account(team, prices, now)
+	newPeriod := account(team, prices, now)
+	keepLook := c.efficiency.add(team, newPeriod)
 	exceeded, warning := budgetState(team)
 
 	var cq *kueue.ClusterQueue
@@ -285,6 +292,9 @@ func (c *Controller) Reconcile(ctx context.Context, team *chamber.Team) (reconci
 		} else if err != nil {
 			return reconcile.Result{}, fmt.Errorf("update status of team %s: %w", team.Name, err)
 		}
+	}
+	if keepLook != nil {
+		keepLook()
 	}
 	return requeue, nil
 }

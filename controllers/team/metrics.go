@@ -22,10 +22,14 @@ var (
 		Name: "chamber_team_period_cost",
 		Help: "Cost of the team's GPU use in the current budget period, in the pool's currency.",
 	}, []string{"team"})
+	quotaUsedRatio = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "chamber_team_quota_used_ratio",
+		Help: "Share of its nominal quota the team used in the current budget period: (GPU-seconds - borrowed) / quota GPU-seconds, every model together.",
+	}, []string{"team"})
 )
 
 func init() {
-	metrics.Registry.MustRegister(budgetUsedRatio, periodGPUSeconds, periodCost)
+	metrics.Registry.MustRegister(budgetUsedRatio, periodGPUSeconds, periodCost, quotaUsedRatio)
 }
 
 func recordBudget(team *chamber.Team) {
@@ -34,5 +38,10 @@ func recordBudget(team *chamber.Team) {
 		periodGPUSeconds.WithLabelValues(team.Name).Set(float64(s.GPUSeconds))
 		cost, _ := strconv.ParseFloat(s.Cost, 64)
 		periodCost.WithLabelValues(team.Name).Set(cost)
+	}
+	if share, ok := team.Status.Spend.QuotaUsed(); ok {
+		quotaUsedRatio.WithLabelValues(team.Name).Set(share)
+	} else {
+		quotaUsedRatio.DeleteLabelValues(team.Name)
 	}
 }

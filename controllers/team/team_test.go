@@ -398,6 +398,77 @@ func TestBudgetHold(t *testing.T) {
 		gomega.HaveField("Type", kueue.WorkloadEvicted)), "running work was evicted")
 }
 
+// Quota use over the period (issue 55): one team uses its whole quota of 4 GPUs and
+// borrows 4 more, the other half of its 8 and lends the 4 it does not use. Over an
+// hour of that, their shares are (GPU-seconds - borrowed) / quota GPU-seconds:
+// (8 - 4) / 4 and 4 / 8. It steps the shared clock, so it runs alone.
+func TestQuotaUsedOverThePeriod(t *testing.T) {
+	g := newG(t)
+	fixture(t, "qused", map[string]string{"qused-1": h100, "qused-2": h100})
+	namespace(t, "qused-whole")
+	namespace(t, "qused-half")
+	create(t, newTeam("qused-whole", "qused", []string{"qused-whole"}, chamber.TeamQuota{Model: h100, GPUs: 4}))
+	create(t, newTeam("qused-half", "qused", []string{"qused-half"}, chamber.TeamQuota{Model: h100, GPUs: 8}))
+	g.Eventually(func(g gomega.Gomega) { teamReady(g, "qused-whole"); teamReady(g, "qused-half") }).Should(gomega.Succeed())
+
+	submit(t, "qused-half", "half", 4, 10*time.Minute, "")
+	submit(t, "qused-whole", "whole", 8, 10*time.Minute, "")
+	g.Eventually(func(g gomega.Gomega) {
+		g.Expect(getTeam(g, "qused-whole").Status.Models).To(gomega.ConsistOf(gomega.And(
+			gomega.HaveField("InUse", int64(8)), gomega.HaveField("Borrowed", int64(4)))))
+		g.Expect(getTeam(g, "qused-half").Status.Models).To(gomega.ConsistOf(gomega.And(
+			gomega.HaveField("InUse", int64(4)), gomega.HaveField("Lent", int64(4)))))
+	}).Should(gomega.Succeed())
+
+	// The usage is steady from here: what the spend adds from now on is the hour's.
+	before := map[string]*chamber.TeamSpend{}
+	for _, name := range []string{"qused-whole", "qused-half"} {
+		before[name] = getTeam(g, name).Status.Spend
+		g.Expect(before[name]).NotTo(gomega.BeNil())
+	}
+	clock.Step(time.Hour)
+	type hour struct {
+		seconds                         int64 // the time accounted
+		held, quota, borrowed, lent     int64 // GPU-seconds
+		idleAbsent, efficiencyAvailable bool
+	}
+	since := func(g gomega.Gomega, name string) hour {
+		s, b := getTeam(g, name).Status.Spend, before[name]
+		g.Expect(s.Flavors).To(gomega.HaveLen(1))
+		f, fb := s.Flavors[0], chamber.FlavorSpend{} // none before the clock first moved
+		if len(b.Flavors) > 0 {
+			fb = b.Flavors[0]
+		}
+		_, efficient := s.Efficiency()
+		return hour{seconds: int64(s.AccountedUntil.Sub(b.AccountedUntil.Time) / time.Second),
+			held: f.GPUSeconds - fb.GPUSeconds, quota: f.QuotaGPUSeconds - fb.QuotaGPUSeconds,
+			borrowed: f.BorrowedGPUSeconds - fb.BorrowedGPUSeconds, lent: f.LentGPUSeconds - fb.LentGPUSeconds,
+			idleAbsent: s.IdleGPUSeconds == nil, efficiencyAvailable: efficient}
+	}
+	g.Eventually(func(g gomega.Gomega) {
+		for _, name := range []string{"qused-whole", "qused-half"} {
+			g.Expect(since(g, name).seconds).To(gomega.BeNumerically(">=", 3600), "team %s", name)
+		}
+	}).Should(gomega.Succeed())
+
+	whole, half := since(g, "qused-whole"), since(g, "qused-half")
+	g.Expect(whole).To(gomega.Equal(hour{seconds: whole.seconds, held: 8 * whole.seconds, quota: 4 * whole.seconds, borrowed: 4 * whole.seconds}))
+	g.Expect(half).To(gomega.Equal(hour{seconds: half.seconds, held: 4 * half.seconds, quota: 8 * half.seconds, lent: 4 * half.seconds}))
+	share := func(h hour) float64 { return float64(h.held-h.borrowed) / float64(h.quota) }
+	g.Expect(share(whole)).To(gomega.Equal(1.0))
+	g.Expect(share(half)).To(gomega.Equal(0.5))
+	// The fleet model runs beside the controller: the idle figures are there, and
+	// the kwok pods' GPUs, with no agent to report their utilization, give no
+	// efficiency to show.
+	g.Expect([]bool{whole.idleAbsent, whole.efficiencyAvailable}).To(gomega.Equal([]bool{false, false}))
+	// chamber_team_quota_used_ratio is the status's share over the period.
+	g.Eventually(func(g gomega.Gomega) {
+		share, ok := getTeam(g, "qused-half").Status.Spend.QuotaUsed()
+		g.Expect(ok).To(gomega.BeTrue())
+		g.Expect(controllertest.MetricValue(g, "chamber_team_quota_used_ratio", "team", "qused-half")).To(gomega.Equal(share))
+	}).Should(gomega.Succeed())
+}
+
 // Test 6: a node with a new GPU model appears: a new flavor, and the pool counts it.
 func TestNewModelDiscovered(t *testing.T) {
 	t.Parallel()
