@@ -121,6 +121,9 @@ func TestData(t *testing.T) {
 			// 4 GPUs for an hour; 2 of them counted idle since the report that told
 			// (the counters do not go back): 15 minutes each.
 			GPUHours: 4, IdleGPUHours: 0.5, Cost: 10, IdleCost: 1.25,
+			// Efficiency 1 - 0.5/4; mean utilization two GPUs at 90% and two at 0%,
+			// each measured the whole hour.
+			Efficiency: ptr.To(1 - 0.5/4), MeanUtilization: ptr.To(0.45),
 		}},
 		Queue: []fleetpage.Queue{{Team: "vision", Tier: "standard", Pending: 2, PendingGPUs: 8}},
 	}

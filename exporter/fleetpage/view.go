@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/utils/ptr"
+
 	"chamber.dev/chamber/fleet"
 )
 
@@ -90,8 +92,13 @@ type Team struct {
 	IdleCostPerHour float64 `json:"idleCostPerHour"`
 	GPUHours        float64 `json:"gpuHours"`
 	IdleGPUHours    float64 `json:"idleGPUHours"`
-	Cost            float64 `json:"cost"`
-	IdleCost        float64 `json:"idleCost"`
+	// Efficiency is 1 - IdleGPUHours / GPUHours, MeanUtilization the used over the
+	// measured GPU-seconds, both 0 to 1 (docs/concepts/efficiency.md); nil without
+	// GPU-hours, or without a utilization report.
+	Efficiency      *float64 `json:"efficiency,omitempty"`
+	MeanUtilization *float64 `json:"meanUtilization,omitempty"`
+	Cost            float64  `json:"cost"`
+	IdleCost        float64  `json:"idleCost"`
 }
 
 // Queue is a team's workloads of one priority tier waiting for quota and the GPUs
@@ -162,6 +169,12 @@ func Build(s *fleet.Snapshot) View {
 		t := teams.row(u.Team, u.Model)
 		t.GPUHours, t.IdleGPUHours = u.GPUSeconds/3600, u.IdleGPUSeconds/3600
 		t.Cost, t.IdleCost = u.Cost, u.IdleCost
+		if u.GPUSeconds > 0 {
+			t.Efficiency = ptr.To(1 - u.IdleGPUSeconds/u.GPUSeconds)
+		}
+		if pct, ok := u.MeanUtilizationPercent(); ok {
+			t.MeanUtilization = ptr.To(pct / 100)
+		}
 	}
 	v.Teams = teams.sorted()
 

@@ -28,6 +28,7 @@
 
   const num = (x, digits) => Number(x).toFixed(digits);
   const money = (x) => num(x, 2);
+  const ratio = (x) => (x === undefined || x === null ? '' : num(x * 100, 0) + '%');
   const time = (s) => new Date(s).toLocaleTimeString();
   const dateTime = (s) => new Date(s).toLocaleString();
 
@@ -109,11 +110,12 @@
       cell('gpus', t.gpus, true), cell('idle', t.idle, true), cell('quota', t.team ? t.quota : '', true),
       cell('borrowed', t.team ? t.borrowed : '', true), cell('lent', t.team ? t.lent : '', true),
       cell('idle-cost-per-hour', money(t.idleCostPerHour), true), cell('gpu-hours', num(t.gpuHours, 2), true),
+      cell('efficiency', ratio(t.efficiency), true), cell('mean-utilization', ratio(t.meanUtilization), true),
       cell('cost', money(t.cost), true), cell('idle-cost', money(t.idleCost), true)));
-    replaceRows('teams', rows, 'No teams and no GPUs in use.', 11);
+    replaceRows('teams', rows, 'No teams and no GPUs in use.', 13);
     document.getElementById('since').replaceChildren(
       'GPU-hours and cost since ' + dateTime(v.since) + ', when the leading controller\'s fleet model started; ' +
-      'cost at the pools\' per-GPU-hour prices.');
+      'cost at each node\'s price per GPU-hour.');
   }
 
   function drawQueue(v) {
