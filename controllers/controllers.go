@@ -294,7 +294,7 @@ var controllerList = []struct {
 	{"history", kueueAPI, func(mgr ctrl.Manager, cfg Config) error {
 		opts := cfg.History
 		opts.Clock = cfg.Clock
-		opts.Utilization = cfg.model.utilization
+		opts.Usage = cfg.model.workloadUsage
 		return history.Register(mgr, opts)
 	}},
 	{"dcgm", monitoring, func(mgr ctrl.Manager, cfg Config) error {
@@ -346,17 +346,13 @@ func Setup(mgr ctrl.Manager, cfg Config) (string, error) {
 	return "", nil
 }
 
-// utilization is a workload's mean GPU utilization in percent by the fleet model's
-// account, false before the model is there or where it has no utilization report.
-func (f *fleetModel) utilization(namespace, name string) (float64, bool) {
+// workloadUsage is what a workload's pods ran up by the fleet model's account, false
+// before the model is there or where it does not hold the workload.
+func (f *fleetModel) workloadUsage(namespace, name string) (fleet.WorkloadUsage, bool) {
 	if f.model == nil {
-		return 0, false
+		return fleet.WorkloadUsage{}, false
 	}
-	u, ok := f.model.WorkloadUsage(namespace, name)
-	if !ok {
-		return 0, false
-	}
-	return u.MeanUtilizationPercent()
+	return f.model.WorkloadUsage(namespace, name)
 }
 
 // priorityTiers creates the WorkloadPriorityClasses of the tiers at start-up, and

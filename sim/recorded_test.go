@@ -16,23 +16,26 @@ import (
 
 // TestExportedTraceReads: the job history written as a trace (what kubectl chamber
 // export-trace writes) is a trace ReadTrace accepts, its times from the first kept
-// submission and scaled, jobs without GPUs or that never ran left out, --since and
-// --until bounds on the submission, and hashed teams stable.
+// submission and scaled, each duration the GPU-seconds held over the GPUs where known
+// (else start to finish), jobs without GPUs or that never ran or held a GPU left out,
+// --since and --until bounds on the submission, and hashed teams stable.
 func TestExportedTraceReads(t *testing.T) {
 	t0 := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
 	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
-	job := func(name, team string, submit, start, end float64, gpus int64, util float64) history.Job {
+	job := func(name, team string, submit, start, end float64, gpus int64, util, gpuSeconds float64) history.Job {
 		return history.Job{UID: types.UID("uid-" + name), Namespace: "ns-" + team, Workload: "job-" + name, Job: name, Team: team,
-			Submitted: at(submit), Started: at(start), Finished: at(end), GPUs: gpus, Model: "NVIDIA-H100-80GB-HBM3", UtilPercent: util}
+			Submitted: at(submit), Started: at(start), Finished: at(end), GPUs: gpus, Model: "NVIDIA-H100-80GB-HBM3", UtilPercent: util,
+			GPUSeconds: gpuSeconds}
 	}
 	jobs := []history.Job{
-		job("b", "vision", 10.5, 12, 40, 8, 62.25),
-		job("a", "nlp", 2, 2.5, 5, 1, -1),
-		job("cpu", "nlp", 3, 3, 4, 0, -1),   // no GPUs
-		job("never", "nlp", 4, 9, 9, 2, -1), // finished without running
-		job("late", "", 100, 101, 130, 4, 0),
+		job("b", "vision", 10.5, 12, 40, 8, 62.25, -1), // GPU-seconds unknown: start to finish
+		job("a", "nlp", 2, 2.5, 5, 1, -1, 2.5),
+		job("cpu", "nlp", 3, 3, 4, 0, -1, -1),      // no GPUs
+		job("never", "nlp", 4, 9, 9, 2, -1, -1),    // finished without running
+		job("held-none", "nlp", 5, 6, 9, 2, -1, 0), // reserved quota, held no GPU
+		job("late", "", 100, 101, 130, 4, 0, 64),   // evicted or paused: 16 s of 29 on its GPUs
 	}
-	jobs[4].Namespace = "ns-none"
+	jobs[5].Namespace = "ns-none"
 	tests := map[string]struct {
 		opts history.TraceOptions
 		want []TraceJob
@@ -42,7 +45,7 @@ func TestExportedTraceReads(t *testing.T) {
 			want: []TraceJob{
 				{ID: "a", Line: 2, Submit: 0, Duration: 150 * time.Second, GPUs: 1, GPUType: "NVIDIA-H100-80GB-HBM3", User: "nlp", UtilPercent: -1},
 				{ID: "b", Line: 3, Submit: 510 * time.Second, Duration: 1680 * time.Second, GPUs: 8, GPUType: "NVIDIA-H100-80GB-HBM3", User: "vision", UtilPercent: 62},
-				{ID: "late", Line: 4, Submit: 5880 * time.Second, Duration: 1740 * time.Second, GPUs: 4, GPUType: "NVIDIA-H100-80GB-HBM3", User: "ns-none", UtilPercent: 0},
+				{ID: "late", Line: 4, Submit: 5880 * time.Second, Duration: 960 * time.Second, GPUs: 4, GPUType: "NVIDIA-H100-80GB-HBM3", User: "ns-none", UtilPercent: 0},
 			},
 		},
 		"since and until": {

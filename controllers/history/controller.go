@@ -1,6 +1,6 @@
 // Package history records each finished Kueue Workload once, as a row of the job
 // history (Job): when it was submitted, started and finished, its GPUs, GPU model,
-// team, priority tier and mean GPU utilization. The rows are kept in a bounded ring of
+// team, priority tier, mean GPU utilization and the GPU-seconds its pods held. The rows are kept in a bounded ring of
 // ConfigMaps in the controller's namespace (Store); `kubectl chamber export-trace`
 // turns them into the simulator's trace (WriteTrace), which `chamber sim` replays
 // against a changed fleet.
@@ -22,6 +22,7 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	chamber "chamber.dev/chamber/api/v1alpha1"
+	"chamber.dev/chamber/fleet"
 	"chamber.dev/chamber/integrations/kube"
 	chamberkueue "chamber.dev/chamber/integrations/kueue"
 )
@@ -42,9 +43,10 @@ type Options struct {
 	Namespace string
 	// RowsPerConfigMap is the most jobs in one ConfigMap (RowsPerConfigMap when 0).
 	RowsPerConfigMap int
-	// Utilization is a finished workload's mean GPU utilization in percent (the fleet
-	// model's account of its GPUs), false where unknown; nil: always unknown.
-	Utilization func(namespace, name string) (float64, bool)
+	// Usage is what a finished workload's pods ran up by the fleet model's account of
+	// its GPUs (their GPU-seconds, their utilization), false where unknown; nil:
+	// always unknown.
+	Usage func(namespace, name string) (fleet.WorkloadUsage, bool)
 	// Clock is the time source; the real clock when nil.
 	Clock clock.PassiveClock
 }
@@ -61,6 +63,10 @@ type Recorder struct {
 	// holding quota, by the recorder's clock (the API's timestamps are whole seconds,
 	// a long time at the simulator's speed-up).
 	seen map[types.NamespacedName]*seen
+	// since is the recorder's first reconcile, once it leads: the fleet model is fed
+	// from then too (on the leader), so it accounted all the GPU time only of a
+	// workload that first held quota after.
+	since time.Time
 }
 
 type seen struct {
@@ -97,6 +103,9 @@ func (r *Recorder) Reconcile(ctx context.Context, req reconcile.Request) (reconc
 		return reconcile.Result{}, err
 	}
 	now := r.opts.Clock.Now()
+	if r.since.IsZero() {
+		r.since = now
+	}
 	s := r.seen[req.NamespacedName]
 	if s == nil || s.uid != wl.UID {
 		s = &seen{uid: wl.UID, submitted: observed(now, wl.CreationTimestamp)}
@@ -142,7 +151,7 @@ func observed(now time.Time, api metav1.Time) time.Time {
 // job is the workload's row.
 func (r *Recorder) job(ctx context.Context, wl *kueue.Workload, s *seen, end time.Time) (Job, error) {
 	j := Job{UID: wl.UID, Namespace: wl.Namespace, Workload: wl.Name, Job: wl.Name, Submitted: s.submitted, Started: s.started, Finished: end,
-		GPUs: chamberkueue.WorkloadGPUs(wl), UtilPercent: -1}
+		GPUs: chamberkueue.WorkloadGPUs(wl), UtilPercent: -1, GPUSeconds: -1}
 	if ref := metav1.GetControllerOf(wl); ref != nil {
 		j.Job = ref.Name
 	}
@@ -182,9 +191,16 @@ func (r *Recorder) job(ctx context.Context, wl *kueue.Workload, s *seen, end tim
 		}
 		j.Model = model
 	}
-	if r.opts.Utilization != nil {
-		if u, ok := r.opts.Utilization(wl.Namespace, wl.Name); ok {
-			j.UtilPercent = u
+	if r.opts.Usage != nil {
+		if u, ok := r.opts.Usage(wl.Namespace, wl.Name); ok {
+			if percent, ok := u.MeanUtilizationPercent(); ok {
+				j.UtilPercent = percent
+			}
+			// The model's account starts with the process: the GPU time of a workload
+			// that held quota before (a restart) is in part unknown.
+			if !j.Started.Before(r.since) {
+				j.GPUSeconds = u.GPUSeconds
+			}
 		}
 	}
 	return j, nil

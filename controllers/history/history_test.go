@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -119,8 +120,13 @@ func TestRecorder(t *testing.T) {
 	want := history.Job{UID: wl.UID, Namespace: "hist-ns", Workload: wl.Name, Job: "first", Team: "hist-team", Tier: "standard",
 		GPUs: 2, Model: ft.H100, UtilPercent: -1}
 	got := row
-	got.Submitted, got.Started, got.Finished = time.Time{}, time.Time{}, time.Time{}
+	got.Submitted, got.Started, got.Finished, got.GPUSeconds = time.Time{}, time.Time{}, time.Time{}, 0
 	g.Expect(got).To(gomega.Equal(want))
+	// Its pod held its 2 GPUs for part of its time from start to finish (the fleet
+	// model's account; the recorder was running before it started).
+	g.Expect(row.GPUSeconds).To(gomega.BeNumerically(">", 0))
+	g.Expect(row.GPUSeconds).To(gomega.BeNumerically("<=", 2*row.Finished.Sub(row.Started).Seconds()+0.01))
+	g.Expect(row.Duration()).To(gomega.BeNumerically("<=", row.Finished.Sub(row.Started)+10*time.Millisecond))
 	// Each time within the second the API stamped (its timestamps are whole seconds).
 	for _, c := range []struct {
 		name     string
@@ -171,4 +177,69 @@ func TestRecorder(t *testing.T) {
 	after, err := history.Read(ctx, k8s, controlplane.ChartNamespace)
 	g.Expect(err).NotTo(gomega.HaveOccurred())
 	g.Expect(after).To(gomega.Equal(before))
+}
+
+// TestRowsWithoutGPUSeconds: a history written before the gpu_seconds column reads
+// with it unknown; the recorder's next row rewrites that ConfigMap with the column
+// (empty, unknown, in the older rows); a malformed gpu_seconds or header is an error
+// that names it.
+func TestRowsWithoutGPUSeconds(t *testing.T) {
+	g := gomega.NewWithT(t)
+	ctx := context.Background()
+	const (
+		oldHeader = "uid,namespace,workload,job,team,tier,submitted,started,finished,gpus,gpu_model,gpu_util_pct\n"
+		newHeader = "uid,namespace,workload,job,team,tier,submitted,started,finished,gpus,gpu_model,gpu_util_pct,gpu_seconds\n"
+		times     = "2026-12-01T08:00:00Z,2026-12-01T08:00:02Z,2026-12-01T08:01:02Z"
+	)
+	t0 := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
+	old := history.Job{UID: "old", Namespace: "ns", Workload: "w-old", Job: "old", Team: "team", Tier: "standard",
+		Submitted: t0, Started: t0.Add(2 * time.Second), Finished: t0.Add(62 * time.Second), GPUs: 2, Model: ft.H100, UtilPercent: 40, GPUSeconds: -1}
+	configMap := func(ns, data string) *corev1.ConfigMap {
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: history.NamePrefix + "1", Namespace: ns,
+			Labels: map[string]string{chamber.LabelHistory: chamber.HistoryJobs}}, Data: map[string]string{history.DataKey: data}}
+	}
+	tests := map[string]struct {
+		data    string
+		want    []history.Job
+		wantErr string
+	}{
+		"without the column": {data: oldHeader + "old,ns,w-old,old,team,standard," + times + ",2," + ft.H100 + ",40\n", want: []history.Job{old}},
+		"empty: unknown":     {data: newHeader + "old,ns,w-old,old,team,standard," + times + ",2," + ft.H100 + ",40,\n", want: []history.Job{old}},
+		"known": {data: newHeader + "old,ns,w-old,old,team,standard," + times + ",2," + ft.H100 + ",40,75.5\n",
+			want: []history.Job{func() history.Job { j := old; j.GPUSeconds = 75.5; return j }()}},
+		"negative":         {data: newHeader + "old,ns,w-old,old,team,standard," + times + ",2," + ft.H100 + ",40,-3\n", wantErr: `line 2: gpu_seconds "-3" is not a number of 0 or more`},
+		"not a number":     {data: newHeader + "old,ns,w-old,old,team,standard," + times + ",2," + ft.H100 + ",40,NaN\n", wantErr: `gpu_seconds "NaN"`},
+		"a row short":      {data: newHeader + "old,ns,w-old,old,team,standard," + times + ",2," + ft.H100 + ",40\n", wantErr: "wrong number of fields"},
+		"a column unknown": {data: strings.TrimSuffix(newHeader, "\n") + ",color\n", wantErr: "is not the history's header"},
+	}
+	i := 0
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			g := gomega.NewWithT(t)
+			i++
+			ns := fmt.Sprintf("hist-rows-%d", i)
+			create(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+			create(t, configMap(ns, tc.data))
+			got, err := history.Read(ctx, k8s, ns)
+			if tc.wantErr != "" {
+				g.Expect(err).To(gomega.MatchError(gomega.ContainSubstring(tc.wantErr)))
+				return
+			}
+			g.Expect(err).NotTo(gomega.HaveOccurred())
+			g.Expect(got).To(gomega.Equal(tc.want))
+		})
+	}
+
+	// The recorder's next row, in the older ConfigMap: rewritten with the column.
+	create(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "hist-upgrade"}})
+	create(t, configMap("hist-upgrade", oldHeader+"old,ns,w-old,old,team,standard,"+times+",2,"+ft.H100+",40\n"))
+	next := old
+	next.UID, next.Workload, next.Job, next.GPUSeconds = "next", "w-next", "next", 96
+	g.Expect(history.NewStore(k8s, k8s, "hist-upgrade", 10, 5).Append(ctx, next)).To(gomega.Succeed())
+	var cm corev1.ConfigMap
+	g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: "hist-upgrade", Name: history.NamePrefix + "1"}, &cm)).To(gomega.Succeed())
+	g.Expect(cm.Data[history.DataKey]).To(gomega.HavePrefix(newHeader + "old,ns,w-old,old,team,standard," + times + ",2," + ft.H100 + ",40,\n"))
+	got, err := history.Read(ctx, k8s, "hist-upgrade")
+	g.Expect(err).NotTo(gomega.HaveOccurred())
+	g.Expect(got).To(gomega.Equal([]history.Job{old, next}))
 }

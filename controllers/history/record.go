@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -34,36 +36,50 @@ type Job struct {
 	Model string
 	// UtilPercent is its GPUs' mean utilization while it held them, -1 where unknown.
 	UtilPercent float64
+	// GPUSeconds is the time its pods held GPUs, summed over the GPUs, across every
+	// admission (evicted, requeued or paused, it holds none); -1 where unknown. By
+	// the recorder's clock: at the simulator's speed-up, clock seconds.
+	GPUSeconds float64
 }
 
-// columns are the store's CSV columns, in order.
-var columns = []string{"uid", "namespace", "workload", "job", "team", "tier", "submitted", "started", "finished", "gpus", "gpu_model", "gpu_util_pct"}
+// columns are the store's CSV columns, in order. Columns are only ever added at the
+// end: a CSV whose header is columns[:n] for n >= oldColumns (written before the
+// later ones were) reads with the missing ones unknown.
+var columns = []string{"uid", "namespace", "workload", "job", "team", "tier", "submitted", "started", "finished", "gpus", "gpu_model", "gpu_util_pct",
+	"gpu_seconds"}
+
+// oldColumns is how many columns the first history had (without gpu_seconds).
+const oldColumns = 12
 
 // header is the first line of every ConfigMap's CSV.
 var header = strings.Join(columns, ",") + "\n"
 
 // encodeRow is the job as one CSV line, times in RFC 3339 with nanoseconds, UTC.
 func encodeRow(j Job) string {
+	gpuSeconds := "" // unknown
+	if j.GPUSeconds >= 0 {
+		gpuSeconds = strconv.FormatFloat(j.GPUSeconds, 'f', 3, 64)
+	}
 	var b strings.Builder
 	w := csv.NewWriter(&b)
 	_ = w.Write([]string{string(j.UID), j.Namespace, j.Workload, j.Job, j.Team, j.Tier,
 		stamp(j.Submitted), stamp(j.Started), stamp(j.Finished),
-		strconv.FormatInt(j.GPUs, 10), j.Model, strconv.FormatFloat(j.UtilPercent, 'f', -1, 64)})
+		strconv.FormatInt(j.GPUs, 10), j.Model, strconv.FormatFloat(j.UtilPercent, 'f', -1, 64), gpuSeconds})
 	w.Flush()
 	return b.String()
 }
 
 func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
-// decodeRows reads a ConfigMap's CSV (its header first); name labels the errors.
+// decodeRows reads a ConfigMap's CSV (its header first, the current one or an older
+// one); name labels the errors. Every row has as many columns as the header.
 func decodeRows(data, name string) ([]Job, error) {
 	r := csv.NewReader(strings.NewReader(data))
-	r.FieldsPerRecord = len(columns)
 	head, err := r.Read()
 	if errors.Is(err, io.EOF) {
 		return nil, nil
 	}
-	if err != nil || strings.Join(head, ",")+"\n" != header {
+	if err != nil || len(head) < oldColumns || len(head) > len(columns) || !slices.Equal(head, columns[:len(head)]) {
 		return nil, fmt.Errorf("%s: the first line is not the history's header %q (delete the ConfigMap, or restore it)", name, strings.TrimSpace(header))
 	}
 	var jobs []Job
@@ -84,8 +100,10 @@ func decodeRows(data, name string) ([]Job, error) {
 	}
 }
 
+// decodeRow reads one row of at least oldColumns columns; a column it lacks is
+// unknown.
 func decodeRow(rec []string) (Job, error) {
-	j := Job{UID: types.UID(rec[0]), Namespace: rec[1], Workload: rec[2], Job: rec[3], Team: rec[4], Tier: rec[5], Model: rec[10]}
+	j := Job{UID: types.UID(rec[0]), Namespace: rec[1], Workload: rec[2], Job: rec[3], Team: rec[4], Tier: rec[5], Model: rec[10], GPUSeconds: -1}
 	var err error
 	for i, t := range []*time.Time{&j.Submitted, &j.Started, &j.Finished} {
 		if *t, err = time.Parse(time.RFC3339Nano, rec[6+i]); err != nil {
@@ -97,6 +115,11 @@ func decodeRow(rec []string) (Job, error) {
 	}
 	if j.UtilPercent, err = strconv.ParseFloat(rec[11], 64); err != nil || j.UtilPercent > 100 || (j.UtilPercent < 0 && j.UtilPercent != -1) {
 		return j, fmt.Errorf("gpu_util_pct %q is not a percentage from 0 to 100, nor -1", rec[11])
+	}
+	if len(rec) > 12 && rec[12] != "" {
+		if j.GPUSeconds, err = strconv.ParseFloat(rec[12], 64); err != nil || !(j.GPUSeconds >= 0) || math.IsInf(j.GPUSeconds, 0) {
+			return j, fmt.Errorf("gpu_seconds %q is not a number of 0 or more, nor empty", rec[12])
+		}
 	}
 	if j.UID == "" {
 		return j, errors.New("uid is empty")

@@ -165,8 +165,18 @@ func (s *Store) append(ctx context.Context, j Job) error {
 		if cm.Data == nil {
 			cm.Data = map[string]string{}
 		}
-		if cm.Data[DataKey] == "" {
-			cm.Data[DataKey] = header
+		if !strings.HasPrefix(cm.Data[DataKey], header) {
+			// Empty, or written before the last columns were added: rewritten with
+			// them, unknown in the older rows.
+			jobs, err := decodeRows(cm.Data[DataKey], "ConfigMap "+s.namespace+"/"+cm.Name)
+			if err != nil {
+				return err
+			}
+			data := header
+			for _, old := range jobs {
+				data += encodeRow(old)
+			}
+			cm.Data[DataKey] = data
 		}
 		cm.Data[DataKey] += row
 		if err := s.writer.Update(ctx, cm); err != nil {

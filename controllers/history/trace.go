@@ -28,11 +28,11 @@ type TraceOptions struct {
 }
 
 // WriteTrace writes the jobs as the simulator's trace CSV (TraceColumns): job_id the
-// job's name, submit_s since the first kept submission, duration_s from its start to
-// its finish, gpu_type its GPU model, user its team (its namespace where it has none),
-// gpu_util_pct its mean utilization (empty where unknown). A job without GPUs, or that
-// finished without running, is left out: the simulator replays GPU work. It returns
-// how many jobs it wrote.
+// job's name, submit_s since the first kept submission, duration_s its time on its
+// GPUs (Duration), gpu_type its GPU model, user its team (its namespace where it has
+// none), gpu_util_pct its mean utilization (empty where unknown). A job without GPUs,
+// or that finished without running or holding a GPU, is left out: the simulator
+// replays GPU work. It returns how many jobs it wrote.
 func WriteTrace(w io.Writer, jobs []Job, opts TraceOptions) (int, error) {
 	scale := opts.TimeScale
 	if scale == 0 {
@@ -43,7 +43,7 @@ func WriteTrace(w io.Writer, jobs []Job, opts TraceOptions) (int, error) {
 	}
 	var kept []Job
 	for _, j := range jobs {
-		if j.GPUs <= 0 || !j.Finished.After(j.Started) ||
+		if j.GPUs <= 0 || !j.Finished.After(j.Started) || j.GPUSeconds == 0 ||
 			(!opts.Since.IsZero() && j.Submitted.Before(opts.Since)) || (!opts.Until.IsZero() && !j.Submitted.Before(opts.Until)) {
 			continue
 		}
@@ -74,7 +74,7 @@ func WriteTrace(w io.Writer, jobs []Job, opts TraceOptions) (int, error) {
 		if j.UtilPercent >= 0 {
 			util = strconv.FormatFloat(math.Round(j.UtilPercent*10)/10, 'f', -1, 64)
 		}
-		duration := secs(j.Finished.Sub(j.Started))
+		duration := secs(j.Duration())
 		if duration == "0" {
 			duration = "0.001" // the simulator replays no job of no time
 		}
@@ -84,6 +84,17 @@ func WriteTrace(w io.Writer, jobs []Job, opts TraceOptions) (int, error) {
 	}
 	cw.Flush()
 	return len(kept), cw.Error()
+}
+
+// Duration is the job's time on its GPUs: the GPU-seconds its pods held over its
+// GPUs where known, which leaves out its time evicted, requeued or paused by idle
+// reclaim; else (a row recorded before gpu_seconds, or after a restart of the
+// recorder while it ran) from its start to its finish, that time included.
+func (j Job) Duration() time.Duration {
+	if j.GPUSeconds >= 0 && j.GPUs > 0 {
+		return time.Duration(j.GPUSeconds / float64(j.GPUs) * float64(time.Second))
+	}
+	return j.Finished.Sub(j.Started)
 }
 
 // HashName is a name's stable stand-in in a shared trace: "h" and the first 10 hex
