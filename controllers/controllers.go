@@ -154,17 +154,11 @@ type Config struct {
 	// workers are the fleet models of the worker clusters, which the inventory keeps
 	// and the MultiKueue dispatcher reads (Setup makes it).
 	workers *fleet.Workers
-	// model is the inventory's fleet model once its setup has run (Setup makes the
-	// holder), which the history's recorder reads.
-	model *fleetModel
-	// teamUsages is the teams' usage in the inventory's fleet model, which the Team
-	// controller adds to their spend (Setup makes it; empty while the inventory does
-	// not run).
-	teamUsages *fleet.TeamUsages
+	// model is the inventory's fleet model once its setup has run, which the Team
+	// controller (the teams' idle and used GPU-seconds) and the history's recorder
+	// (each workload's) read (Setup makes it; empty while the inventory does not run).
+	model *fleet.ModelRef
 }
-
-// fleetModel holds the inventory's model for the controllers set up after it.
-type fleetModel struct{ model *fleet.Model }
 
 // DefaultConfig is the controllers' configuration unless flags say otherwise.
 func DefaultConfig() Config {
@@ -221,7 +215,7 @@ var controllerList = []struct {
 		if cfg.AdmissionCheck {
 			opts.AdmissionChecks = []string{chamber.AdmissionCheckName}
 		}
-		opts.VolcanoServed, opts.FleetUsage = cfg.Volcano, cfg.teamUsages
+		opts.VolcanoServed, opts.FleetUsage = cfg.Volcano, cfg.model
 		return team.Register(mgr, opts)
 	}},
 	{"team-volcano", volcanoAPI, func(mgr ctrl.Manager, cfg Config) error {
@@ -248,11 +242,10 @@ var controllerList = []struct {
 		inv.Volcano = cfg.Volcano && !cfg.MonitoringOnly
 		inv.KueueNamespace, inv.WorkerCache, inv.Workers = cfg.KueueNamespace, CacheOptions(), cfg.workers
 		model, err := inventory.Register(mgr, inv)
-		cfg.model.model = model
 		if err != nil {
 			return err
 		}
-		cfg.teamUsages.Set(model)
+		cfg.model.Set(model)
 		if !cfg.FleetPage {
 			return nil
 		}
@@ -294,7 +287,7 @@ var controllerList = []struct {
 	{"history", kueueAPI, func(mgr ctrl.Manager, cfg Config) error {
 		opts := cfg.History
 		opts.Clock = cfg.Clock
-		opts.Usage = cfg.model.workloadUsage
+		opts.Usage = cfg.model.Workload
 		return history.Register(mgr, opts)
 	}},
 	{"dcgm", monitoring, func(mgr ctrl.Manager, cfg Config) error {
@@ -328,8 +321,7 @@ func Names() []string {
 func Setup(mgr ctrl.Manager, cfg Config) (string, error) {
 	cfg.heartbeats = chamber.NewHeartbeats(cfg.Clock, cfg.SilentAfterHeartbeats)
 	cfg.workers = &fleet.Workers{}
-	cfg.model = &fleetModel{}
-	cfg.teamUsages = &fleet.TeamUsages{}
+	cfg.model = &fleet.ModelRef{}
 	if kueueAPI.runs(cfg) {
 		if err := chamberkueue.SetupIndexes(context.Background(), mgr.GetFieldIndexer()); err != nil {
 			return "indexes", err
@@ -344,15 +336,6 @@ func Setup(mgr ctrl.Manager, cfg Config) (string, error) {
 		}
 	}
 	return "", nil
-}
-
-// workloadUsage is what a workload's pods ran up by the fleet model's account, false
-// before the model is there or where it does not hold the workload.
-func (f *fleetModel) workloadUsage(namespace, name string) (fleet.WorkloadUsage, bool) {
-	if f.model == nil {
-		return fleet.WorkloadUsage{}, false
-	}
-	return f.model.WorkloadUsage(namespace, name)
 }
 
 // priorityTiers creates the WorkloadPriorityClasses of the tiers at start-up, and

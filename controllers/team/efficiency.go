@@ -13,7 +13,7 @@ import (
 )
 
 // FleetUsage is what the Team controller reads of the fleet model: what each team's
-// pods ran up since the model started (fleet.TeamUsages).
+// pods ran up since the model started (fleet.ModelRef).
 type FleetUsage interface {
 	// Team is the team's usage, every GPU model together; ok is false while there is
 	// no model to read.

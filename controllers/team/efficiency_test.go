@@ -38,7 +38,7 @@ func TestEfficiency(t *testing.T) {
 	// Two GPUs at 1% (idle from 5 minutes on), two at 60%.
 	m.SetPod(ft.MakePod("vision", "a", 4).On("n1", start).Obj())
 	m.SetGPUNode(ft.MakeGPUNode("n1", 4).Util(0, 1, 0).Util(1, 1, 0).Util(2, 60, 0).Util(3, 60, 0).Obj())
-	var view fleet.TeamUsages
+	var view fleet.ModelRef
 	view.Set(m)
 
 	team := &chamber.Team{}
@@ -104,5 +104,5 @@ func TestEfficiency(t *testing.T) {
 	// Without a model the figures stay absent.
 	team.Status.Spend = &chamber.TeamSpend{Cost: "0.00"}
 	check("no model", look(newEfficiency(nil), false, true), efficiencyFigures{})
-	check("no model in the view", look(newEfficiency(&fleet.TeamUsages{}), false, true), efficiencyFigures{})
+	check("no model in the view", look(newEfficiency(&fleet.ModelRef{}), false, true), efficiencyFigures{})
 }

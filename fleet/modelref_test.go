@@ -27,7 +27,7 @@ func TestTeamUsage(t *testing.T) {
 	m.SetGPUNode(ft.MakeGPUNode("n1", 2).UtilAll(0, 0).Obj())
 	m.SetGPUNode(ft.MakeGPUNode("n2", 2).UtilAll(50, 0).Obj())
 
-	var view fleet.TeamUsages
+	var view fleet.ModelRef
 	if _, ok := view.Team("vision"); ok {
 		t.Error("a view without a model has usage")
 	}
