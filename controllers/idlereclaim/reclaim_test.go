@@ -208,12 +208,12 @@ func figuresWhileTheWaiterRuns(t *testing.T, g *gomega.WithT) {
 		given := []string{"team", "reclaim-b", "from_team", "reclaim-a", "model", h100}
 		a, b := []string{"team", "reclaim-a"}, []string{"team", "reclaim-b"}
 		return figures{
-			series(g, "chamber_idle_reclaim_given_gpu_seconds_total", given...), series(g, "chamber_idle_reclaim_given_cost_total", given...),
-			series(g, "chamber_idle_reclaim_given_workloads_total", given...),
-			series(g, "chamber_team_gpu_seconds_total", a...), series(g, "chamber_team_idle_gpu_seconds_total", a...),
-			series(g, "chamber_team_used_gpu_seconds_total", a...), series(g, "chamber_team_measured_gpu_seconds_total", a...),
-			series(g, "chamber_team_gpu_seconds_total", b...), series(g, "chamber_team_idle_gpu_seconds_total", b...),
-			series(g, "chamber_team_used_gpu_seconds_total", b...), series(g, "chamber_team_measured_gpu_seconds_total", b...),
+			controllertest.MetricValue(g, "chamber_idle_reclaim_given_gpu_seconds_total", given...), controllertest.MetricValue(g, "chamber_idle_reclaim_given_cost_total", given...),
+			controllertest.MetricValue(g, "chamber_idle_reclaim_given_workloads_total", given...),
+			controllertest.MetricValue(g, "chamber_team_gpu_seconds_total", a...), controllertest.MetricValue(g, "chamber_team_idle_gpu_seconds_total", a...),
+			controllertest.MetricValue(g, "chamber_team_used_gpu_seconds_total", a...), controllertest.MetricValue(g, "chamber_team_measured_gpu_seconds_total", a...),
+			controllertest.MetricValue(g, "chamber_team_gpu_seconds_total", b...), controllertest.MetricValue(g, "chamber_team_idle_gpu_seconds_total", b...),
+			controllertest.MetricValue(g, "chamber_team_used_gpu_seconds_total", b...), controllertest.MetricValue(g, "chamber_team_measured_gpu_seconds_total", b...),
 		}
 	}
 	// The model has seen reclaim-b's pod take the GPUs: one receiving workload.
@@ -246,32 +246,6 @@ func figuresWhileTheWaiterRuns(t *testing.T, g *gomega.WithT) {
 	}
 	t.Logf("over %s: reclaim-a efficiency %.3f, mean utilization %.0f%%; reclaim-b efficiency %.3f; given %.0f GPU-seconds",
 		step, 1-got.idleA/got.heldA, 100*got.usedA/got.measuredA, 1-got.idleB/got.heldB, got.given)
-}
-
-// series is the value of the counter name with the label pairs given, 0 when there is
-// none yet.
-func series(g gomega.Gomega, name string, labels ...string) float64 {
-	families, err := metrics.Registry.Gather()
-	g.Expect(err).NotTo(gomega.HaveOccurred())
-	for _, mf := range families {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			have := map[string]string{}
-			for _, l := range m.GetLabel() {
-				have[l.GetName()] = l.GetValue()
-			}
-			for i := 0; i+1 < len(labels); i += 2 {
-				if have[labels[i]] != labels[i+1] {
-					continue next
-				}
-			}
-			return m.GetCounter().GetValue()
-		}
-	}
-	return 0
 }
 
 // Issue 53: a pool whose admin set idleReclaim.workloadOptOut: Ignored reclaims an idle
