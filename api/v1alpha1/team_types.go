@@ -311,7 +311,8 @@ type TeamSpend struct {
 	// +kubebuilder:validation:Minimum=0
 	// +optional
 	MeasuredGPUSeconds *int64 `json:"measuredGPUSeconds,omitempty"`
-	// IdleCost is the cost of IdleGPUSeconds at the pool's prices, a decimal string.
+	// IdleCost is the cost of IdleGPUSeconds at each node's price (the fleet model's, see
+	// docs/concepts/prices.md; Cost is at the pool's prices), a decimal string.
 	// Absent where IdleGPUSeconds is.
 	// +optional
 	IdleCost string `json:"idleCost,omitempty"`
