@@ -23,10 +23,13 @@ func (o *options) exportTraceCommand() *cobra.Command {
 		Long: "Write the finished Kueue workloads chamber-controller recorded (its job history, ConfigMaps chamber-history-<n>\n" +
 			"in its namespace, -n, chamber-system when not given) as the simulator's trace CSV:\n" +
 			"job_id,submit_s,duration_s,gpus,gpu_type,user,gpu_util_pct, submissions from the first kept one, durations\n" +
-			"from each job's start (its first quota reservation) to its finish, user its team. Needs list on ConfigMaps there.",
+			"the GPU time each job held over its GPUs (from its first quota reservation to its finish where that is unknown),\n" +
+			"user its team. Needs list on ConfigMaps there.",
 		Example: "  kubectl chamber export-trace -f trace.csv\n" +
 			"  kubectl chamber export-trace --since 168h --hash-teams > last-week.csv\n" +
-			"  chamber sim --trace trace.csv --nodes 16xdgxh100 --compare-nodes 18xdgxh100",
+			"  chamber sim --trace trace.csv --start 0 --window 0 --keep 1 --max-duration 0 --nodes 16xdgxh100 --out before\n" +
+			"  chamber sim --trace trace.csv --start 0 --window 0 --keep 1 --max-duration 0 --nodes 18xdgxh100 --out after\n" +
+			"  chamber whatif --before before --after after",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			now := o.now()
